@@ -1,0 +1,323 @@
+"""The stability guard on recorded metric sequences: one test per failure in DESIGN.md and per rule."""
+
+import math
+
+import pytest
+
+from tuner.guard import Guard, GuardSettings, Verdict, first_verdict
+
+NAN = math.nan
+INF = math.inf
+
+
+def steps(*records: dict) -> list[dict]:
+    """Number the records 1, 2, 3, ... as Trainer's global_step does."""
+    return [{"step": step, **record} for step, record in enumerate(records, start=1)]
+
+
+# --- the DESIGN.md table ---------------------------------------------------------------------------
+
+
+def test_fp16_weights_reward_model_stops_at_first_nan_grad_norm():
+    # The CPU repro at learning rate 0.3: loss 4.4 at step 2, then "loss 0.0, grad_norm nan" from step 5 on.
+    history = steps(
+        {"loss": 0.69, "grad_norm": 1.2, "accuracy": 0.5},
+        {"loss": 4.4, "grad_norm": 9.0, "accuracy": 0.4},
+        {"loss": 1.1, "grad_norm": 3.0, "accuracy": 0.5},
+        {"loss": 0.8, "grad_norm": 2.0, "accuracy": 0.6},
+        *[{"loss": 0.0, "grad_norm": NAN, "accuracy": 0.5}] * 6,
+    )
+    verdict = first_verdict("reward", history)
+    assert (verdict.status, verdict.signal, verdict.step) == ("diverged", "non_finite", 5)
+    # The logged 0.0 loss is shown, since Trainer's filter can hide a NaN loss behind it.
+    assert verdict.reason == "grad_norm is nan at step 5 (loss logged 0.0)"
+
+
+def test_loss_1e34_with_nan_grad_norm_fires_at_that_step():
+    history = steps(
+        {"loss": 0.69, "grad_norm": 1.2},
+        {"loss": 4.4, "grad_norm": 9.0},
+        {"loss": 1e34, "grad_norm": NAN},
+        *[{"loss": 0.0, "grad_norm": NAN}] * 5,
+    )
+    verdict = first_verdict("reward", history)
+    # The non-finite grad norm outranks the loss explosion on the same step.
+    assert (verdict.status, verdict.signal, verdict.step) == ("diverged", "non_finite", 3)
+    assert "loss logged 1e+34" in verdict.reason
+
+
+def test_loss_1e34_with_finite_grad_norm_is_a_loss_explosion_before_any_nan():
+    history = steps(
+        {"loss": 0.69, "grad_norm": 1.2},
+        {"loss": 4.4, "grad_norm": 9.0},
+        {"loss": 1e34, "grad_norm": 50.0},
+        {"loss": 0.0, "grad_norm": NAN},
+    )
+    verdict = first_verdict("reward", history)
+    # The baseline still being filled (2 of 3 steps) already guards against the blow-up.
+    assert (verdict.status, verdict.signal, verdict.step) == ("diverged", "loss_explosion", 3)
+
+
+def test_reward_model_jump_to_4_4_that_recovers_is_tolerated():
+    history = steps(
+        {"loss": 0.69, "grad_norm": 1.2},
+        {"loss": 4.4, "grad_norm": 9.0},
+        {"loss": 0.9, "grad_norm": 2.0},
+        {"loss": 0.7, "grad_norm": 1.5},
+        {"loss": 0.6, "grad_norm": 1.1},
+    )
+    # 4.4 is about 6x the baseline, under the 20x explosion factor: noisy, not diverged.
+    assert first_verdict("reward", history) is None
+
+
+def test_dpo_fp16_nan_rewards_with_zero_loss_and_grad_norm_diverges():
+    healthy = {"loss": 0.69, "grad_norm": 3.0, "rewards/chosen": 0.01, "rewards/rejected": -0.01, "logps/chosen": -120.0}
+    broken = {"loss": 0.0, "grad_norm": 0.0, "rewards/chosen": NAN, "rewards/rejected": NAN, "logps/chosen": -120.0}
+    verdict = first_verdict("dpo", steps(healthy, healthy, broken, broken, broken))
+    # Reported as divergence at the NaN step, not as a zero-grad collapse later.
+    assert (verdict.status, verdict.signal, verdict.step) == ("diverged", "non_finite", 3)
+    assert verdict.reason == "rewards/chosen is nan at step 3 (loss logged 0.0)"
+
+
+def test_kto_nan_loss_stops_at_that_step():
+    healthy = {"loss": 0.5, "grad_norm": 2.0, "rewards/chosen": 0.1, "kl": 0.0}
+    history = steps(healthy, healthy, healthy, {"loss": NAN, "grad_norm": NAN, "rewards/chosen": 0.1, "kl": 0.0})
+    verdict = first_verdict("kto", history)
+    assert (verdict.status, verdict.signal, verdict.step) == ("diverged", "non_finite", 4)
+    assert verdict.reason == "loss is nan at step 4"
+
+
+def test_grpo_loss_exactly_zero_every_step_is_normal():
+    history = steps(
+        *[
+            {"loss": 0.0, "grad_norm": 0.3 + 0.01 * i, "reward": 0.2 + 0.02 * i, "reward_std": 0.4, "frac_reward_zero_std": 0.25, "kl": 0.0}
+            for i in range(20)
+        ]
+    )
+    assert first_verdict("grpo", history) is None
+
+
+def test_grpo_small_negative_losses_around_a_zero_baseline_are_normal():
+    losses = [0.0, 0.0, 0.0, -0.04, 0.03, -0.5, 0.8, -0.02]
+    history = steps(*[{"loss": loss, "grad_norm": 0.5, "frac_reward_zero_std": 0.0} for loss in losses])
+    # The loss floor keeps a zero baseline from turning every nonzero loss into an explosion.
+    assert first_verdict("grpo", history) is None
+
+
+def test_grpo_loss_explodes_against_the_floor_when_the_baseline_is_zero():
+    history = steps(*[{"loss": 0.0, "grad_norm": 0.5}] * 3, {"loss": -25.0, "grad_norm": 0.5})
+    verdict = first_verdict("grpo", history)
+    # A negative loss explodes by magnitude, measured against the floor of 1.0.
+    assert (verdict.signal, verdict.step) == ("loss_explosion", 4)
+
+
+def test_fp16_mixed_calibration_skips_then_healthy_is_normal():
+    calibrating = {"loss": 2.3, "grad_norm": INF, "step_skipped": 1.0, "loss_scale": 65536.0}
+    healthy = {"loss": 2.2, "grad_norm": 1.5, "step_skipped": 0.0, "loss_scale": 8192.0}
+    history = steps(calibrating, calibrating, calibrating, *[healthy] * 10)
+    assert first_verdict("sft", history, fp16_mixed=True) is None
+
+
+def test_fp16_mixed_calibration_without_step_skipped_key_is_inferred():
+    history = steps(*[{"loss": 2.3, "grad_norm": INF}] * 3, *[{"loss": 2.2, "grad_norm": 1.5}] * 5)
+    # Non-finite grad norms with a finite loss in the first max_skipped_steps steps read as calibration.
+    assert first_verdict("sft", history, fp16_mixed=True) is None
+
+
+def test_fp16_mixed_inferred_skip_ends_after_the_first_steps():
+    history = steps(*[{"loss": 2.2, "grad_norm": 1.5}] * 6, {"loss": 2.2, "grad_norm": INF})
+    verdict = first_verdict("sft", history, fp16_mixed=True)
+    assert (verdict.signal, verdict.step) == ("non_finite", 7)
+
+
+def test_inf_grad_norm_without_fp16_mixed_diverges_at_step_one():
+    history = steps({"loss": 2.3, "grad_norm": INF, "step_skipped": 1.0})
+    # The GradScaler exemption is only for fp16 mixed precision.
+    assert first_verdict("sft", history).signal == "non_finite"
+
+
+def test_fp16_mixed_many_consecutive_skipped_steps_diverge():
+    skipped = {"loss": 2.3, "grad_norm": NAN, "step_skipped": 1.0}
+    verdict = first_verdict("sft", steps(*[skipped] * 8), fp16_mixed=True)
+    # Five skips are tolerated, the sixth in a row fires.
+    assert (verdict.status, verdict.signal, verdict.step) == ("diverged", "skipped_steps", 6)
+
+
+def test_fp16_mixed_skip_streak_resets_on_a_real_step():
+    skipped = {"loss": 2.3, "grad_norm": INF, "step_skipped": 1.0}
+    healthy = {"loss": 2.2, "grad_norm": 1.5, "step_skipped": 0.0}
+    history = steps(*[skipped] * 5, healthy, *[skipped] * 5, healthy)
+    assert first_verdict("sft", history, fp16_mixed=True) is None
+
+
+def test_fp16_mixed_collapsing_loss_scale_diverges():
+    scales = [65536.0, 4096.0, 64.0, 2.0, 0.5]
+    history = steps(*[{"loss": 2.3, "grad_norm": 1.0, "step_skipped": 0.0, "loss_scale": scale} for scale in scales])
+    verdict = first_verdict("sft", history, fp16_mixed=True)
+    assert (verdict.status, verdict.signal, verdict.step) == ("diverged", "loss_scale_collapse", 5)
+    assert "loss_scale is 0.5 at step 5" in verdict.reason
+
+
+def test_fp16_mixed_nan_loss_is_divergence_even_on_a_skipped_step():
+    history = steps({"loss": NAN, "grad_norm": INF, "step_skipped": 1.0})
+    verdict = first_verdict("kto", history, fp16_mixed=True)
+    assert (verdict.signal, verdict.step) == ("non_finite", 1)
+
+
+def test_fp16_mixed_skipped_step_does_not_count_as_grad_explosion():
+    history = steps(
+        *[{"loss": 2.3, "grad_norm": 1.0, "step_skipped": 0.0}] * 3,
+        {"loss": 2.3, "grad_norm": 1e9, "step_skipped": 1.0},
+        {"loss": 2.2, "grad_norm": 1.0, "step_skipped": 0.0},
+    )
+    assert first_verdict("sft", history, fp16_mixed=True) is None
+
+
+# --- collapse rules --------------------------------------------------------------------------------
+
+
+def test_zero_grad_norm_three_steps_in_a_row_collapses():
+    history = steps({"loss": 0.7, "grad_norm": 1.0}, *[{"loss": 0.7, "grad_norm": 0.0}] * 4)
+    verdict = first_verdict("reward", history)
+    assert (verdict.status, verdict.signal, verdict.step) == ("collapsed", "zero_grad", 4)
+
+
+def test_zero_grad_norm_streak_broken_by_a_nonzero_step_is_tolerated():
+    zero, nonzero = {"loss": 0.7, "grad_norm": 0.0}, {"loss": 0.7, "grad_norm": 0.2}
+    assert first_verdict("sft", steps(zero, zero, nonzero, zero, zero, nonzero)) is None
+
+
+def test_grpo_without_reward_spread_collapses_after_five_steps():
+    no_signal = {"loss": 0.0, "grad_norm": 0.0, "reward": 0.0, "reward_std": 0.0, "frac_reward_zero_std": 1.0}
+    verdict = first_verdict("grpo", steps(*[no_signal] * 6))
+    # Zero grads explained by equal rewards are judged by the reward-spread rule, not zero_grad at step 3.
+    assert (verdict.status, verdict.signal, verdict.step) == ("collapsed", "zero_reward_std", 5)
+
+
+def test_grpo_finding_reward_spread_within_patience_is_normal():
+    no_signal = {"loss": 0.0, "grad_norm": 0.0, "frac_reward_zero_std": 1.0}
+    signal = {"loss": 0.0, "grad_norm": 0.4, "frac_reward_zero_std": 0.5}
+    assert first_verdict("grpo", steps(*[no_signal] * 4, *[signal] * 10)) is None
+
+
+def test_params_unchanged_at_step_three_collapses():
+    history = steps(*[{"loss": 0.69, "grad_norm": 0.8, "params_changed": 0.0}] * 4)
+    verdict = first_verdict("sft", history)
+    # Steps 1 and 2 are given time; from no_update_steps on, unmoved parameters mean LoRA hit nothing.
+    assert (verdict.status, verdict.signal, verdict.step) == ("collapsed", "no_update", 3)
+
+
+def test_params_changing_by_step_three_is_normal():
+    history = steps(
+        {"loss": 0.69, "grad_norm": 0.8, "params_changed": 0.0},
+        {"loss": 0.69, "grad_norm": 0.8, "params_changed": 0.0},
+        {"loss": 0.68, "grad_norm": 0.8, "params_changed": 1.0},
+        {"loss": 0.67, "grad_norm": 0.8},
+    )
+    assert first_verdict("sft", history) is None
+
+
+def test_reward_model_pinned_at_ln2_with_small_grads_is_not_the_guards_job():
+    history = steps(*[{"loss": 0.6931, "grad_norm": 1e-6, "accuracy": 0.5, "margin": 0.0} for _ in range(20)])
+    # Stable but useless is for the progress metric, not the guard.
+    assert first_verdict("reward", history) is None
+
+
+def test_reward_model_pinned_at_ln2_with_exactly_zero_grads_collapses():
+    history = steps(*[{"loss": 0.6931, "grad_norm": 0.0, "accuracy": 0.5} for _ in range(5)])
+    assert first_verdict("reward", history).signal == "zero_grad"
+
+
+# --- explosions and ordinary noise -----------------------------------------------------------------
+
+
+def test_noisy_descending_loss_is_normal():
+    losses = [0.69, 0.72, 0.9, 0.65, 0.6, 0.66, 0.5, 0.55, 0.45, 0.4]
+    grads = [1.0, 2.5, 0.4, 3.0, 1.2, 0.8, 5.0, 1.1, 0.9, 0.7]
+    history = steps(*[{"loss": loss, "grad_norm": grad, "learning_rate": 1e-4} for loss, grad in zip(losses, grads)])
+    assert first_verdict("reward", history) is None
+
+
+def test_loss_explosion_diverges():
+    losses = [2.5, 2.4, 2.3, 2.2, 80.0]
+    verdict = first_verdict("sft", steps(*[{"loss": loss, "grad_norm": 1.0} for loss in losses]))
+    assert (verdict.status, verdict.signal, verdict.step) == ("diverged", "loss_explosion", 5)
+    assert "loss is 80 at step 5" in verdict.reason
+
+
+def test_grad_explosion_diverges():
+    grads = [1.0, 1.2, 0.9, 1.1, 150.0]
+    verdict = first_verdict("dpo", steps(*[{"loss": 0.69, "grad_norm": grad} for grad in grads]))
+    assert (verdict.status, verdict.signal, verdict.step) == ("diverged", "grad_explosion", 5)
+    assert "grad_norm is 150 at step 5" in verdict.reason
+
+
+def test_zero_grad_norms_stay_out_of_the_grad_baseline():
+    grads = [0.0, 0.0, 0.5, 0.6, 0.4]
+    # A zero median would make the first real gradient an "explosion".
+    assert first_verdict("grpo", steps(*[{"loss": 0.0, "grad_norm": grad} for grad in grads])) is None
+
+
+@pytest.mark.parametrize(
+    "key",
+    ["reward", "reward_std", "rewards/accuracy_reward/mean", "logps/rejected", "logits/chosen", "margin", "accuracy", "mean_reward", "kl", "entropy"],
+)
+def test_non_finite_output_metric_diverges(key):
+    history = steps({"loss": 0.5, "grad_norm": 1.0}, {"loss": 0.5, "grad_norm": 1.0, key: -INF})
+    verdict = first_verdict("grpo", history)
+    assert (verdict.signal, verdict.step) == ("non_finite", 2)
+    assert verdict.reason == f"{key} is -inf at step 2 (loss logged 0.5)"
+
+
+def test_non_finite_unwatched_metric_is_ignored():
+    history = steps({"loss": 0.5, "grad_norm": 1.0, "completions/mean_length": NAN, "learning_rate": 0.0})
+    # Only model outputs, loss and grad norm say the numerics broke; a length statistic does not.
+    assert first_verdict("grpo", history) is None
+
+
+def test_missing_keys_are_not_failures():
+    history = steps({"learning_rate": 1e-4}, {}, {"loss": 0.7}, {"grad_norm": 1.0}, {"loss": 0.6, "grad_norm": 0.9})
+    assert first_verdict("sft", history) is None
+
+
+# --- the Guard object and its settings -------------------------------------------------------------
+
+
+def test_guard_keeps_returning_the_same_verdict_after_firing():
+    guard = Guard("kto")
+    assert guard.observe(1, {"loss": 0.5, "grad_norm": 1.0}) is None
+    verdict = guard.observe(2, {"loss": NAN, "grad_norm": 1.0})
+    assert isinstance(verdict, Verdict)
+    # Healthy or different failures later do not replace the first verdict.
+    assert guard.observe(3, {"loss": 0.5, "grad_norm": 1.0}) is verdict
+    assert guard.observe(4, {"loss": 0.5, "grad_norm": 0.0, "params_changed": 0.0}) is verdict
+
+
+def test_custom_settings_change_patience():
+    history = steps(*[{"loss": 0.7, "grad_norm": 0.0}] * 5)
+    verdict = first_verdict("sft", history, settings=GuardSettings(zero_grad_steps=5))
+    assert verdict.step == 5
+
+
+def test_guard_rejects_an_unknown_trainer():
+    with pytest.raises(ValueError, match="trainer must be one of grpo, dpo, kto, reward, sft"):
+        Guard("ppo")
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("baseline_steps", 0),
+        ("loss_explosion_factor", 1.0),
+        ("loss_baseline_floor", 0.0),
+        ("grad_explosion_factor", NAN),
+        ("zero_grad_steps", 0),
+        ("zero_reward_std_steps", -1),
+        ("max_skipped_steps", -1),
+        ("min_loss_scale", -1.0),
+        ("no_update_steps", 0),
+    ],
+)
+def test_settings_validation_names_the_field(field, value):
+    with pytest.raises(ValueError, match=rf"^{field} must be .*, but got {field}="):
+        GuardSettings(**{field: value})

@@ -1,0 +1,106 @@
+"""The thin TrainerCallback around the pure guard: collect each optimizer step's metrics, time it,
+add what Trainer does not log (did the weights move? did the GradScaler skip?), ask the guard,
+and stop training at the step it fires."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from typing import Any
+
+from transformers import TrainerCallback
+
+from tuner.guard import Guard, GuardSettings
+
+# Trainer's end-of-training summary arrives through on_log too; it is not a step.
+_SUMMARY_KEYS = {"train_runtime", "train_loss", "train_samples_per_second", "train_steps_per_second"}
+# How many values of each trainable tensor are kept to tell whether the optimizer moved it.
+_PARAM_SAMPLE = 4096
+
+
+class StepMonitor(TrainerCallback):
+    def __init__(self, trainer_name: str, fp16_mixed: bool, metrics_path=None, settings: GuardSettings | None = None,
+                 fault=None):
+        self.guard = Guard(trainer_name, fp16_mixed=fp16_mixed, settings=settings)
+        self.settings = self.guard.settings if hasattr(self.guard, "settings") else (settings or GuardSettings())
+        self.history: list[dict[str, Any]] = []
+        self.verdict = None
+        self.trainer = None  # set after the trainer exists: the scaler lives on its accelerator
+        self.fault = fault  # test hook: called with the step number at each step end
+        self._metrics_file = open(metrics_path, "a") if metrics_path else None
+        self._pending: dict[str, Any] = {}
+        self._initial = None
+        self.train_started_at = None
+        self.step_times: list[tuple[int, float]] = []
+
+    # -- weights moved? ----------------------------------------------------------------------
+
+    def _snapshot(self, model):
+        return [p.detach().reshape(-1)[:_PARAM_SAMPLE].float().clone() for p in model.parameters() if p.requires_grad]
+
+    def _params_changed(self, model) -> float:
+        now = self._snapshot(model)
+        changed = any(not a.equal(b) for a, b in zip(self._initial, now))
+        return 1.0 if changed else 0.0
+
+    # -- callback events ---------------------------------------------------------------------
+
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        self.train_started_at = time.perf_counter()
+        if model is not None:
+            self._initial = self._snapshot(model)
+
+    def on_step_end(self, args, state, control, model=None, **kwargs):
+        step = state.global_step
+        self.step_times.append((step, time.perf_counter()))
+        extra: dict[str, Any] = {}
+        # Checking every tensor each step costs time; the no-update rule only needs the first steps.
+        if self._initial is not None and model is not None and step <= self.settings.no_update_steps:
+            extra["params_changed"] = self._params_changed(model)
+        accelerator = getattr(self.trainer, "accelerator", None)
+        scaler = getattr(accelerator, "scaler", None)
+        if scaler is not None:
+            extra["step_skipped"] = 1.0 if accelerator.optimizer_step_was_skipped else 0.0
+            extra["loss_scale"] = float(scaler.get_scale())
+        self._pending = extra
+        if self.fault is not None:
+            self.fault(step)
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        logs = logs or {}
+        if _SUMMARY_KEYS & logs.keys() or not ({"loss", "grad_norm"} & logs.keys()):
+            return
+        step = state.global_step
+        row = {"step": step, **{k: _number(v) for k, v in logs.items() if _number(v) is not None}, **self._pending}
+        self._pending = {}
+        self.history.append(row)
+        if self._metrics_file:
+            self._metrics_file.write(json.dumps(row, allow_nan=True) + "\n")
+            self._metrics_file.flush()
+        verdict = self.guard.observe(step, row)
+        if verdict is not None and self.verdict is None:
+            self.verdict = verdict
+            control.should_training_stop = True
+
+    def close(self):
+        if self._metrics_file:
+            self._metrics_file.close()
+            self._metrics_file = None
+
+
+def _number(value):
+    if isinstance(value, bool):
+        return float(value)
+    if isinstance(value, (int, float)):
+        return float(value)
+    if hasattr(value, "item"):
+        try:
+            return float(value.item())
+        except (TypeError, ValueError):
+            return None
+    return None
+
+
+def finite(value) -> bool:
+    return isinstance(value, (int, float)) and math.isfinite(value)

@@ -1,0 +1,337 @@
+"""One trial: build the real TRL trainer, train a few steps under the guard, measure, classify.
+
+Runs without Ray, so a single trial can be reproduced by hand::
+
+    tuner trial --config trial.yaml          # in this process, prints metrics and the verdict
+
+``run_trial`` is the in-process core; ``run_trial_isolated`` runs it in a child process so a
+SIGFPE/SIGSEGV/SIGKILL ends that trial as ``crashed`` instead of the caller.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import signal
+import statistics
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tuner.errors import TunerError
+
+STATUSES = ("ok", "diverged", "collapsed", "crashed", "oom", "invalid")
+STABLE = "ok"
+
+# Test hook for fault injection (documented in the README): "<kind>@<step>", e.g. "sigfpe@3".
+# The trial's own process then dies (or raises) at the end of that optimizer step.
+FAULT_ENV = "TUNER_FAULT"
+_FAULTS = {"sigfpe": signal.SIGFPE, "sigsegv": signal.SIGSEGV, "sigkill": signal.SIGKILL}
+
+
+@dataclass
+class TrialSpec:
+    """Everything one trial needs; the YAML that ``tuner trial --config`` reads is this, as a mapping."""
+
+    trainer: str
+    params: dict[str, Any]  # sampled + fixed search params (precision, learning_rate, use_peft, ...)
+    model: str = "tiny"  # --model value: "tiny", a local directory, a hub id or an alias
+    dataset: str | None = None  # None: the built-in tiny dataset for the trainer
+    reward_funcs: list[str] | None = None  # GRPO only; None: tuner's built-in reward
+    max_steps: int = 20  # short: the failures this hunts show up in the first steps
+    seed: int = 0
+    warmup_steps: int = 2  # steps excluded from speed figures: first steps pay for allocation and caching
+    fault: str | None = None  # see FAULT_ENV
+
+    @classmethod
+    def from_mapping(cls, data: dict, where: str = "<trial>") -> "TrialSpec":
+        if not isinstance(data, dict):
+            raise TunerError(f"{where}: a trial config must be a YAML mapping with keys trainer and params")
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - names)
+        if unknown:
+            raise TunerError(f"{where}: {unknown[0]}: unknown key; known keys: {', '.join(sorted(names))}")
+        missing = [n for n in ("trainer", "params") if n not in data]
+        if missing:
+            raise TunerError(f"{where}: missing key {missing[0]!r}")
+        if not isinstance(data["params"], dict):
+            raise TunerError(f"{where}: params: must be a mapping of parameter names to values")
+        spec = cls(**data)
+        if not isinstance(spec.max_steps, int) or spec.max_steps < 1:
+            raise TunerError(f"{where}: max_steps: must be a positive integer, got {spec.max_steps!r}")
+        return spec
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass
+class TrialResult:
+    status: str  # one of STATUSES
+    reason: str = ""
+    stopped_at_step: int | None = None  # the step the guard fired at, or the last step reached by a crash
+    steps_run: int = 0
+    tokens_per_second: float | None = None
+    samples_per_second: float | None = None
+    progress: float | None = None  # learning progress, higher is better; see learning_progress()
+    peak_memory_mb: float | None = None
+    seconds_to_first_step: float | None = None
+    wall_seconds: float | None = None
+    guard_signal: str | None = None
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+    def summary(self) -> dict[str, Any]:
+        return {k: v for k, v in dataclasses.asdict(self).items() if k != "history"}
+
+
+def load_trial_spec(path: str | os.PathLike) -> TrialSpec:
+    where = str(path)
+    try:
+        raw = yaml.safe_load(Path(path).read_text())
+    except FileNotFoundError:
+        raise TunerError(f"{where}: trial config not found; pass an existing YAML file to --config") from None
+    except yaml.YAMLError as e:
+        raise TunerError(f"{where}: malformed YAML: {getattr(e, 'problem', e)}") from None
+    return TrialSpec.from_mapping(raw, where)
+
+
+# -- measurement ------------------------------------------------------------------------------
+
+# How far learning moved in a short trial, per trainer, higher is better. GRPO: reward gained;
+# the others: relative loss drop (the reward model's 0.693 = ln 2 plateau scores ~0).
+def learning_progress(trainer: str, history: list[dict[str, Any]]) -> float | None:
+    key = "reward" if trainer == "grpo" else "loss"
+    values = [row[key] for row in history if key in row and math.isfinite(row[key])]
+    if len(values) < 4:
+        return None
+    k = max(1, len(values) // 4)  # average a quarter at each end: single steps are noisy
+    first, last = statistics.fmean(values[:k]), statistics.fmean(values[-k:])
+    if trainer == "grpo":
+        return last - first
+    return (first - last) / max(abs(first), 1e-8)
+
+
+def throughput(history: list[dict[str, Any]], step_times: list[tuple[int, float]], warmup: int,
+               samples_per_step: int) -> tuple[float | None, float | None]:
+    """tokens/s and samples/s over the steps after warm-up (TRL logs cumulative ``num_tokens``)."""
+    times = dict(step_times)
+    tokens = {row["step"]: row["num_tokens"] for row in history if "num_tokens" in row}
+    steps = sorted(s for s in times if s > warmup)
+    if len(steps) < 2:
+        steps = sorted(times)
+    if len(steps) < 2:
+        return None, None
+    first, last = steps[0], steps[-1]
+    seconds = times[last] - times[first]
+    if seconds <= 0:
+        return None, None
+    samples = samples_per_step * (last - first) / seconds
+    if first in tokens and last in tokens:
+        return (tokens[last] - tokens[first]) / seconds, samples
+    return None, samples
+
+
+def _peak_memory_mb() -> float:
+    import resource
+
+    import torch
+
+    if torch.cuda.is_available() and torch.cuda.max_memory_allocated() > 0:
+        return torch.cuda.max_memory_allocated() / 2**20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
+
+
+def _is_oom(error: BaseException) -> bool:
+    import torch
+
+    return isinstance(error, (torch.OutOfMemoryError, MemoryError)) or "out of memory" in str(error).lower()
+
+
+def _fault_hook(fault: str | None):
+    fault = fault or os.environ.get(FAULT_ENV)
+    if not fault:
+        return None
+    kind, _, at = fault.partition("@")
+    at_step = int(at or 1)
+
+    def fire(step: int):
+        if step != at_step:
+            return
+        if kind in _FAULTS:
+            os.kill(os.getpid(), _FAULTS[kind])
+        elif kind == "oom":
+            import torch
+
+            raise torch.OutOfMemoryError("injected: CUDA out of memory. Tried to allocate 20.00 GiB")
+        else:
+            raise RuntimeError(f"injected fault {kind!r}")
+
+    return fire
+
+
+# -- running ----------------------------------------------------------------------------------
+
+
+def run_trial(spec: TrialSpec, workdir: str | os.PathLike | None = None, metrics_path=None) -> TrialResult:
+    """Train one trial in this process and classify it. Bad configs come back as ``invalid``,
+    exceptions as ``crashed``/``oom``; only a dying process escapes (see run_trial_isolated)."""
+    import tempfile
+
+    from tuner import data, models, rewards, trainers
+    from tuner.monitor import StepMonitor
+
+    started = time.perf_counter()
+    workdir = Path(workdir or tempfile.mkdtemp(prefix="tuner-trial-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    model_path = models.resolve_model(spec.model)
+    dataset = data.load_dataset_spec(spec.dataset, spec.trainer)
+    reward_funcs = rewards.resolve_reward_funcs(spec.reward_funcs) if spec.trainer == "grpo" else None
+    split = trainers.split_params(spec.params)
+    monitor = StepMonitor(spec.trainer, fp16_mixed=split.precision == "fp16-mixed", metrics_path=metrics_path,
+                          fault=_fault_hook(spec.fault))
+    run = {"max_steps": spec.max_steps, "seed": spec.seed, "output_dir": str(workdir / "out"),
+           "use_cpu": not _cuda_available()}
+    result = TrialResult(status=STABLE)
+    try:
+        try:
+            trainer = trainers.build_trainer(spec.trainer, model_path, spec.params, dataset, run,
+                                             reward_funcs=reward_funcs, callbacks=[monitor])
+        except (ValueError, TypeError) as e:
+            # TRL's configs reject impossible combinations (batch not divisible by num_generations ...)
+            result.status, result.reason = "invalid", f"{type(e).__name__}: {_first_line(e)}"
+            return result
+        monitor.trainer = trainer
+        trainer.train()
+    except Exception as e:  # noqa: BLE001 - any training failure is this trial's outcome, not the search's
+        result.status = "oom" if _is_oom(e) else "crashed"
+        result.reason = f"{type(e).__name__}: {_first_line(e)}"
+        result.history_error = traceback.format_exc(limit=3)  # type: ignore[attr-defined]
+    finally:
+        monitor.close()
+        result.history = monitor.history
+        result.steps_run = len(monitor.step_times)
+        result.wall_seconds = time.perf_counter() - started
+        if monitor.step_times:
+            result.seconds_to_first_step = monitor.step_times[0][1] - started
+        result.peak_memory_mb = _peak_memory_mb()
+
+    if monitor.verdict is not None:
+        v = monitor.verdict
+        result.status, result.reason, result.stopped_at_step, result.guard_signal = v.status, v.reason, v.step, v.signal
+    elif result.status == STABLE:
+        result.stopped_at_step = monitor.step_times[-1][0] if monitor.step_times else 0
+    if result.status in ("crashed", "oom") and monitor.step_times:
+        result.stopped_at_step = monitor.step_times[-1][0]
+    batch = int(spec.params.get("per_device_train_batch_size", 8)) * int(spec.params.get("gradient_accumulation_steps", 1))
+    result.tokens_per_second, result.samples_per_second = throughput(
+        monitor.history, monitor.step_times, spec.warmup_steps, batch)
+    result.progress = learning_progress(spec.trainer, monitor.history)
+    return result
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return text[0][:300] if text else ""
+
+
+def _cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+# -- isolation --------------------------------------------------------------------------------
+
+
+def _child(spec_dict: dict, workdir: str) -> None:
+    """Child-process entry: run the trial, write result.json beside metrics.jsonl."""
+    spec = TrialSpec(**spec_dict)
+    result = run_trial(spec, workdir, metrics_path=Path(workdir) / "metrics.jsonl")
+    (Path(workdir) / "result.json").write_text(json.dumps(result.summary(), allow_nan=True))
+
+
+_context = None
+
+
+def _mp_context():
+    # A forkserver with torch/transformers/trl imported once: each trial's child starts in well
+    # under a second instead of paying the ~7 s import again, and still dies alone.
+    global _context
+    if _context is None:
+        import multiprocessing
+
+        _context = multiprocessing.get_context("forkserver")
+        _context.set_forkserver_preload(["tuner._preload"])
+    return _context
+
+
+def run_trial_isolated(spec: TrialSpec, workdir: str | os.PathLike, timeout: float | None = None) -> TrialResult:
+    """Run the trial in a child process; a signal or hard exit becomes ``crashed`` with its cause."""
+    workdir = Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    metrics_path = workdir / "metrics.jsonl"
+    result_path = workdir / "result.json"
+    for stale in (metrics_path, result_path):
+        stale.unlink(missing_ok=True)
+    started = time.perf_counter()
+    process = _mp_context().Process(target=_child, args=(spec.to_dict(), str(workdir)), daemon=False)
+    process.start()
+    process.join(timeout)
+    timed_out = process.is_alive()
+    if timed_out:
+        process.kill()
+        process.join()
+    history = read_metrics(metrics_path)
+    if result_path.exists() and process.exitcode == 0:
+        result = TrialResult(**json.loads(result_path.read_text()))
+        result.history = history
+        return result
+    result = TrialResult(status="crashed", history=history, steps_run=len(history),
+                         wall_seconds=time.perf_counter() - started)
+    result.stopped_at_step = history[-1]["step"] if history else 0
+    if timed_out:
+        result.reason = f"timed out after {timeout:.0f} s (--trial-timeout)"
+    elif process.exitcode is not None and process.exitcode < 0:
+        sig = signal.Signals(-process.exitcode)
+        result.reason = f"process killed by {sig.name} ({signal.strsignal(sig)})"
+        if sig == signal.SIGKILL:
+            result.reason += "; the kernel's out-of-memory killer sends this"
+    else:
+        result.reason = f"process exited with code {process.exitcode} before reporting a result"
+    result.guard_signal = "process_died"
+    return result
+
+
+def read_metrics(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    rows = []
+    for line in path.read_text().splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            break  # a line cut short by the process dying mid-write
+    return rows
+
+
+def format_result(result: TrialResult) -> str:
+    """Human-readable summary for ``tuner trial``."""
+    def fmt(v, spec=".4g"):
+        return "-" if v is None else format(v, spec)
+
+    lines = [
+        f"status:            {result.status}" + (f"  ({result.reason})" if result.reason else ""),
+        f"steps run:         {result.steps_run}" + (f", stopped at step {result.stopped_at_step}" if result.status != STABLE else ""),
+        f"tokens/s:          {fmt(result.tokens_per_second, '.1f')}",
+        f"samples/s:         {fmt(result.samples_per_second, '.2f')}",
+        f"progress:          {fmt(result.progress)}",
+        f"peak memory (MB):  {fmt(result.peak_memory_mb, '.0f')}",
+        f"to first step (s): {fmt(result.seconds_to_first_step, '.1f')}",
+    ]
+    return "\n".join(lines)
