@@ -7,9 +7,9 @@
 The built-in data is made so that the embedded tiny model (random weights) can visibly learn in about
 20 optimizer steps: every trainer sees one consistent pattern, "colours are good, animals are bad".
 
-- grpo:   prompts such as "name red colours"; the default reward (``tuner.rewards.builtin_reward``) is the
-          fraction of completion words that are colour words, which a random policy already hits now and
-          then, so completions in a group get different rewards.
+- grpo:   prompts such as "name red cat colours"; the default reward (``tuner.rewards.builtin_reward``) is
+          the fraction of completion words that are words of VOCABULARY; a random policy writes about one
+          in four (the rest are word fragments), so completions in a group get different rewards.
 - dpo, reward: chosen " yes good red blue green", rejected " no bad cat dog fox".
 - kto:    the same completions unpaired, labelled True (colours) / False (animals), half and half.
 - sft:    "text" lines from one small grammar: "the red cat sees the blue dog".

@@ -49,11 +49,14 @@ _COMPLETE_MARKER = "tuner-tiny-model.complete"  # written last: its presence mea
 
 HUB_TIMEOUT_S = 5.0  # the whole availability check; without network it fails in well under a second anyway
 
-SPECIAL_TOKENS = {"pad": "<pad>", "unk": "<unk>", "eos": "<|endoftext|>"}
+PAD_TOKEN = "<pad>"  # its own token, not EOS, so padding never hides a real end of text
+EOS_TOKEN = "<|endoftext|>"  # Qwen2.5's end-of-text token
 CHAT_TOKENS = ("<|im_start|>", "<|im_end|>")
-_CHAT_ROLES = ["assistant", "system", "user"]  # words the chat template writes, so chats tokenize without <unk>
+# Single characters the tokenizer knows, as byte-level symbols: printable ASCII plus space, newline and tab.
+# Anything else (non-ASCII text) is dropped by the tokenizer; a tiny random model loses nothing by that.
+_ALPHABET = [chr(c) for c in range(33, 127)] + ["\u0120", "\u010a", "\u0109"]  # "Ġ" " ", "Ċ" "\n", "ĉ" "\t"
 
-# ChatML, as Qwen2.5-Instruct writes it; the word-level tokenizer drops the newlines, which is harmless.
+# ChatML, as Qwen2.5-Instruct writes it.
 CHAT_TEMPLATE = (
     "{% for message in messages %}"
     "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
@@ -201,24 +204,30 @@ def build_tiny_model(path: str | os.PathLike) -> Path:
 
 
 def build_tiny_tokenizer():
-    """The tiny model's tokenizer: whole words of VOCABULARY, split on whitespace, decoded with spaces."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
+    """The tiny model's tokenizer: a Qwen2Tokenizer (byte-level BPE) whose merges spell the words of VOCABULARY.
+
+    transformers 5 loads every ``qwen2`` checkpoint's tokenizer as ``Qwen2Tokenizer`` whatever tokenizer.json
+    says, rebuilding it from vocab and merges, so the tiny tokenizer *is* one: a word-level tokenizer would come
+    back from ``AutoTokenizer`` as a different tokenizer. Each word, preceded by a space, is one token ("Ġred");
+    its merges only extend a space-led prefix, so the vocabulary is the single characters, the special tokens
+    and the prefix tree of " word" (a few hundred tokens). A word with no space before it (the first word of a
+    text) is spelled in single characters. Decoding gives the text back exactly.
+    """
+    from transformers.models.qwen2.tokenization_qwen2 import Qwen2Tokenizer
 
     from tuner.data import VOCABULARY
 
-    specials = [SPECIAL_TOKENS["pad"], SPECIAL_TOKENS["unk"], SPECIAL_TOKENS["eos"], *CHAT_TOKENS]
-    words = sorted(set(VOCABULARY) | set(_CHAT_ROLES))
-    vocab = {token: index for index, token in enumerate(specials + words)}
-    backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token=SPECIAL_TOKENS["unk"]))
-    backend.pre_tokenizer = pre_tokenizers.Whitespace()
-    # The WordPiece decoder joins tokens with spaces ("##" never occurs); cleanup off so text round-trips exactly.
-    backend.decoder = decoders.WordPiece(prefix="##", cleanup=False)
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=backend,
-        pad_token=SPECIAL_TOKENS["pad"],
-        unk_token=SPECIAL_TOKENS["unk"],
-        eos_token=SPECIAL_TOKENS["eos"],
+    specials = [PAD_TOKEN, EOS_TOKEN, *CHAT_TOKENS]
+    prefixes = sorted({("\u0120" + word)[:end] for word in VOCABULARY for end in range(2, len(word) + 2)}, key=lambda p: (len(p), p))
+    tokens = specials + _ALPHABET + prefixes
+    vocab = {token: index for index, token in enumerate(tokens)}
+    merges = [(prefix[:-1], prefix[-1]) for prefix in prefixes]  # shorter prefixes first: they rank higher
+    tokenizer = Qwen2Tokenizer(
+        vocab=vocab,
+        merges=merges,
+        eos_token=EOS_TOKEN,
+        unk_token=EOS_TOKEN,  # as in Qwen2.5: byte-level BPE has no unknown token
+        pad_token=PAD_TOKEN,
         additional_special_tokens=list(CHAT_TOKENS),
         model_max_length=256,  # = max_position_embeddings
     )

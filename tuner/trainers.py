@@ -106,7 +106,7 @@ def build_trainer(trainer: str, model_path: str, params: dict[str, Any], dataset
     """
     import torch
     import trl
-    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer, PrinterCallback
 
     a = adapter(trainer)
     split = split_params(params)
@@ -143,4 +143,7 @@ def build_trainer(trainer: str, model_path: str, params: dict[str, Any], dataset
                   peft_config=peft_config, callbacks=callbacks)
     if trainer == "grpo":
         kwargs["reward_funcs"] = reward_funcs
-    return getattr(trl, a.trainer_class)(**kwargs)
+    built = getattr(trl, a.trainer_class)(**kwargs)
+    # With tqdm off, Trainer prints every log dict; tuner reports progress itself.
+    built.remove_callback(PrinterCallback)
+    return built

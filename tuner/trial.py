@@ -17,7 +17,6 @@ import os
 import signal
 import statistics
 import time
-import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -84,6 +83,7 @@ class TrialResult:
     seconds_to_first_step: float | None = None
     wall_seconds: float | None = None
     guard_signal: str | None = None
+    device: str | None = None  # "cpu" or "cuda": the export sets use_cpu from it
     history: list[dict[str, Any]] = field(default_factory=list)
 
     def summary(self) -> dict[str, Any]:
@@ -186,6 +186,7 @@ def run_trial(spec: TrialSpec, workdir: str | os.PathLike | None = None, metrics
     from tuner import data, models, rewards, trainers
     from tuner.monitor import StepMonitor
 
+    quiet_libraries()
     started = time.perf_counter()
     workdir = Path(workdir or tempfile.mkdtemp(prefix="tuner-trial-"))
     workdir.mkdir(parents=True, exist_ok=True)
@@ -197,7 +198,7 @@ def run_trial(spec: TrialSpec, workdir: str | os.PathLike | None = None, metrics
                           fault=_fault_hook(spec.fault))
     run = {"max_steps": spec.max_steps, "seed": spec.seed, "output_dir": str(workdir / "out"),
            "use_cpu": not _cuda_available()}
-    result = TrialResult(status=STABLE)
+    result = TrialResult(status=STABLE, device="cpu" if run["use_cpu"] else "cuda")
     try:
         try:
             trainer = trainers.build_trainer(spec.trainer, model_path, spec.params, dataset, run,
@@ -211,7 +212,6 @@ def run_trial(spec: TrialSpec, workdir: str | os.PathLike | None = None, metrics
     except Exception as e:  # noqa: BLE001 - any training failure is this trial's outcome, not the search's
         result.status = "oom" if _is_oom(e) else "crashed"
         result.reason = f"{type(e).__name__}: {_first_line(e)}"
-        result.history_error = traceback.format_exc(limit=3)  # type: ignore[attr-defined]
     finally:
         monitor.close()
         result.history = monitor.history
@@ -233,6 +233,16 @@ def run_trial(spec: TrialSpec, workdir: str | os.PathLike | None = None, metrics
         monitor.history, monitor.step_times, spec.warmup_steps, batch)
     result.progress = learning_progress(spec.trainer, monitor.history)
     return result
+
+
+def quiet_libraries() -> None:
+    """Silence per-example progress bars and load reports: a search runs hundreds of trials."""
+    import datasets
+    import transformers
+
+    datasets.disable_progress_bars()
+    transformers.logging.set_verbosity_error()
+    transformers.logging.disable_progress_bar()
 
 
 def _first_line(error: BaseException) -> str:

@@ -1,0 +1,208 @@
+"""tuner's command line: parse, call one function, print. TunerError -> one line, exit code 2.
+
+Heavy libraries are imported by the commands that need them, so ``tuner --help`` is instant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from tuner import __version__
+from tuner.errors import TunerError
+
+EXIT_USAGE = 2
+
+SEARCH_EXAMPLES = """examples:
+  tuner search                                         # embedded default: tiny local model, grpo, 12 trials
+  tuner search --model Qwen2.5-0.5B --trainer grpo     # alias for Qwen/Qwen2.5-0.5B
+  tuner search --trainer reward --sampler grid --search-space my_space.yaml
+  tuner search --trainer dpo --dataset prefs.jsonl --trials 40 --max-steps 30
+  tuner search --ray-address 10.0.0.1:6379 --gpus-per-trial 1 --tracking-uri http://mlflow:5000
+"""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but usage errors are one line and exit code 2 like every other bad input."""
+
+    def error(self, message: str):
+        self.exit(EXIT_USAGE, f"tuner: error: {message} (see {self.prog} --help)\n")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must not be negative, got {value}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="tuner", description="Find TRL training configs that are stable and fast: many short real "
+                     "trials (Ray Tune + Optuna), a guard that stops every trial the moment it goes non-finite or "
+                     "collapses, everything logged to MLflow, and a config TRL's CLI runs unchanged.",
+                     epilog="run `tuner COMMAND --help` for a command's options")
+    parser.add_argument("--version", action="version", version=f"tuner {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show full tracebacks")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    s = commands.add_parser("search", help="search for a stable and fast config",
+                            formatter_class=argparse.RawDescriptionHelpFormatter, epilog=SEARCH_EXAMPLES,
+                            description="Run many short real trials, stop each one that goes unstable, and "
+                            "recommend the fastest stable config that learns.")
+    s.add_argument("--trainer", default="grpo", choices=["grpo", "dpo", "kto", "reward", "sft"],
+                   help="TRL trainer (default: grpo)")
+    s.add_argument("--model", default="tiny", help="local directory, hub id, alias (e.g. Qwen2.5-0.5B) or 'tiny', "
+                   "the embedded 2-layer Qwen2-shaped model (default: tiny)")
+    s.add_argument("--dataset", help="local .jsonl/.json/.parquet/.csv file or hub dataset id "
+                   "(default: tuner's built-in tiny dataset for the trainer)")
+    s.add_argument("--reward-func", action="append", dest="reward_funcs", metavar="NAME",
+                   help="GRPO reward: a TRL built-in name (accuracy_reward, think_format_reward, ...) or "
+                   "module:function; repeat for several (default: tuner's built-in reward)")
+    s.add_argument("--search-space", metavar="FILE", help="search-space YAML (default: search_spaces/<trainer>.yaml)")
+    s.add_argument("--sampler", default="tpe", choices=["tpe", "random", "grid"],
+                   help="tpe (default), random, or grid (every combination of an all-categorical space once)")
+    s.add_argument("--trials", type=_positive_int, help="number of trials (default: 12; grid: every point)")
+    s.add_argument("--max-steps", type=_positive_int, default=20, help="optimizer steps per trial (default: 20)")
+    s.add_argument("--seed", type=int, default=0, help="sampler and training seed; same seed, same configs (default: 0)")
+    s.add_argument("--concurrency", type=_positive_int, help="trials at once (default: as many as resources allow)")
+    s.add_argument("--cpus-per-trial", type=float, default=1.0, help="CPUs reserved per trial (default: 1)")
+    s.add_argument("--gpus-per-trial", type=_non_negative_float, default=0.0, help="GPUs per trial (default: 0)")
+    s.add_argument("--ray-address", help="join an existing Ray cluster (default: start Ray locally)")
+    _store_args(s)
+    s.add_argument("--experiment", help="MLflow experiment name (default: <trainer>-<model>)")
+    s.add_argument("--trial-timeout", type=float, default=1800.0, help="seconds before a trial is killed (default: 1800)")
+    s.add_argument("-o", "--output", metavar="FILE", help="also write the recommended TRL config to FILE")
+
+    t = commands.add_parser("trial", help="run one trial in this process, without Ray",
+                            formatter_class=argparse.RawDescriptionHelpFormatter,
+                            description="Reproduce a single trial by hand: prints its per-step metrics and verdict.",
+                            epilog="example trial.yaml:\n  trainer: reward\n  max_steps: 20\n  params:\n"
+                            "    precision: fp16-pure\n    learning_rate: 0.3\n    per_device_train_batch_size: 8\n")
+    t.add_argument("--config", required=True, metavar="FILE", help="trial YAML: trainer, params, and optionally "
+                   "model, dataset, reward_funcs, max_steps, seed")
+
+    e = commands.add_parser("export", help="write a search's recommended config for TRL's CLI",
+                            formatter_class=argparse.RawDescriptionHelpFormatter,
+                            epilog="example:\n  tuner export --experiment grpo-tiny -o recommended.yaml\n"
+                            "  trl grpo --config recommended.yaml --dataset_name YOUR_DATASET")
+    e.add_argument("--experiment", required=True, help="MLflow experiment of the search")
+    e.add_argument("--run-id", help="a specific search run (default: the latest search in the experiment)")
+    e.add_argument("-o", "--output", metavar="FILE", help="write here (default: print)")
+    e.add_argument("--format", default="yaml", choices=["yaml", "json"], help="yaml (default, for trl --config) or json")
+    _store_args(e)
+
+    u = commands.add_parser("ui", help="serve the MLflow UI for the store on 127.0.0.1")
+    u.add_argument("--port", type=int, default=5000, help="port (default: 5000)")
+    u.add_argument("--store", default="mlflow", help="local store folder (default: ./mlflow)")
+    return parser
+
+
+def _store_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--store", default="mlflow", help="local MLflow store folder (default: ./mlflow)")
+    p.add_argument("--tracking-uri", help="MLflow tracking URI, e.g. http://127.0.0.1:5000 (default: the local store)")
+
+
+# -- commands ---------------------------------------------------------------------------------
+
+
+def cmd_search(args) -> int:
+    from tuner import recommend, search
+
+    options = search.options_from(**vars(args))
+    prepared = search.prepare(options)
+    outcome = search.run_search(prepared)
+    print(search.results_table(outcome.records))
+    print(search.summary_text(outcome))
+    if args.output and outcome.trl_config:
+        Path(args.output).write_text(recommend.render(outcome.trl_config, "yaml", header=recommend.RULE))
+        print(f"wrote {args.output}")
+    return 0
+
+
+def cmd_trial(args) -> int:
+    import json
+
+    from tuner.trial import format_result, load_trial_spec, run_trial
+
+    spec = load_trial_spec(args.config)
+    result = run_trial(spec)
+    for row in result.history:
+        print(json.dumps(row))
+    print(format_result(result))
+    return 0
+
+
+def cmd_export(args) -> int:
+    from tuner import recommend, tracking
+
+    uri = args.tracking_uri or tracking.default_tracking_uri(Path(args.store))
+    if not args.tracking_uri and not (Path(args.store) / "mlflow.db").exists():
+        raise TunerError(f"no MLflow store at {args.store}/mlflow.db; run tuner search first or pass --store/--tracking-uri")
+    run, search = tracking.load_search(uri, args.experiment, args.run_id)
+    if search["trl_config"] is None:
+        raise TunerError(f"search {run.info.run_id} recommended nothing: no trial was stable and learning; "
+                         "see its results.md in tuner ui")
+    best = search["recommended"]
+    header = (f"Recommended by tuner: experiment {args.experiment}, run {run.info.run_id}, trial {best['number']} "
+              f"({best['tokens_per_second']:.0f} tokens/s, progress {best['progress']:+.3f}).\n"
+              f"Rule: {search['rule']}.\nRun: trl {search['trainer']} --config THIS_FILE --dataset_name YOUR_DATASET")
+    text = recommend.render(search["trl_config"], args.format, header=header if args.format == "yaml" else "")
+    if args.output:
+        Path(args.output).write_text(text)
+        print(f"wrote {args.output} (trial {best['number']} of run {run.info.run_id})", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def cmd_ui(args) -> int:
+    import subprocess
+
+    from tuner import tracking
+
+    store = Path(args.store)
+    if not (store / "mlflow.db").exists():
+        raise TunerError(f"no MLflow store at {store}/mlflow.db; run tuner search first or pass --store")
+    uri = tracking.default_tracking_uri(store)
+    print(f"MLflow UI for {uri} on http://127.0.0.1:{args.port} (Ctrl-C to stop)")
+    return subprocess.call([sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri,
+                            "--host", "127.0.0.1", "--port", str(args.port)])
+
+
+COMMANDS = {"search": cmd_search, "trial": cmd_trial, "export": cmd_export, "ui": cmd_ui}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return EXIT_USAGE
+    try:
+        return COMMANDS[args.command](args)
+    except TunerError as e:
+        if args.debug:
+            raise
+        print(f"tuner: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("tuner: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,95 @@
+"""Choose the recommended config and write it as a YAML that TRL's own CLI accepts unchanged.
+
+The rule: among trials that finished every step with status ``ok`` and made learning progress
+(progress > MIN_PROGRESS), the one with the highest tokens/s. Never a diverged, collapsed,
+crashed or oom trial. If no trial qualifies, nothing is recommended and the most common
+failure reasons are shown instead.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+from typing import Any
+
+import yaml
+
+from tuner.errors import TunerError
+from tuner.trainers import PRECISION_SETTINGS, adapter, lora_config_kwargs, precision_flags, split_params
+
+# A short trial that moved its loss or reward by less than 1% did not learn.
+MIN_PROGRESS = 0.01
+RULE = (f"fastest (tokens/s) trial with status ok that learned (progress > {MIN_PROGRESS}); "
+        "diverged, collapsed, crashed and oom trials are never recommended")
+
+
+def learned(trial: dict[str, Any]) -> bool:
+    progress = trial.get("progress")
+    return progress is not None and progress > MIN_PROGRESS
+
+
+def recommend(trials: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The best trial record (``status``, ``params``, ``tokens_per_second``, ``progress`` ...), or None."""
+    candidates = [t for t in trials if t.get("status") == "ok" and learned(t) and t.get("tokens_per_second")]
+    if not candidates:
+        return None
+    return max(candidates, key=lambda t: t["tokens_per_second"])
+
+
+def failure_summary(trials: list[dict[str, Any]], top: int = 3) -> str:
+    """Why nothing qualified: counts per status and the most common reasons."""
+    statuses = collections.Counter(t.get("status") for t in trials)
+    not_learning = sum(1 for t in trials if t.get("status") == "ok" and not learned(t))
+    reasons = collections.Counter(
+        (t.get("guard_signal") or t.get("status"), _reason_kind(t)) for t in trials if t.get("status") != "ok")
+    lines = [f"No stable config found in {len(trials)} trials: "
+             + ", ".join(f"{n} {s}" for s, n in statuses.most_common())
+             + (f" ({not_learning} ok but not learning)" if not_learning else "") + "."]
+    for (signal, example), n in reasons.most_common(top):
+        lines.append(f"  {n} x {signal}: e.g. {example}")
+    lines.append("Try a lower learning rate range, fp32 or bf16 precision, or more --trials.")
+    return "\n".join(lines)
+
+
+def _reason_kind(trial: dict[str, Any]) -> str:
+    return (trial.get("reason") or "").split(" at step")[0][:120]
+
+
+def trl_config(trainer: str, params: dict[str, Any], model: str, *, use_cpu: bool,
+               reward_funcs: list[str] | None = None, dataset: str | None = None) -> dict[str, Any]:
+    """TRL CLI config: TrainingArguments/trainer-config fields plus ModelConfig (+ script) fields."""
+    split = split_params(params)
+    config: dict[str, Any] = {"model_name_or_path": model}
+    if dataset:
+        config["dataset_name"] = dataset
+    config["dtype"] = PRECISION_SETTINGS[split.precision][0]
+    if split.use_peft:
+        lora = lora_config_kwargs(trainer, split.lora)
+        config.update(use_peft=True, lora_r=lora["r"], lora_alpha=lora["lora_alpha"],
+                      lora_dropout=lora["lora_dropout"], lora_task_type=lora["task_type"])
+        targets = lora["target_modules"]
+        config["lora_target_modules"] = [targets] if isinstance(targets, str) else list(targets)
+    config.update({k: v for k, v in precision_flags(split.precision).items() if v})
+    config.update(split.config)
+    # tuner measured with the nan/inf filter off; keep it off so a NaN loss stays visible.
+    config["logging_nan_inf_filter"] = False
+    if use_cpu:
+        config["use_cpu"] = True  # the search ran on a CPU; TRL refuses bf16 on a CPU without it
+    if trainer == "grpo":
+        config["reward_funcs"] = list(reward_funcs or ["tuner.rewards.builtin_reward"])
+    return {k: v for k, v in config.items() if v is not None}
+
+
+def render(config: dict[str, Any], fmt: str, header: str = "") -> str:
+    if fmt == "json":
+        return json.dumps(config, indent=2) + "\n"
+    if fmt != "yaml":
+        raise TunerError(f"unknown export format {fmt!r}; choose yaml or json")
+    comment = "".join(f"# {line}\n" for line in header.splitlines()) if header else ""
+    return comment + yaml.safe_dump(config, sort_keys=False)
+
+
+def trl_command(trainer: str, path: str) -> str:
+    adapter(trainer)
+    extra = " --dataset_name YOUR_DATASET" if trainer else ""
+    return f"trl {trainer} --config {path}{extra}"
