@@ -56,6 +56,11 @@ CHAT_TOKENS = ("<|im_start|>", "<|im_end|>")
 # Anything else (non-ASCII text) is dropped by the tokenizer; a tiny random model loses nothing by that.
 _ALPHABET = [chr(c) for c in range(33, 127)] + ["\u0120", "\u010a", "\u0109"]  # "Ġ" " ", "Ċ" "\n", "ĉ" "\t"
 
+# transformers' Qwen2Tokenizer splits text into words with this (one leading space or mark stays with a word).
+_QWEN2_PRETOKENIZE_REGEX = (
+    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
+)
+
 # ChatML, as Qwen2.5-Instruct writes it.
 CHAT_TEMPLATE = (
     "{% for message in messages %}"
@@ -204,27 +209,52 @@ def build_tiny_model(path: str | os.PathLike) -> Path:
 
 
 def build_tiny_tokenizer():
-    """The tiny model's tokenizer: a Qwen2Tokenizer (byte-level BPE) whose merges spell the words of VOCABULARY.
+    """The tiny model's tokenizer: a Qwen2-style byte-level BPE whose merges spell the words of VOCABULARY.
 
-    transformers 5 loads every ``qwen2`` checkpoint's tokenizer as ``Qwen2Tokenizer`` whatever tokenizer.json
-    says, rebuilding it from vocab and merges, so the tiny tokenizer *is* one: a word-level tokenizer would come
-    back from ``AutoTokenizer`` as a different tokenizer. Each word, preceded by a space, is one token ("Ġred");
-    its merges only extend a space-led prefix, so the vocabulary is the single characters, the special tokens
-    and the prefix tree of " word" (a few hundred tokens). A word with no space before it (the first word of a
-    text) is spelled in single characters. Decoding gives the text back exactly.
+    transformers 5 loads the tokenizer of every ``qwen2`` checkpoint as ``Qwen2Tokenizer``, whatever
+    tokenizer.json says, and rebuilds it from the vocabulary and merges with Qwen's fixed pre-tokenizer and
+    decoder; a word-level tokenizer would come back from ``AutoTokenizer`` as a different, broken one. So this
+    tokenizer has exactly Qwen2's pipeline and only its vocabulary is ours: each word with a space before it is
+    one token ("Ġred"), built by merges that only extend a space-led prefix, so the vocabulary is the special
+    tokens, printable ASCII characters and the prefix tree of " word" (about 400 tokens). A word with no space
+    before it (the first word of a text) is spelled in characters. Decoding gives ASCII text back exactly;
+    other characters are dropped.
     """
-    from transformers.models.qwen2.tokenization_qwen2 import Qwen2Tokenizer
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
 
     from tuner.data import VOCABULARY
 
     specials = [PAD_TOKEN, EOS_TOKEN, *CHAT_TOKENS]
-    prefixes = sorted({("\u0120" + word)[:end] for word in VOCABULARY for end in range(2, len(word) + 2)}, key=lambda p: (len(p), p))
-    tokens = specials + _ALPHABET + prefixes
-    vocab = {token: index for index, token in enumerate(tokens)}
+    prefixes = sorted(
+        {("\u0120" + word)[:end] for word in VOCABULARY for end in range(2, len(word) + 2)},
+        key=lambda prefix: (len(prefix), prefix),
+    )
+    vocab = {token: index for index, token in enumerate(specials + _ALPHABET + prefixes)}
     merges = [(prefix[:-1], prefix[-1]) for prefix in prefixes]  # shorter prefixes first: they rank higher
-    tokenizer = Qwen2Tokenizer(
-        vocab=vocab,
-        merges=merges,
+    # From here on, the same pipeline as transformers' Qwen2Tokenizer.__init__.
+    backend = Tokenizer(
+        models.BPE(
+            vocab=vocab,
+            merges=merges,
+            dropout=None,
+            unk_token=None,
+            continuing_subword_prefix="",
+            end_of_word_suffix="",
+            fuse_unk=False,
+            byte_fallback=False,
+        )
+    )
+    backend.normalizer = normalizers.NFC()
+    backend.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(_QWEN2_PRETOKENIZE_REGEX), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    backend.decoder = decoders.ByteLevel()
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=backend,
         eos_token=EOS_TOKEN,
         unk_token=EOS_TOKEN,  # as in Qwen2.5: byte-level BPE has no unknown token
         pad_token=PAD_TOKEN,
