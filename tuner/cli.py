@@ -6,6 +6,7 @@ Heavy libraries are imported by the commands that need them, so ``tuner --help``
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -40,13 +41,43 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must not be negative, got {value}")
+    return value
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a port number, got {text!r}") from None
+    if not 1 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be between 1 and 65535, got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not value > 0 or value == float("inf"):  # also refuses nan
+        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+    return value
+
+
 def _non_negative_float(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must not be negative, got {value}")
+    if not value >= 0 or value == float("inf"):  # also refuses nan
+        raise argparse.ArgumentTypeError(f"must not be negative, got {text}")
     return value
 
 
@@ -79,12 +110,20 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--max-steps", type=_positive_int, default=20, help="optimizer steps per trial (default: 20)")
     s.add_argument("--seed", type=int, default=0, help="sampler and training seed; same seed, same configs (default: 0)")
     s.add_argument("--concurrency", type=_positive_int, help="trials at once (default: as many as resources allow)")
-    s.add_argument("--cpus-per-trial", type=float, default=1.0, help="CPUs reserved per trial (default: 1)")
+    s.add_argument("--cpus-per-trial", type=_positive_float, default=1.0, help="CPUs reserved per trial (default: 1)")
     s.add_argument("--gpus-per-trial", type=_non_negative_float, default=0.0, help="GPUs per trial (default: 0)")
     s.add_argument("--ray-address", help="join an existing Ray cluster (default: start Ray locally)")
     _store_args(s)
     s.add_argument("--experiment", help="MLflow experiment name (default: <trainer>-<model>)")
-    s.add_argument("--trial-timeout", type=float, default=1800.0, help="seconds before a trial is killed (default: 1800)")
+    s.add_argument("--trial-timeout", type=_positive_float, default=1800.0,
+                   help="seconds before a trial is killed (default: 1800)")
+    s.add_argument("--confirm-seeds", type=_non_negative_int, default=2, metavar="N",
+                   help="re-run the top candidates on N more seeds; recommend one only if every seed is stable "
+                   "(default: 2; 0 turns confirmation off)")
+    s.add_argument("--confirm-top", type=_positive_int, default=2, metavar="K",
+                   help="how many top candidates to confirm (default: 2)")
+    s.add_argument("--resume", metavar="EXPERIMENT", help="continue the unfinished search of EXPERIMENT (its own "
+                   "options are reused; completed trials are kept)")
     s.add_argument("-o", "--output", metavar="FILE", help="also write the recommended TRL config to FILE")
 
     t = commands.add_parser("trial", help="run one trial in this process, without Ray",
@@ -105,8 +144,22 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--format", default="yaml", choices=["yaml", "json"], help="yaml (default, for trl --config) or json")
     _store_args(e)
 
+    r = commands.add_parser("report", help="failures, what drives them, plots and hints for a finished search",
+                            formatter_class=argparse.RawDescriptionHelpFormatter,
+                            description="Print a search's failure breakdown per parameter value, parameter "
+                            "importances for stability and speed, and hints; log report.md and plots/*.png on the "
+                            "search's MLflow run.",
+                            epilog="example:\n  tuner report --experiment reward-tiny --out report/")
+    r.add_argument("--experiment", required=True, help="MLflow experiment of the search")
+    r.add_argument("--run-id", help="a specific search run (default: the latest search in the experiment)")
+    r.add_argument("--out", metavar="DIR", help="also keep report.md and plots/*.png in DIR")
+    _store_args(r)
+
+    y = commands.add_parser("sync", help="send results kept on disk while the MLflow server was away")
+    _store_args(y)
+
     u = commands.add_parser("ui", help="serve the MLflow UI for the store on 127.0.0.1")
-    u.add_argument("--port", type=int, default=5000, help="port (default: 5000)")
+    u.add_argument("--port", type=_port, default=5000, help="port (default: 5000)")
     u.add_argument("--store", default="mlflow", help="local store folder (default: ./mlflow)")
     return parser
 
@@ -116,19 +169,40 @@ def _store_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tracking-uri", help="MLflow tracking URI, e.g. http://127.0.0.1:5000 (default: the local store)")
 
 
+def _check_output(path: str | None) -> None:
+    """-o FILE: refuse a place that cannot be written now, not after the search has run."""
+    if path is None:
+        return
+    target = Path(path)
+    if target.is_dir():
+        raise TunerError(f"-o {path}: is a directory; pass a file name such as {target / 'recommended.yaml'}")
+    if not target.parent.is_dir():
+        raise TunerError(f"-o {path}: folder {target.parent} does not exist; create it or pass another path")
+    if not os.access(target.parent, os.W_OK) or (target.exists() and not os.access(target, os.W_OK)):
+        raise TunerError(f"-o {path}: not writable (permission denied); pass a writable path")
+
+
+def _write(path: str, text: str) -> None:
+    try:
+        Path(path).write_text(text)
+    except OSError as e:
+        raise TunerError(f"-o {path}: cannot write it ({e.strerror or e}); pass a writable path") from None
+
+
 # -- commands ---------------------------------------------------------------------------------
 
 
 def cmd_search(args) -> int:
     from tuner import recommend, search
 
+    _check_output(args.output)
     options = search.options_from(**vars(args))
-    prepared = search.prepare(options)
+    prepared = search.prepare_resume(options) if args.resume else search.prepare(options)
     outcome = search.run_search(prepared)
     print(search.results_table(outcome.records))
     print(search.summary_text(outcome))
     if args.output and outcome.trl_config:
-        Path(args.output).write_text(recommend.render(outcome.trl_config, "yaml", header=recommend.RULE))
+        _write(args.output, recommend.render(outcome.trl_config, "yaml", header=recommend.RULE))
         print(f"wrote {args.output}")
     return 0
 
@@ -136,9 +210,15 @@ def cmd_search(args) -> int:
 def cmd_trial(args) -> int:
     import json
 
+    from tuner import trainers
+    from tuner.space import check_names
     from tuner.trial import format_result, load_trial_spec, run_trial
 
     spec = load_trial_spec(args.config)
+    if spec.trainer not in trainers.ADAPTERS:
+        raise TunerError(f"{args.config}: trainer: unknown trainer {spec.trainer!r}; "
+                         f"choose one of {', '.join(trainers.ADAPTERS)}")
+    check_names(spec.params, trainers.config_fields(spec.trainer), spec.trainer, f"{args.config}: params")
     result = run_trial(spec)
     for row in result.history:
         print(json.dumps(row))
@@ -149,10 +229,21 @@ def cmd_trial(args) -> int:
 def cmd_export(args) -> int:
     from tuner import recommend, tracking
 
+    _check_output(args.output)
     uri = args.tracking_uri or tracking.default_tracking_uri(Path(args.store))
     if not args.tracking_uri and not (Path(args.store) / "mlflow.db").exists():
         raise TunerError(f"no MLflow store at {args.store}/mlflow.db; run tuner search first or pass --store/--tracking-uri")
-    run, search = tracking.load_search(uri, args.experiment, args.run_id)
+    if uri.startswith(("http://", "https://")):
+        tracking.check_tracking(uri, Path(args.store))  # MLflow's client would retry for minutes
+    from mlflow.exceptions import MlflowException
+
+    try:
+        run, search = tracking.load_search(uri, args.experiment, args.run_id)
+    except MlflowException as e:  # e.g. a --run-id that is not in this store
+        where = f"--run-id {args.run_id}" if args.run_id else f"--experiment {args.experiment}"
+        cause = " ".join(str(e.message).split())[:200]
+        raise TunerError(f"{where}: MLflow at {uri} says: {cause}; check the value, or leave --run-id out to "
+                         "export the latest search") from None
     if search["trl_config"] is None:
         raise TunerError(f"search {run.info.run_id} recommended nothing: no trial was stable and learning; "
                          "see its results.md in tuner ui")
@@ -162,7 +253,7 @@ def cmd_export(args) -> int:
               f"Rule: {search['rule']}.\nRun: trl {search['trainer']} --config THIS_FILE --dataset_name YOUR_DATASET")
     text = recommend.render(search["trl_config"], args.format, header=header if args.format == "yaml" else "")
     if args.output:
-        Path(args.output).write_text(text)
+        _write(args.output, text)
         print(f"wrote {args.output} (trial {best['number']} of run {run.info.run_id})", file=sys.stderr)
     else:
         sys.stdout.write(text)
@@ -183,15 +274,38 @@ def cmd_ui(args) -> int:
                             "--host", "127.0.0.1", "--port", str(args.port)])
 
 
-COMMANDS = {"search": cmd_search, "trial": cmd_trial, "export": cmd_export, "ui": cmd_ui}
+def cmd_report(args) -> int:
+    from tuner import report, tracking
+
+    uri = args.tracking_uri or tracking.default_tracking_uri(Path(args.store))
+    if not args.tracking_uri and not (Path(args.store) / "mlflow.db").exists():
+        raise TunerError(f"no MLflow store at {args.store}/mlflow.db; run tuner search first or pass --store/--tracking-uri")
+    rendered = report.report_search(uri, args.experiment, args.run_id, args.out)
+    print(rendered.report.text())
+    where = f"{rendered.folder} and " if args.out else ""
+    print(f"wrote report.md and plots/ to {where}the artifacts of run {rendered.run_id}")
+    return 0
+
+
+def cmd_sync(args) -> int:
+    from tuner import tracking
+
+    if not args.tracking_uri:
+        raise TunerError("tuner sync needs --tracking-uri: the server the search was logging to")
+    sent, left = tracking.sync_pending(args.tracking_uri, Path(args.store))
+    print(f"sent {sent} kept writes to {args.tracking_uri}" + (f"; {left} still pending" if left else ""))
+    return 0 if not left else 1
+
+
+COMMANDS = {"sync": cmd_sync, "search": cmd_search, "trial": cmd_trial, "export": cmd_export, "report": cmd_report,
+            "ui": cmd_ui}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:
-        parser.print_help()
-        return EXIT_USAGE
+        parser.error(f"choose a command: {', '.join(COMMANDS)}")
     try:
         return COMMANDS[args.command](args)
     except TunerError as e:

@@ -69,6 +69,8 @@ CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
 
+_SEEDED_INIT = threading.Lock()
+
 _HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
 
 
@@ -188,6 +190,8 @@ def build_tiny_model(path: str | os.PathLike) -> Path:
     if path.exists():
         if path.is_dir() and not any(path.iterdir()):
             path.rmdir()  # an empty folder (e.g. made by a caller) is replaced by the build
+        elif (path / _COMPLETE_MARKER).is_file():
+            return path  # another process finished its build between the two checks
         else:
             raise TunerError(
                 f"{path} exists but is not a complete tiny-model build (no {_COMPLETE_MARKER}); "
@@ -283,7 +287,9 @@ def _write_tiny_model(folder: Path) -> None:
         eos_token_id=tokenizer.eos_token_id,
         bos_token_id=None,  # like the tokenizer: no BOS token is added
     )
-    with torch.random.fork_rng(devices=[]):  # seed without disturbing the caller's random state
+    # Weight init draws from torch's global generator: seed it, and keep other threads off it meanwhile, so
+    # every build is the same; fork_rng gives the caller its random state back.
+    with _SEEDED_INIT, torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
         model = Qwen2ForCausalLM(config)
     model.generation_config.pad_token_id = tokenizer.pad_token_id

@@ -19,8 +19,8 @@ from tuner.trainers import PRECISION_SETTINGS, adapter, lora_config_kwargs, prec
 
 # A short trial that moved its loss or reward by less than 1% did not learn.
 MIN_PROGRESS = 0.01
-RULE = (f"fastest (tokens/s) trial with status ok that learned (progress > {MIN_PROGRESS}); "
-        "diverged, collapsed, crashed and oom trials are never recommended")
+RULE = (f"fastest (tokens/s) trial with status ok that learned (progress > {MIN_PROGRESS}) and stayed ok on "
+        "every confirmation seed; diverged, collapsed, crashed and oom trials are never recommended")
 
 
 def learned(trial: dict[str, Any]) -> bool:

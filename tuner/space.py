@@ -57,6 +57,8 @@ class FloatParam(_Param):
 
     @model_validator(mode="after")
     def _check_bounds(self):
+        if not (math.isfinite(self.low) and math.isfinite(self.high)):
+            raise ValueError(f"low and high must be finite numbers, but got low={self.low}, high={self.high}")
         if self.low > self.high:
             raise ValueError(f"low must not exceed high, but got low={self.low}, high={self.high}")
         if self.log and self.low <= 0:
@@ -272,21 +274,43 @@ def parse_space(raw: Any, where: str = "<memory>") -> SearchSpace:
     return space
 
 
+_MEMBERS = {"float": FloatParam, "int": IntParam, "categorical": CategoricalParam, "fixed": FixedParam}
+# How pydantic names the members of Scalar in an error path; users wrote a value, not a type.
+_SCALAR_MEMBERS = {"bool", "int", "float", "str", "list[str]", "none"}
+
+
 def _describe(error: ValidationError) -> str:
-    first = error.errors()[0]
+    errors = error.errors()
+    # An unknown key explains the "missing" error its misspelt twin causes ("lowx" -> "low: Field required").
+    first = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
     loc = [str(part) for part in first["loc"]]
+    model: type[BaseModel] = SearchSpace
     # A discriminated union reports the chosen member ("float") in the path; users never wrote that.
-    if len(loc) >= 3 and loc[0] == "params" and loc[2] in ("float", "int", "categorical", "fixed"):
-        loc.pop(2)
+    if len(loc) >= 3 and loc[0] == "params" and loc[2] in _MEMBERS:
+        model = _MEMBERS[loc.pop(2)]
+    scalar = len(loc) >= 2 and loc[-1] in _SCALAR_MEMBERS and first["type"].endswith("_type")
+    if scalar:
+        loc.pop()
     path = ".".join(loc)
     message = first["msg"].removeprefix("Value error, ")
     kind = first["type"]
     if kind == "extra_forbidden":
-        message = "unknown key; remove it or check its spelling"
-    elif kind == "union_tag_invalid" or kind == "union_tag_not_found":
+        known = [name for name in model.model_fields if name != "source"]
+        close = difflib.get_close_matches(loc[-1], known, n=1)
+        hint = f"did you mean {close[0]!r}?" if close else f"known keys: {', '.join(known)}"
+        message = f"unknown key; remove it or check its spelling ({hint})"
+    elif kind in ("union_tag_invalid", "union_tag_not_found"):
         message = "type must be one of float, int, categorical, fixed"
     elif kind == "literal_error" and loc == ["trainer"]:
         message = f"unknown trainer {first.get('input')!r}; choose one of {', '.join(TRAINERS)}"
+    elif scalar:
+        message = f"must be a number, string, true/false, null or a list of strings (got {first['input']!r})"
+    elif kind in ("model_attributes_type", "dict_type"):
+        message = f"must be a mapping of names to values (got {first['input']!r})"
+    elif kind == "too_short":
+        message = "must not be empty"
+    elif kind == "missing":
+        message = "required key is missing; add it"
     elif "input" in first and kind not in ("value_error", "missing"):
         message = f"{message} (got {first['input']!r})"
     return f"{path}: {message}" if path else message
@@ -294,13 +318,18 @@ def _describe(error: ValidationError) -> str:
 
 def check_param_names(space: SearchSpace, config_fields: set[str]) -> None:
     """Every param and fixed name must be tuner's own or a field of the trainer's TRL config."""
-    known = set(TUNER_PARAMS) | config_fields
     for section, names in (("params", space.params), ("fixed", space.fixed)):
-        for name in names:
-            if name not in known:
-                close = difflib.get_close_matches(name, sorted(known), n=1)
-                hint = f"; did you mean {close[0]!r}?" if close else ""
-                raise TunerError(f"{space.source}: {section}.{name}: unknown parameter for {space.trainer}{hint}")
+        check_names(names, config_fields, space.trainer, f"{space.source}: {section}")
+
+
+def check_names(names, config_fields: set[str], trainer: str, where: str) -> None:
+    """Raise for the first name that is neither tuner's own nor in ``config_fields``, with the closest known one."""
+    known = set(TUNER_PARAMS) | config_fields
+    for name in names:
+        if name not in known:
+            close = difflib.get_close_matches(name, sorted(known), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise TunerError(f"{where}.{name}: unknown parameter for {trainer}{hint}")
 
 
 def check_finite(value: float) -> bool:

@@ -62,6 +62,9 @@ def check_tracking(uri: str, store: Path = DEFAULT_STORE) -> None:
 
 def client(uri: str):
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    # Fail a write to an absent server in seconds (then it is spooled), not after minutes of retries.
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
     import mlflow
     from mlflow.tracking import MlflowClient
 
@@ -110,14 +113,35 @@ def _param_value(value: Any) -> str:
     return text[:6000]
 
 
+class TrackingUnavailable(Exception):
+    """The tracking server stopped answering; the operation was kept on disk instead."""
+
+
+def _unavailable(error: BaseException) -> bool:
+    text = f"{type(error).__name__}: {error}"
+    return any(k in text for k in ("ConnectionError", "Connection refused", "Max retries exceeded",
+                                   "Failed to establish", "RemoteDisconnected", "timed out", "503", "502"))
+
+
 class SearchTracker:
-    """The parent run of one search and the nested runs of its trials."""
+    """The parent run of one search and the nested runs of its trials.
+
+    Every write goes through ``_send``: if a tracking *server* stops answering mid-search, the
+    write is appended to a spool file on disk (``<store>/pending/<parent run>.jsonl``) and the
+    search goes on; spooled writes are replayed, in order, at the next successful write, at the
+    end of the search, or by ``tuner sync``. A local SQLite store busy with another search is
+    retried, not spooled.
+    """
 
     def __init__(self, uri: str, experiment: str, store: Path = DEFAULT_STORE):
         self.uri = uri
+        self.store = Path(store)
         self.client = client(uri)
         self.experiment_id = get_or_create_experiment(self.client, experiment, uri, store)
         self.parent_id: str | None = None
+        self.warned = False
+
+    # -- the parent run --------------------------------------------------------------------
 
     def start(self, run_name: str, params: dict[str, Any], tags: dict[str, str]) -> str:
         from mlflow.entities import Param
@@ -127,13 +151,102 @@ class SearchTracker:
         self.client.log_batch(self.parent_id, params=[Param(k, _param_value(v)) for k, v in params.items()])
         return self.parent_id
 
-    def log_trial(self, number: int, spec: dict[str, Any], summary: dict[str, Any],
-                  history: list[dict[str, Any]], tags: dict[str, str] | None = None) -> str:
-        from mlflow.entities import Metric, Param, RunTag
+    def attach(self, parent_id: str) -> None:
+        """Continue an existing search run (``tuner search --resume``)."""
+        self.parent_id = parent_id
+        self.client.update_run(parent_id, status="RUNNING")
 
+    @property
+    def spool_path(self) -> Path:
+        return self.store / "pending" / f"{self.parent_id}.jsonl"
+
+    def pending(self) -> int:
+        path = self.spool_path
+        return len(path.read_text().splitlines()) if path.exists() else 0
+
+    # -- writes ------------------------------------------------------------------------------
+
+    def log_trial(self, number: int, spec: dict[str, Any], summary: dict[str, Any],
+                  history: list[dict[str, Any]], tags: dict[str, str] | None = None) -> str | None:
+        """The trial's nested run; its id, or None when the server is away and it was spooled."""
+        return self._send("trial", {"number": number, "spec": spec, "summary": summary, "history": history,
+                                    "tags": tags or {}})
+
+    def log_artifact_text(self, text: str, name: str) -> None:
+        self._send("text", {"text": text, "name": name})
+
+    def log_artifact_dict(self, data: dict, name: str) -> None:
+        self._send("dict", {"data": data, "name": name})
+
+    def set_tags(self, tags: dict[str, str]) -> None:
+        self._send("tags", {"tags": tags})
+
+    def finish(self, status: str = "FINISHED") -> None:
+        self._send("finish", {"status": status})
+
+    def flush(self) -> int:
+        """Replay spooled writes in order; returns how many are still pending."""
+        path = self.spool_path
+        if not path.exists():
+            return 0
+        lines = path.read_text().splitlines()
+        for i, line in enumerate(lines):
+            op = json.loads(line)
+            try:
+                self._apply(op["kind"], op["payload"])
+            except Exception as e:  # noqa: BLE001
+                if not _unavailable(e):
+                    raise
+                path.write_text("".join(rest + "\n" for rest in lines[i:]))
+                return len(lines) - i
+        path.unlink()
+        return 0
+
+    def _send(self, kind: str, payload: dict[str, Any]):
+        if self.pending() and self.flush():
+            self._spool(kind, payload)
+            return None
+        try:
+            return self._apply(kind, payload)
+        except Exception as e:  # noqa: BLE001
+            if not self.uri.startswith("http") or not _unavailable(e):
+                raise
+            self._spool(kind, payload)
+            return None
+
+    def _spool(self, kind: str, payload: dict[str, Any]) -> None:
+        self.spool_path.parent.mkdir(parents=True, exist_ok=True)
+        with self.spool_path.open("a") as f:
+            f.write(json.dumps({"kind": kind, "payload": payload}, allow_nan=True) + "\n")
+        if not self.warned:
+            self.warned = True
+            print(f"warning: MLflow server {self.uri} is not answering; results are kept in {self.spool_path} "
+                  "and sent when it returns (or run: tuner sync)", flush=True)
+
+    def _apply(self, kind: str, payload: dict[str, Any]):
+        return _retry_locked(lambda: getattr(self, f"_apply_{kind}")(**payload))
+
+    def _apply_text(self, text: str, name: str) -> None:
+        self.client.log_text(self.parent_id, text, name)
+
+    def _apply_dict(self, data: dict, name: str) -> None:
+        self.client.log_dict(self.parent_id, data, name)
+
+    def _apply_tags(self, tags: dict[str, str]) -> None:
+        for k, v in tags.items():
+            self.client.set_tag(self.parent_id, k, v)
+
+    def _apply_finish(self, status: str) -> None:
+        self.client.set_terminated(self.parent_id, status)
+
+    def _apply_trial(self, number: int, spec: dict[str, Any], summary: dict[str, Any],
+                     history: list[dict[str, Any]], tags: dict[str, str]) -> str:
+        from mlflow.entities import Metric, Param
+
+        label = tags.get("tuner.run_name", f"trial-{number:03d}")
         run = self.client.create_run(
             self.experiment_id,
-            run_name=f"trial-{number:03d}",
+            run_name=label,
             tags={
                 "mlflow.parentRunId": self.parent_id,
                 SEARCH_TAG: "trial",
@@ -141,7 +254,7 @@ class SearchTracker:
                 "tuner.status": summary["status"],
                 "tuner.reason": (summary.get("reason") or "")[:5000],
                 "tuner.stopped_at_step": str(summary.get("stopped_at_step")),
-                **(tags or {}),
+                **tags,
             },
         )
         run_id = run.info.run_id
@@ -157,7 +270,7 @@ class SearchTracker:
             if isinstance(summary.get(key), (int, float)):
                 metrics.append(Metric(f"trial/{key}", _metric_value(summary[key]), 0, 0))
         # log_batch takes at most 1000 metrics and 100 params a call
-        for i in range(0, max(len(params), 1), 100):
+        for i in range(0, len(params), 100):
             self.client.log_batch(run_id, params=params[i:i + 100])
         for i in range(0, len(metrics), 1000):
             self.client.log_batch(run_id, metrics=metrics[i:i + 1000])
@@ -166,21 +279,40 @@ class SearchTracker:
         self.client.set_terminated(run_id, "FINISHED" if summary["status"] == "ok" else "FAILED")
         return run_id
 
-    def log_artifact_text(self, text: str, name: str) -> None:
-        self.client.log_text(self.parent_id, text, name)
 
-    def log_artifact_dict(self, data: dict, name: str) -> None:
-        self.client.log_dict(self.parent_id, data, name)
+def _retry_locked(write, attempts: int = 20):
+    """Two searches on one SQLite store take turns: retry a write that found the database locked."""
+    import time
 
-    def log_file(self, path: str | os.PathLike) -> None:
-        self.client.log_artifact(self.parent_id, str(path))
+    for attempt in range(attempts):
+        try:
+            return write()
+        except Exception as e:  # noqa: BLE001
+            if "database is locked" not in str(e) or attempt == attempts - 1:
+                raise
+            time.sleep(0.2 * (attempt + 1))
 
-    def set_tags(self, tags: dict[str, str]) -> None:
-        for k, v in tags.items():
-            self.client.set_tag(self.parent_id, k, v)
 
-    def finish(self, status: str = "FINISHED") -> None:
-        self.client.set_terminated(self.parent_id, status)
+def sync_pending(uri: str, store: Path) -> tuple[int, int]:
+    """Replay every spooled search under ``store/pending`` to ``uri``: (writes sent, writes left)."""
+    sent = left = 0
+    for path in sorted((Path(store) / "pending").glob("*.jsonl")):
+        tracker = SearchTracker.__new__(SearchTracker)
+        tracker.uri, tracker.store, tracker.client, tracker.warned = uri, Path(store), client(uri), True
+        tracker.parent_id = path.stem
+        tracker.experiment_id = tracker.client.get_run(path.stem).info.experiment_id
+        before = tracker.pending()
+        remaining = tracker.flush()
+        sent, left = sent + before - remaining, left + remaining
+    return sent, left
+
+
+def trial_runs(uri: str, parent_id: str) -> list:
+    """The nested trial runs of a search (for resume)."""
+    mlflow_client = client(uri)
+    run = mlflow_client.get_run(parent_id)
+    return mlflow_client.search_runs([run.info.experiment_id],
+                                     filter_string=f"tags.`mlflow.parentRunId` = '{parent_id}'", max_results=10000)
 
 
 def load_search(uri: str, experiment: str, run_id: str | None = None) -> tuple[Any, dict]:

@@ -1,0 +1,84 @@
+"""Confirmation: before a config is called recommended, re-run the best candidates with other seeds.
+
+A candidate is confirmed only if every extra seed is stable (status ok); one that fails on
+another seed is demoted, with the reason shown, and the next candidate is considered.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from tuner import recommend as rec
+
+__all__ = ["candidates", "confirmation_jobs", "judge"]
+
+
+def candidates(records: list[dict[str, Any]], top: int) -> list[dict[str, Any]]:
+    """The top trials by the recommendation rule, fastest first."""
+    qualifying = [r for r in records if rec.recommend([r]) is not None]
+    return sorted(qualifying, key=lambda r: r["tokens_per_second"], reverse=True)[:top]
+
+
+def confirmation_jobs(cands: list[dict[str, Any]], base_spec: dict[str, Any], seeds: int,
+                      timeout: float) -> list[dict[str, Any]]:
+    """One job per candidate and extra seed: the same params and step budget, seed + 1..seeds."""
+    jobs = []
+    for c in cands:
+        for offset in range(1, seeds + 1):
+            seed = base_spec["seed"] + offset
+            jobs.append({
+                "spec": {**base_spec, "params": c["params"], "seed": seed},
+                "number": c["number"],
+                "timeout": timeout,
+                "tags": {"tuner.confirmation": "true", "tuner.confirms": str(c["number"]),
+                         "tuner.run_name": f"confirm-{c['number']:03d}-seed{seed}"},
+                "extra": {"confirms": c["number"]},
+            })
+    return jobs
+
+
+def _spread(values: list[float | None]) -> dict[str, float] | None:
+    values = [v for v in values if v is not None]
+    if not values:
+        return None
+    return {"min": min(values), "mean": statistics.fmean(values), "max": max(values)}
+
+
+def judge(cands: list[dict[str, Any]], confirmations: list[dict[str, Any]]
+          ) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+    """(the recommended record or None, one verdict per candidate in order)."""
+    verdicts, recommended = [], None
+    for c in cands:
+        reruns = sorted((r for r in confirmations if r.get("confirms") == c["number"]), key=lambda r: r["seed"])
+        failed = [r for r in reruns if r["status"] != "ok"]
+        runs = [c, *reruns]
+        verdict = {
+            "number": c["number"],
+            "confirmed": not failed,
+            "seeds": [r.get("seed") for r in runs],
+            "statuses": [r["status"] for r in runs],
+            "tokens_per_second": _spread([r.get("tokens_per_second") for r in runs]),
+            "progress": _spread([r.get("progress") for r in runs]),
+            "demoted_because": "; ".join(
+                f"seed {r['seed']}: {r['status']}" + (f" at step {r['stopped_at_step']}" if r.get("stopped_at_step") else "")
+                + (f" ({r['reason']})" if r.get("reason") else "") for r in failed),
+        }
+        verdicts.append(verdict)
+        if recommended is None and verdict["confirmed"]:
+            recommended = {**c, "confirmation": verdict}
+    return recommended, verdicts
+
+
+def describe(verdicts: list[dict[str, Any]]) -> list[str]:
+    """One line per candidate for the terminal."""
+    lines = []
+    for v in verdicts:
+        speed, progress = v["tokens_per_second"], v["progress"]
+        spread = (f"tokens/s {speed['min']:.0f}..{speed['max']:.0f}" if speed else "tokens/s -") + (
+            f", progress {progress['min']:+.3f}..{progress['max']:+.3f}" if progress else "")
+        if v["confirmed"]:
+            lines.append(f"  trial {v['number']}: confirmed on seeds {v['seeds']} ({spread})")
+        else:
+            lines.append(f"  trial {v['number']}: DEMOTED: {v['demoted_because']}")
+    return lines

@@ -1,0 +1,112 @@
+"""Running trials on Ray: the trainable each Ray worker runs, and the driver-side callback that
+records every finished trial (MLflow + progress). The driver is the only MLflow writer."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Callable
+
+from tuner.errors import TunerError
+from tuner.progress import Progress
+from tuner.trial import TrialSpec
+
+def _trainable(config: dict[str, Any]) -> None:
+    """Runs inside a Ray worker: the trial itself runs in a child process of this worker."""
+    import ray
+    from ray import tune
+
+    from tuner.trial import run_trial_isolated
+
+    config = config.get("job", config)  # fixed jobs (confirmation) come as a grid of {"job": ...}
+    spec = TrialSpec(**config["spec"])
+    workdir = tempfile.mkdtemp(prefix=f"tuner-trial-{config['number']:03d}-")
+    result = run_trial_isolated(spec, workdir, timeout=config["timeout"])
+    node = ray.get_runtime_context().get_node_id()
+    tune.report({**result.summary(), "history": result.history, "node_id": node, "number": config["number"]})
+
+
+def callback_class():
+    from ray.tune import Callback
+
+    class DriverCallback(Callback):
+        """In the driver process: the only MLflow writer, and the progress report."""
+
+        def __init__(self, tracker, progress: Progress, records: list[dict[str, Any]]):
+            self.tracker, self.progress, self.records = tracker, progress, records
+
+        def on_trial_start(self, iteration, trials, trial, **info):
+            self.progress.running += 1
+
+        def on_trial_complete(self, iteration, trials, trial, **info):
+            self._record(trial, dict(trial.last_result or {}))
+
+        def on_trial_error(self, iteration, trials, trial, **info):
+            self._record(trial, {"status": "crashed", "reason": "Ray lost the trial's worker (node or worker died)",
+                                 "stopped_at_step": 0, "history": []})
+
+        def _record(self, trial, result: dict[str, Any]):
+            job = trial.config.get("job", trial.config)
+            spec = job["spec"]
+            if "status" not in result:
+                result.update(status="crashed", reason="the trial reported no result", stopped_at_step=0)
+            history = result.pop("history", []) or []
+            summary = {k: result.get(k) for k in SUMMARY_FIELDS}
+            run_id = self.tracker.log_trial(job["number"], spec, summary, history, tags=job.get("tags"))
+            record = {"number": job["number"], "params": spec["params"], **summary, "run_id": run_id,
+                      "node_id": result.get("node_id"), "max_steps": spec["max_steps"], "seed": spec["seed"],
+                      **job.get("extra", {})}
+            self.records.append(record)
+            self.progress.finished(record)
+
+    return DriverCallback
+
+
+SUMMARY_FIELDS = ("status", "reason", "stopped_at_step", "steps_run", "tokens_per_second", "samples_per_second",
+                   "progress", "peak_memory_mb", "seconds_to_first_step", "wall_seconds", "guard_signal", "device")
+
+
+def init_ray(ray_address: str | None, gpus_per_trial: float):
+    import ray
+
+    os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+    os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")  # the driver logs to MLflow itself
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+    kwargs: dict[str, Any] = dict(include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+    if ray_address:
+        kwargs["address"] = ray_address
+    else:
+        kwargs["num_cpus"] = os.cpu_count()
+    try:
+        ray.init(**kwargs)
+    except (ConnectionError, RuntimeError) as e:
+        raise TunerError(f"--ray-address {ray_address}: cannot join the Ray cluster ({e})") from None
+    if gpus_per_trial > 0 and ray.cluster_resources().get("GPU", 0) < gpus_per_trial:
+        ray.shutdown()
+        raise TunerError(f"--gpus-per-trial {gpus_per_trial}: the Ray cluster has "
+                         f"{ray.cluster_resources().get('GPU', 0):.0f} GPUs; drop the flag or add GPU nodes")
+    return ray
+
+
+def run_trials(*, name: str, storage: str | os.PathLike, per_trial: dict[str, float], concurrency: int,
+               callback, searcher=None, num_samples: int = 0, jobs: list[dict[str, Any]] | None = None) -> None:
+    """One Ray Tune run: either ``num_samples`` trials proposed by ``searcher``, or fixed ``jobs``."""
+    from ray import tune
+
+    if jobs is not None:
+        param_space, tune_config = {"job": tune.grid_search(jobs)}, tune.TuneConfig(
+            num_samples=1, max_concurrent_trials=concurrency, reuse_actors=True)
+    else:
+        param_space, tune_config = {}, tune.TuneConfig(
+            search_alg=searcher, num_samples=num_samples, max_concurrent_trials=concurrency, reuse_actors=True)
+    tune.Tuner(
+        tune.with_resources(_trainable, per_trial),
+        param_space=param_space,
+        tune_config=tune_config,
+        run_config=tune.RunConfig(
+            name=name, storage_path=str(Path(storage).resolve()), verbose=0, callbacks=[callback],
+            # A trial's own crash is handled inside it; this only covers a lost worker or node.
+            failure_config=tune.FailureConfig(max_failures=0),
+        ),
+    ).fit()

@@ -1,0 +1,95 @@
+"""Resume a search whose driver died: same parent run, completed trials kept, the rest re-run.
+
+    tuner search --resume EXPERIMENT
+
+The latest unfinished search of the experiment is continued with the options it was started
+with. Trials with a nested MLflow run are kept and not re-run. Trials that were in flight
+(RUNNING in the Optuna study with no MLflow run) are marked FAIL in the study and their params
+are enqueued again, so the final count of recorded trials equals the count asked for.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from tuner.errors import TunerError
+
+__all__ = ["resume_options", "reattach"]
+
+
+def resume_options(options) -> tuple[Any, str]:
+    """The options the unfinished search was started with (resources from ``options``), and its run id."""
+    from tuner import tracking
+
+    store = Path(options.store)
+    uri = options.tracking_uri or tracking.default_tracking_uri(store)
+    if not options.tracking_uri and not (store / "mlflow.db").exists():
+        raise TunerError(f"--resume {options.resume}: no MLflow store at {store}/mlflow.db; pass the --store the "
+                         "search used")
+    client = tracking.client(uri)
+    run = tracking.latest_search_run(client, options.resume)
+    if run.info.status == "FINISHED":
+        raise TunerError(f"--resume {options.resume}: its latest search {run.info.run_name} already finished; "
+                         "start a new one with tuner search")
+    p = run.data.params
+    resumed = dataclasses.replace(
+        options,
+        trainer=p["trainer"], model=p["model"], sampler=p["sampler"], trials=int(p["trials"]),
+        max_steps=int(p["max_steps"]), seed=int(p["seed"]), search_space=p["search_space"],
+        dataset=None if p.get("dataset", "builtin") == "builtin" else p["dataset"],
+        reward_funcs=json.loads(p.get("reward_funcs", "null")),
+        confirm_seeds=int(p.get("confirm_seeds", options.confirm_seeds)),
+        confirm_top=int(p.get("confirm_top", options.confirm_top)),
+        experiment=options.resume,
+    )
+    return resumed, run.info.run_id
+
+
+def record_from_run(client, run) -> dict[str, Any]:
+    from tuner.execution import SUMMARY_FIELDS
+
+    folder = tempfile.mkdtemp(prefix="tuner-resume-")
+    result = json.loads(Path(client.download_artifacts(run.info.run_id, "result.json", folder)).read_text())
+    spec = json.loads(json.dumps(_yaml(client.download_artifacts(run.info.run_id, "trial.yaml", folder))))
+    return {"number": int(run.data.tags["tuner.trial_number"]), "params": spec["params"],
+            **{k: result.get(k) for k in SUMMARY_FIELDS}, "run_id": run.info.run_id, "node_id": None,
+            "max_steps": spec["max_steps"], "seed": spec["seed"]}
+
+
+def _yaml(path: str):
+    import yaml
+
+    return yaml.safe_load(Path(path).read_text())
+
+
+def reattach(tracker, parent_id: str, make_study) -> tuple[str, Any, list[dict[str, Any]]]:
+    """(the search's run name, its Optuna study reconciled with MLflow, the records already done)."""
+    import optuna
+
+    from tuner import tracking
+    from tuner.sampling import tell
+
+    parent = tracker.client.get_run(parent_id)
+    run_name = parent.data.tags["tuner.study"]
+    tracker.attach(parent_id)
+    tracker.flush()
+    runs = [r for r in tracking.trial_runs(tracker.uri, parent_id) if r.data.tags.get("tuner.confirmation") != "true"]
+    records: dict[int, dict[str, Any]] = {}
+    for run in runs:
+        record = record_from_run(tracker.client, run)
+        records.setdefault(record["number"], record)
+    study = make_study(run_name)
+    for frozen in study.trials:
+        if frozen.state == optuna.trial.TrialState.RUNNING:
+            if frozen.number in records:  # logged, but the driver died before telling Optuna
+                tell(study, optuna.Trial(study, frozen._trial_id), records[frozen.number])
+            else:  # in flight when the driver died: run it again with the same params
+                study.tell(frozen.number, state=optuna.trial.TrialState.FAIL)
+                study.enqueue_trial(frozen.params)
+        elif frozen.state == optuna.trial.TrialState.COMPLETE and frozen.number not in records:
+            study.enqueue_trial(frozen.params)  # told, but its MLflow run was never written
+    return run_name, study, sorted(records.values(), key=lambda r: r["number"])

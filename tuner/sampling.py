@@ -1,0 +1,97 @@
+"""Optuna inside Ray Tune: the sampler, the ask/tell searcher, and how a trial's outcome is told.
+
+Every trial is told as COMPLETE with its tokens/s and a constraint ("stable") that is violated
+for unstable trials. Told as FAIL they would vanish from TPE's model and it would keep sampling
+the region that blows up; as infeasible they rank below every stable trial, so TPE steers away.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tuner import recommend as rec
+from tuner.space import SearchSpace
+from tuner.trial import STABLE
+
+__all__ = ["constraint_of", "make_sampler", "make_study", "searcher_class", "tell"]
+
+
+def constraint_of(record: dict[str, Any]) -> float:
+    """Optuna constraint: <= 0 feasible. Unstable trials are infeasible, and more so the earlier
+    they broke, so the sampler learns a gradient toward the stable region."""
+    if record.get("status") == STABLE:
+        return 0.0 if rec.learned(record) else 0.5
+    steps = max(int(record.get("max_steps") or 1), 1)
+    stopped = record.get("stopped_at_step") or 0
+    return 1.0 + (1.0 - min(stopped, steps) / steps)
+
+
+def make_sampler(name: str, seed: int, n_trials: int):
+    import warnings
+
+    import optuna
+
+    if name == "tpe":
+        warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+        # TPE reads each trial's constraint (set in tell()) and ranks infeasible trials as bad.
+        return optuna.samplers.TPESampler(
+            seed=seed,
+            n_startup_trials=max(3, min(10, n_trials // 3)),  # random first: TPE needs some history
+            multivariate=True,
+            group=True,  # LoRA params exist only when LoRA is on: model them as their own group
+        )
+    return optuna.samplers.RandomSampler(seed=seed)  # grid points are enqueued in order
+
+
+def make_study(sampler_name: str, seed: int, n_trials: int, storage: str | None, study_name: str,
+               grid: list[dict[str, Any]] | None = None):
+    """A new study (grid points enqueued in order), or the existing one of that name (resume)."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    sampler = make_sampler(sampler_name, seed, n_trials)
+    study = optuna.create_study(study_name=study_name, storage=storage, sampler=sampler, direction="maximize",
+                                load_if_exists=True)
+    if grid is not None and not study.trials:
+        for point in grid:
+            study.enqueue_trial(point, skip_if_exists=False)
+    return study
+
+
+def tell(study, trial, record: dict[str, Any]) -> None:
+    """Report a trial to Optuna: always COMPLETE, with its tokens/s and a constraint value."""
+    for key in ("status", "reason", "progress", "tokens_per_second", "stopped_at_step"):
+        trial.set_user_attr(key, record.get(key))
+    trial.set_constraint("stable", constraint_of(record))
+    study.tell(trial, float(record.get("tokens_per_second") or 0.0))
+
+
+def searcher_class():
+    from ray.tune.search import Searcher
+
+    class OptunaSearcher(Searcher):
+        """Ray Tune searcher over an Optuna study (ask/tell), with the trial spec as Ray's config."""
+
+        def __init__(self, study, space: SearchSpace, base_spec: dict[str, Any], timeout: float):
+            super().__init__(metric="tokens_per_second", mode="max")
+            self.study, self.space, self.base_spec, self.timeout = study, space, base_spec, timeout
+            self.asked: dict[str, Any] = {}  # Ray trial id -> optuna.Trial
+
+        def suggest(self, trial_id: str):
+            trial = self.study.ask()
+            params = self.space.suggest(trial)
+            self.asked[trial_id] = trial
+            spec = {**self.base_spec, "params": params}
+            return {"spec": spec, "number": trial.number, "timeout": self.timeout}
+
+        def on_trial_complete(self, trial_id: str, result=None, error: bool = False):
+            trial = self.asked.pop(trial_id, None)
+            if trial is None:
+                return
+            record = dict(result or {})
+            if error or "status" not in record:
+                record = {"status": "crashed", "reason": "Ray lost the trial's worker", "stopped_at_step": 0}
+            record["max_steps"] = self.base_spec["max_steps"]
+            tell(self.study, trial, record)
+
+    return OptunaSearcher
