@@ -1,10 +1,9 @@
 """Bad input: one line on stderr that says what is wrong and where, exit code 2, no traceback, nothing written.
 
-Each case is one bad command line, run in its own empty working directory with ``--store tmp/mlflow``. Cases
-that fail before any heavy import run as real ``python -m tuner.cli`` subprocesses (they cost a fraction of a
-second); cases that fail after TRL, torch or datasets are imported run in this process through
-``tuner.cli.main`` so the imports are paid once, and a representative few of those run as subprocesses too
-(``process=True``), so the no-traceback rule is checked on the real entry point at every stage of ``prepare()``.
+Each case is one bad command line run in its own empty working directory with ``--store tmp/mlflow``. Most run
+in this process through ``tuner.cli.main`` (TRL, torch and MLflow are imported once, not once per case); the
+cases marked ``process=True`` run as real ``python -m tuner.cli`` subprocesses, one or more from every stage of
+``prepare()``, the other commands and argparse, so the no-traceback rule is checked on the real entry point.
 """
 
 from __future__ import annotations
@@ -23,7 +22,7 @@ from tuner import cli
 
 STORE = "tmp/mlflow"
 
-# A small valid grpo space; cases break one thing in it.
+# A small valid grpo space; each space case breaks one thing in it.
 SPACE = """\
 trainer: grpo
 fixed:
@@ -34,12 +33,15 @@ params:
   use_peft: {type: categorical, choices: [true, false]}
   lora_r: {type: categorical, choices: [4, 8], when: {use_peft: true}}
 """
+USE_PEFT = "  use_peft: {type: categorical, choices: [true, false]}\n"
+DPO_PAIRS_WITHOUT_REJECTED = '{"prompt": "a", "chosen": " b"}\n'
+TRIAL = "trainer: grpo\nmax_steps: 2\nparams: {learning_rate: 0.001}\n"
 
 
 def space(old: str = "", new: str = "") -> dict[str, str]:
     """The files of a case whose --search-space is SPACE with ``old`` replaced by ``new``."""
     assert old in SPACE
-    return {"space.yaml": SPACE.replace(old, new, 1) if old else SPACE}
+    return {"space.yaml": SPACE.replace(old, new, 1)}
 
 
 def search(*args: str) -> tuple[str, ...]:
@@ -50,154 +52,163 @@ def with_space(*args: str) -> tuple[str, ...]:
     return search("--search-space", "space.yaml", *args)
 
 
+def export(*args: str) -> tuple[str, ...]:
+    return ("export", "--store", STORE, "--experiment", "nope", *args)
+
+
+def trial(text: str) -> dict:
+    return {"args": ("trial", "--config", "trial.yaml"), "files": {"trial.yaml": text}}
+
+
 @dataclass(frozen=True)
 class Case:
     id: str
     args: tuple[str, ...]
-    fragment: str  # must appear in the error line: names what is wrong and where
+    fragment: str  # must appear in the error line: what is wrong and where
     files: dict[str, str] = field(default_factory=dict)  # written into the working directory first
     env: dict[str, str] = field(default_factory=dict)
-    process: bool = True  # False: in this process via cli.main (the case fails after a heavy import)
-    store_exists: bool = False  # the store holds a database before the command runs; it must not change
+    process: bool = False  # True: a real `python -m tuner.cli` subprocess
+    store_exists: bool = False  # the store holds an empty MLflow database first; it must not change
+    seconds: float = 60  # generous: the slowest cases import TRL on a busy 2-core machine
 
-
-DPO_PREFS_NO_REJECTED = '{"prompt": "a", "chosen": " b"}\n'
-GRPO_TRIAL = "trainer: grpo\nmax_steps: 2\nparams: {learning_rate: 0.001}\n"
 
 CASES = [
-    # -- the search-space file: all fail before TRL is imported --------------------------------------------
+    # -- the search-space file: all fail before TRL is imported ----------------------------------------------------
     Case("space-malformed-yaml", with_space(), "space.yaml: malformed YAML at line",
-         {"space.yaml": "trainer: grpo\nparams: {learning_rate: [1\n"}),
+         {"space.yaml": "trainer: grpo\nparams: {learning_rate: [1\n"}, process=True),
+    Case("space-duplicate-key", with_space(), "space.yaml: duplicate key 'learning_rate' at line 9",
+         {"space.yaml": SPACE + "  learning_rate: {type: float, low: 0.1, high: 0.2}\n"}),
     Case("space-not-mapping", with_space(), "space.yaml: a search space must be a YAML mapping",
          {"space.yaml": "- trainer\n- grpo\n"}),
     Case("space-empty-file", with_space(), "space.yaml: a search space must be a YAML mapping", {"space.yaml": ""}),
     Case("space-unknown-top-level-key", with_space(), "space.yaml: fixd: unknown key", space("fixed:", "fixd:")),
-    Case("space-unknown-param-key", with_space(), "space.yaml: params.learning_rate.lowx: unknown key",
-         space("low: 1.0e-5", "lowx: 1.0e-5")),
-    Case("space-unknown-param-type", with_space(), "params.learning_rate: type must be one of",
+    Case("space-unknown-param-key", with_space(), "space.yaml: params.learning_rate.lowx: unknown key; remove it or "
+         "check its spelling (did you mean 'low'?)", space("low: 1.0e-5", "lowx: 1.0e-5"), process=True),
+    Case("space-unknown-param-type", with_space(), "space.yaml: params.learning_rate: type must be one of float, int",
          space("type: float", "type: real")),
-    Case("space-wrong-value-type", with_space(), "space.yaml: params.learning_rate.low:",
+    Case("space-wrong-value-type", with_space(), "space.yaml: params.learning_rate.low: Input should be a valid number",
          space("low: 1.0e-5", 'low: "abc"')),
+    Case("space-missing-bound", with_space(), "space.yaml: params.learning_rate.high: required key is missing",
+         space("high: 1.0e-2, ", "")),
     Case("space-low-above-high", with_space(), "space.yaml: params.learning_rate: low must not exceed high",
          space("low: 1.0e-5", "low: 1.0")),
-    Case("space-log-low-not-positive", with_space(), "params.learning_rate: log scale needs low > 0",
+    Case("space-nan-bound", with_space(), "space.yaml: params.learning_rate: low and high must be finite",
+         space("high: 1.0e-2", "high: .nan")),
+    Case("space-log-low-not-positive", with_space(), "space.yaml: params.learning_rate: log scale needs low > 0",
          space("low: 1.0e-5", "low: 0.0")),
-    Case("space-empty-choices", with_space(), "space.yaml: params.use_peft.choices:",
+    Case("space-empty-choices", with_space(), "space.yaml: params.use_peft.choices: must not be empty",
          space("choices: [true, false]", "choices: []")),
-    Case("space-no-params", with_space(), "space.yaml: params:",
+    Case("space-choice-not-a-scalar", with_space(), "space.yaml: params.use_peft.choices.0: must be a number, string",
+         space("choices: [true, false]", "choices: [{a: 1}]")),
+    Case("space-no-params", with_space(), "space.yaml: params: must not be empty",
          {"space.yaml": "trainer: grpo\nparams: {}\n"}),
-    Case("space-condition-unknown-param", with_space(), "params.lora_r.when: condition on unknown parameter 'use_lora'",
-         space("when: {use_peft: true}", "when: {use_lora: true}")),
-    Case("space-condition-before-dependency", with_space(), "params.lora_r.when: 'use_peft' must be declared before",
-         {"space.yaml": SPACE.replace("  use_peft: {type: categorical, choices: [true, false]}\n", "")
-          + "  use_peft: {type: categorical, choices: [true, false]}\n"}),
+    Case("space-condition-unknown-param", with_space(), "space.yaml: params.lora_r.when: condition on unknown "
+         "parameter 'use_lora'", space("when: {use_peft: true}", "when: {use_lora: true}")),
+    Case("space-condition-before-dependency", with_space(), "space.yaml: params.lora_r.when: 'use_peft' must be "
+         "declared before 'lora_r'", {"space.yaml": SPACE.replace(USE_PEFT, "") + USE_PEFT}),
     Case("space-unknown-trainer", with_space(), "space.yaml: trainer: unknown trainer 'ppo'",
          space("trainer: grpo", "trainer: ppo")),
-    Case("space-trainer-mismatch", with_space("--trainer", "dpo"), "space is for 'grpo' but --trainer is 'dpo'",
-         space()),
-    Case("space-unknown-precision", with_space(), "params.precision: unknown precision 'fp8'",
+    Case("space-trainer-mismatch", with_space("--trainer", "dpo"), "space.yaml: trainer: the space is for 'grpo' but "
+         "--trainer is 'dpo'", space()),
+    Case("space-unknown-precision", with_space(), "space.yaml: params.precision: unknown precision 'fp8'",
          space("bf16-mixed]", "fp8]")),
-    Case("space-param-fixed-and-searched", with_space(), "fixed.learning_rate: also declared under params",
+    Case("space-param-fixed-and-searched", with_space(), "space.yaml: fixed.learning_rate: also declared under params",
          space("max_completion_length: 8", "max_completion_length: 8\n  learning_rate: 0.001")),
-    Case("space-file-missing", search("--search-space", "nope.yaml"), "nope.yaml: search space file not found"),
+    Case("space-file-missing", search("--search-space", "nope.yaml"), "nope.yaml: search space file not found",
+         process=True),
     Case("space-file-is-directory", search("--search-space", "adir"), "adir: cannot read the search space file",
          {"adir/x": ""}),
-    Case("grid-with-float-param", with_space("--sampler", "grid"),
-         "params.learning_rate: the grid sampler needs every param categorical", space()),
-    Case("precisions-all-need-gpu", with_space(), "params.precision: none of fp16-mixed can run on this machine",
-         space("[fp32, bf16-mixed]", "[fp16-mixed]"), process=False),
-    # needs TRL's config fields: the first case past the pure checks, so it also runs as a subprocess
-    Case("space-unknown-param-name", with_space(), "params.learning_rte: unknown parameter for grpo; did you mean "
-         "'learning_rate'?", space("learning_rate:", "learning_rte:")),
-    Case("space-unknown-fixed-name", with_space(), "fixed.max_completion_len: unknown parameter for grpo",
-         space("max_completion_length", "max_completion_len"), process=False),
-    # -- command-line values -------------------------------------------------------------------------------
-    Case("unknown-flag", search("--bogus"), "unrecognized arguments: --bogus"),
+    Case("grid-with-float-param", with_space("--sampler", "grid"), "space.yaml: params.learning_rate: the grid "
+         "sampler needs every param categorical", space(), process=True),
+    # -- the space against TRL's config fields and this machine (imports TRL and torch) -------------------------------
+    Case("space-unknown-param-name", with_space(), "space.yaml: params.learning_rte: unknown parameter for grpo; did "
+         "you mean 'learning_rate'?", space("learning_rate:", "learning_rte:")),
+    Case("space-unknown-fixed-name", with_space(), "space.yaml: fixed.max_completion_len: unknown parameter for grpo",
+         space("max_completion_length", "max_completion_len")),
+    Case("precisions-all-need-gpu", with_space(), "space.yaml: params.precision: none of fp16-mixed can run on this "
+         "machine", space("[fp32, bf16-mixed]", "[fp16-mixed]")),
+    # -- command-line values ---------------------------------------------------------------------------------------
+    Case("unknown-flag", search("--bogus"), "unrecognized arguments: --bogus", process=True),
     Case("unknown-command", ("serach",), "argument COMMAND: invalid choice: 'serach'"),
-    Case("no-command", (), "choose a command"),
+    Case("no-command", (), "choose a command", process=True),
     Case("trainer-bogus", search("--trainer", "bogus"), "argument --trainer: invalid choice: 'bogus'"),
     Case("sampler-bogus", search("--sampler", "bogus"), "argument --sampler: invalid choice: 'bogus'"),
-    Case("trials-zero", search("--trials", "0"), "argument --trials: must be at least 1, got 0"),
+    Case("trials-zero", search("--trials", "0"), "argument --trials: must be at least 1, got 0", process=True),
     Case("trials-not-a-number", search("--trials", "abc"), "argument --trials: expected a whole number, got 'abc'"),
     Case("max-steps-negative", search("--max-steps", "-1"), "argument --max-steps: must be at least 1, got -1"),
     Case("concurrency-zero", search("--concurrency", "0"), "argument --concurrency: must be at least 1, got 0"),
     Case("cpus-per-trial-zero", search("--cpus-per-trial", "0"), "argument --cpus-per-trial: must be positive, got 0"),
-    Case("gpus-per-trial-negative", search("--gpus-per-trial", "-1"), "argument --gpus-per-trial: must not be negative"),
-    Case("trial-timeout-zero", search("--trial-timeout", "0"), "argument --trial-timeout: must be positive"),
+    Case("gpus-per-trial-negative", search("--gpus-per-trial", "-1"), "argument --gpus-per-trial: must not be "
+         "negative, got -1"),
+    Case("trial-timeout-zero", search("--trial-timeout", "0"), "argument --trial-timeout: must be positive, got 0"),
     Case("confirm-seeds-negative", search("--confirm-seeds", "-1"), "argument --confirm-seeds: must not be negative"),
     Case("seed-not-a-number", search("--seed", "x"), "argument --seed: invalid int value: 'x'"),
     Case("gpus-per-trial-without-gpu", search("--gpus-per-trial", "1"), "--gpus-per-trial 1.0: this machine has no "
          "CUDA GPU"),
     Case("ray-address-unreachable", search("--ray-address", "127.0.0.1:1"), "--ray-address 127.0.0.1:1: no Ray "
-         "cluster answers there"),
-    Case("ray-address-without-port", search("--ray-address", "somewhere"), "--ray-address somewhere:"),
+         "cluster answers there", process=True, seconds=15),
+    Case("ray-address-without-port", search("--ray-address", "somewhere"), "--ray-address somewhere: no Ray cluster"),
     Case("output-folder-missing", search("-o", "no/such/dir/rec.yaml"), "-o no/such/dir/rec.yaml: folder no/such/dir "
-         "does not exist"),
+         "does not exist", process=True),
     Case("output-is-a-directory", search("-o", "adir"), "-o adir: is a directory", {"adir/x": ""}),
-    Case("reward-func-not-importable", search("--reward-func", "nope:missing"),
-         "reward function 'nope:missing' cannot be imported", process=False),
-    Case("reward-func-malformed", search("--reward-func", "nope"), "reward function 'nope' is not 'builtin'",
-         process=False),
     Case("reward-func-for-dpo", search("--trainer", "dpo", "--reward-func", "accuracy_reward"),
-         "--reward-func is for grpo only"),
-    # -- model and data ------------------------------------------------------------------------------------
+         "--reward-func is for grpo only", process=True),
+    Case("reward-func-not-importable", search("--reward-func", "nope:missing"),
+         "reward function 'nope:missing' cannot be imported: No module named 'nope'"),
+    Case("reward-func-malformed", search("--reward-func", "nope"), "reward function 'nope' is not 'builtin'"),
+    # -- model and data --------------------------------------------------------------------------------------------
     Case("model-path-missing", search("--model", "/does/not/exist"), "model path '/does/not/exist' does not exist"),
     Case("model-dir-not-a-model", search("--model", "notamodel"), "notamodel is a directory but not a model: no "
-         "config.json", {"notamodel/readme.txt": "hello"}, process=False),
-    Case("model-hub-offline", search("--model", "some-org/unreachable-model"),
-         "model 'some-org/unreachable-model' is neither a local directory nor reachable", env={"HF_HUB_OFFLINE": "1"},
-         process=False),
-    Case("dataset-file-missing", search("--dataset", "missing.jsonl"), "dataset file 'missing.jsonl' does not exist",
-         process=False),
-    Case("dataset-missing-column", search("--trainer", "dpo", "--dataset", "prefs.jsonl"),
-         "prefs.jsonl: dpo needs columns prompt, chosen, rejected; missing: rejected",
-         {"prefs.jsonl": DPO_PREFS_NO_REJECTED}),
+         "config.json", {"notamodel/readme.txt": "hello"}),
+    Case("model-hub-offline", search("--model", "some-org/unreachable-model"), "model 'some-org/unreachable-model' "
+         "is neither a local directory nor reachable", env={"HF_HUB_OFFLINE": "1"}),
+    Case("dataset-file-missing", search("--dataset", "missing.jsonl"), "dataset file 'missing.jsonl' does not exist"),
+    # the last check before the store: every slow check runs first, so this one is also a subprocess
+    Case("dataset-missing-column", search("--trainer", "dpo", "--dataset", "pairs.jsonl"), "pairs.jsonl: dpo needs "
+         "columns prompt, chosen, rejected; missing: rejected", {"pairs.jsonl": DPO_PAIRS_WITHOUT_REJECTED},
+         process=True),
     Case("dataset-empty-file", search("--dataset", "empty.jsonl"), "empty.jsonl: the file is empty",
-         {"empty.jsonl": ""}, process=False),
+         {"empty.jsonl": ""}),
     Case("dataset-malformed-jsonl", search("--dataset", "bad.jsonl"), "bad.jsonl: cannot be read as json",
-         {"bad.jsonl": '{"prompt": "a"\n'}, process=False),
+         {"bad.jsonl": '{"prompt": "a"\n'}),
     Case("dataset-unsupported-type", search("--dataset", "data.txt"), "data.txt: unsupported dataset file type",
-         {"data.txt": "hello\n"}, process=False),
-    Case("dataset-hub-offline", search("--dataset", "some-org/unreachable-data"),
-         "dataset 'some-org/unreachable-data' is neither a local file nor reachable", env={"HF_HUB_OFFLINE": "1"},
-         process=False),
-    # -- the store ---------------------------------------------------------------------------------------------
-    Case("store-under-proc", search("--store", "/proc/tuner-store"), "MLflow store /proc/tuner-store is not writable",
-         process=False),
-    Case("store-under-a-file", search("--store", "afile/store"), "MLflow store", {"afile": "x"}, process=False),
-    Case("tracking-server-unreachable", search("--tracking-uri", "http://127.0.0.1:9"),
-         "MLflow tracking server http://127.0.0.1:9 is unreachable"),
-    Case("tracking-uri-unknown-scheme", search("--tracking-uri", "bogus://x"), "--tracking-uri bogus://x:",
-         process=False),
-    Case("bad-space-existing-store", with_space(), "params.learning_rate.lowx: unknown key",
-         space("low: 1.0e-5", "lowx: 1.0e-5"), store_exists=True),
-    # -- export, trial, ui ---------------------------------------------------------------------------------
-    Case("export-missing-store", ("export", "--store", STORE, "--experiment", "nope"), "no MLflow store at tmp/mlflow"),
-    Case("export-unknown-experiment", ("export", "--store", STORE, "--experiment", "nope"),
-         "no experiment named 'nope'", store_exists=True, process=False),
-    Case("export-run-id-unknown", ("export", "--store", STORE, "--experiment", "x", "--run-id", "abc123"),
-         "--run-id abc123: MLflow at sqlite:", store_exists=True, process=False),
-    Case("export-server-unreachable", ("export", "--store", STORE, "--experiment", "x", "--tracking-uri",
-                                       "http://127.0.0.1:9"), "MLflow tracking server http://127.0.0.1:9 is unreachable"),
-    Case("export-output-folder-missing", ("export", "--store", STORE, "--experiment", "x", "-o", "no/dir/r.yaml"),
-         "-o no/dir/r.yaml: folder no/dir does not exist"),
-    Case("export-bad-format", ("export", "--store", STORE, "--experiment", "x", "--format", "xml"),
-         "argument --format: invalid choice: 'xml'"),
-    Case("trial-config-missing", ("trial", "--config", "missing.yaml"), "missing.yaml: trial config not found"),
-    Case("trial-config-unknown-key", ("trial", "--config", "trial.yaml"), "trial.yaml: max_stpes: unknown key",
-         {"trial.yaml": GRPO_TRIAL.replace("max_steps", "max_stpes")}),
-    Case("trial-config-malformed-yaml", ("trial", "--config", "trial.yaml"), "trial.yaml: malformed YAML",
-         {"trial.yaml": "trainer: [grpo\n"}),
-    Case("trial-config-not-mapping", ("trial", "--config", "trial.yaml"), "trial.yaml: a trial config must be a YAML "
-         "mapping", {"trial.yaml": "- grpo\n"}),
-    Case("trial-config-unknown-trainer", ("trial", "--config", "trial.yaml"), "trial.yaml: trainer: unknown trainer "
-         "'ppo'", {"trial.yaml": GRPO_TRIAL.replace("grpo", "ppo")}),
-    Case("trial-config-unknown-param", ("trial", "--config", "trial.yaml"), "trial.yaml: params.learnin_rate: unknown "
-         "parameter for grpo; did you mean 'learning_rate'?",
-         {"trial.yaml": GRPO_TRIAL.replace("learning_rate", "learnin_rate")}, process=False),
-    Case("trial-config-bad-max-steps", ("trial", "--config", "trial.yaml"), "trial.yaml: max_steps: must be a "
-         "positive integer", {"trial.yaml": GRPO_TRIAL.replace("max_steps: 2", "max_steps: 0")}),
-    Case("ui-missing-store", ("ui", "--store", STORE), "no MLflow store at tmp/mlflow/mlflow.db"),
+         {"data.txt": "hello\n"}),
+    Case("dataset-hub-offline", search("--dataset", "some-org/unreachable-data"), "dataset 'some-org/unreachable-data' "
+         "is neither a local file nor reachable", env={"HF_HUB_OFFLINE": "1"}),
+    # -- the store -------------------------------------------------------------------------------------------------
+    Case("store-under-proc", search("--store", "/proc/tuner-store"), "MLflow store /proc/tuner-store is not writable"),
+    Case("store-under-a-file", search("--store", "afile/store"), "/afile/store is not writable (Not a directory)",
+         {"afile": "x"}),
+    Case("tracking-server-unreachable", search("--tracking-uri", "http://127.0.0.1:9"), "MLflow tracking server "
+         "http://127.0.0.1:9 is unreachable", process=True, seconds=15),
+    Case("tracking-uri-unknown-scheme", search("--tracking-uri", "bogus://x"), "--tracking-uri bogus://x: MLflow "
+         "cannot use this kind of URI"),
+    Case("bad-space-existing-store", with_space(), "space.yaml: params.learning_rate.lowx: unknown key",
+         space("low: 1.0e-5", "lowx: 1.0e-5"), process=True, store_exists=True),
+    # -- export, trial, ui -----------------------------------------------------------------------------------------
+    Case("export-missing-store", export(), "no MLflow store at tmp/mlflow/mlflow.db", process=True),
+    Case("export-unknown-experiment", export(), "no experiment named 'nope'; this store has no searches yet",
+         store_exists=True),
+    Case("export-unknown-run-id", export("--run-id", "abc123"), "--run-id abc123: MLflow at sqlite:",
+         store_exists=True),
+    Case("export-server-unreachable", export("--tracking-uri", "http://127.0.0.1:9"), "MLflow tracking server "
+         "http://127.0.0.1:9 is unreachable", process=True, seconds=15),
+    Case("export-output-folder-missing", export("-o", "no/dir/r.yaml"), "-o no/dir/r.yaml: folder no/dir does not "
+         "exist"),
+    Case("export-bad-format", export("--format", "xml"), "argument --format: invalid choice: 'xml'"),
+    Case("trial-config-missing", ("trial", "--config", "missing.yaml"), "missing.yaml: trial config not found",
+         process=True),
+    Case("trial-config-unknown-key", **trial(TRIAL.replace("max_steps", "max_stpes")),
+         fragment="trial.yaml: max_stpes: unknown key", process=True),
+    Case("trial-config-malformed-yaml", **trial("trainer: [grpo\n"), fragment="trial.yaml: malformed YAML"),
+    Case("trial-config-not-mapping", **trial("- grpo\n"), fragment="trial.yaml: a trial config must be a YAML mapping"),
+    Case("trial-config-unknown-trainer", **trial(TRIAL.replace("grpo", "ppo")),
+         fragment="trial.yaml: trainer: unknown trainer 'ppo'"),
+    Case("trial-config-unknown-param", **trial(TRIAL.replace("learning_rate", "learnin_rate")),
+         fragment="trial.yaml: params.learnin_rate: unknown parameter for grpo; did you mean 'learning_rate'?"),
+    Case("trial-config-bad-max-steps", **trial(TRIAL.replace("max_steps: 2", "max_steps: 0")),
+         fragment="trial.yaml: max_steps:"),
+    Case("ui-missing-store", ("ui", "--store", STORE), "no MLflow store at tmp/mlflow/mlflow.db", process=True),
     Case("ui-bad-port", ("ui", "--store", STORE, "--port", "70000"), "argument --port: must be between 1 and 65535"),
 ]
 
@@ -206,9 +217,9 @@ CASES = [
 
 
 @pytest.fixture(scope="module")
-def cache_dir(tmp_path_factory) -> str:
-    # tests/conftest.py may already point TUNER_CACHE_DIR at a session folder; otherwise use our own.
-    return os.environ.get("TUNER_CACHE_DIR") or str(tmp_path_factory.mktemp("tuner-cache"))
+def cache_dir(tuner_cache_dir) -> str:
+    # the session's tiny-model cache (tests/conftest.py), also handed to the subprocesses
+    return str(tuner_cache_dir)
 
 
 @pytest.fixture(scope="module")
@@ -225,13 +236,13 @@ def _digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def _run(case: Case, cwd: Path, cache: str, monkeypatch, capsys) -> tuple[int, str, float]:
+def _run(case: Case, cwd: Path, cache: str, monkeypatch, capsys) -> tuple[int, str, str, float]:
     started = time.perf_counter()
     if case.process:
         env = {**os.environ, "TUNER_CACHE_DIR": cache, **case.env}
         done = subprocess.run([sys.executable, "-m", "tuner.cli", *case.args], cwd=cwd, env=env, capture_output=True,
                               text=True, timeout=120)
-        return done.returncode, done.stderr, time.perf_counter() - started
+        return done.returncode, done.stdout, done.stderr, time.perf_counter() - started
     monkeypatch.chdir(cwd)
     monkeypatch.setenv("TUNER_CACHE_DIR", cache)
     monkeypatch.setattr(sys, "path", list(sys.path))  # --reward-func puts the working directory on sys.path
@@ -241,7 +252,8 @@ def _run(case: Case, cwd: Path, cache: str, monkeypatch, capsys) -> tuple[int, s
         code = cli.main(list(case.args))
     except SystemExit as exit:  # argparse exits
         code = exit.code
-    return code, capsys.readouterr().err, time.perf_counter() - started
+    out, err = capsys.readouterr()
+    return code, out, err, time.perf_counter() - started
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
@@ -255,15 +267,16 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(case, tmp_path, cache_d
         (store / "mlflow.db").write_bytes(request.getfixturevalue("empty_store").read_bytes())
         before = _digest(store / "mlflow.db")
 
-    code, stderr, seconds = _run(case, tmp_path, cache_dir, monkeypatch, capsys)
+    code, stdout, stderr, seconds = _run(case, tmp_path, cache_dir, monkeypatch, capsys)
 
     assert "Traceback" not in stderr, stderr
     lines = stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("tuner: error: "), stderr
     assert case.fragment in lines[0]
     assert code == 2, stderr
+    assert stdout == ""
     # Fails before Ray, MLflow and training start: seconds, not the minutes a trial takes.
-    assert seconds < 60, f"took {seconds:.0f}s"
+    assert seconds < case.seconds, f"took {seconds:.0f}s"
     if case.store_exists:
         # An existing store is left byte-for-byte as it was: no experiment, no run.
         assert _digest(store / "mlflow.db") == before

@@ -152,12 +152,23 @@ def test_load_saved_dataset_folder(tmp_path):
     assert "no split 'test'" in _error(load_dataset_spec, str(tmp_path / "splits"), "kto", split="test")
 
 
+def test_load_folder_of_data_files(tmp_path):
+    # The layout `hf download --repo-type dataset --local-dir DIR` leaves: data files, no save_to_disk metadata.
+    rows = builtin_dataset("reward", size=8).to_list()
+    (tmp_path / "data").mkdir()
+    _write_jsonl(tmp_path / "data" / "train.jsonl", rows)
+    assert load_dataset_spec(str(tmp_path), "reward").to_list() == rows
+
+
 def test_load_bad_local_specs(tmp_path):
     assert "does not exist" in _error(load_dataset_spec, str(tmp_path / "missing.jsonl"), "sft")
     assert "does not exist" in _error(load_dataset_spec, "./missing.jsonl", "sft")
     (tmp_path / "data.txt").write_text("hello")
     assert "unsupported dataset file type '.txt'" in _error(load_dataset_spec, str(tmp_path / "data.txt"), "sft")
-    assert "not a dataset saved with save_to_disk" in _error(load_dataset_spec, str(tmp_path), "sft")
+    (tmp_path / "empty").mkdir()
+    message = _error(load_dataset_spec, str(tmp_path / "empty"), "sft")
+    assert "is a directory but cannot be loaded as a dataset" in message
+    assert "nor a hub dataset id" in _error(load_dataset_spec, "bad name!", "sft")
 
 
 def test_load_unreachable_hub_dataset_offline(monkeypatch, tmp_path):
@@ -210,7 +221,8 @@ def test_resolve_reward_funcs_defaults_and_names():
     assert resolve_reward_funcs(None) == [builtin_reward]
     assert resolve_reward_funcs([]) == [builtin_reward]
     assert resolve_reward_funcs(["builtin"]) == [builtin_reward]
-    assert resolve_reward_funcs(["tuner.rewards:builtin_reward", "tuner.rewards.builtin_reward"]) == [builtin_reward] * 2
+    both_spellings = ["tuner.rewards:builtin_reward", "tuner.rewards.builtin_reward"]
+    assert resolve_reward_funcs(both_spellings) == [builtin_reward, builtin_reward]
     functions = resolve_reward_funcs(list(TRL_REWARDS))
     assert len(functions) == len(TRL_REWARDS) and all(callable(function) for function in functions)
 

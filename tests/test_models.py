@@ -182,7 +182,7 @@ def test_resolve_unreachable_hub_id_offline(empty_hub_cache, monkeypatch):
     assert time.monotonic() - started < 5
     # The alias is named as typed, and the fix names the hub id to download.
     assert "model 'Qwen2.5-0.5B' is neither a local directory nor reachable on the Hugging Face Hub" in message
-    assert "huggingface-cli download Qwen/Qwen2.5-0.5B" in message
+    assert "hf download Qwen/Qwen2.5-0.5B" in message
     assert "--model tiny" in message
 
 

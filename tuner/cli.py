@@ -23,6 +23,17 @@ SEARCH_EXAMPLES = """examples:
   tuner search --ray-address 10.0.0.1:6379 --gpus-per-trial 1 --tracking-uri http://mlflow:5000
 """
 
+MAIN_EXAMPLES = """examples:
+  tuner search                                         # tiny local model, grpo: a first search in minutes on a CPU
+  tuner search --model Qwen2.5-0.5B --trainer dpo --dataset prefs.jsonl
+  tuner ui                                             # review the trials in MLflow on http://127.0.0.1:5000
+  tuner export --experiment grpo-tiny -o recommended.yaml
+  trl grpo --config recommended.yaml --dataset_name YOUR_DATASET
+  tuner trial --config trial.yaml                      # reproduce one trial in this process
+
+run `tuner COMMAND --help` for a command's options
+"""
+
 
 class _Parser(argparse.ArgumentParser):
     """argparse, but usage errors are one line and exit code 2 like every other bad input."""
@@ -85,7 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="tuner", description="Find TRL training configs that are stable and fast: many short real "
                      "trials (Ray Tune + Optuna), a guard that stops every trial the moment it goes non-finite or "
                      "collapses, everything logged to MLflow, and a config TRL's CLI runs unchanged.",
-                     epilog="run `tuner COMMAND --help` for a command's options")
+                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=MAIN_EXAMPLES)
     parser.add_argument("--version", action="version", version=f"tuner {__version__}")
     parser.add_argument("--debug", action="store_true", help="show full tracebacks")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
@@ -271,7 +282,8 @@ def cmd_ui(args) -> int:
     uri = tracking.default_tracking_uri(store)
     print(f"MLflow UI for {uri} on http://127.0.0.1:{args.port} (Ctrl-C to stop)")
     return subprocess.call([sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri,
-                            "--host", "127.0.0.1", "--port", str(args.port)])
+                            "--host", "127.0.0.1", "--port", str(args.port),
+                            "--workers", "1"])  # one reviewer: one worker starts in seconds, four take a minute
 
 
 def cmd_report(args) -> int:

@@ -194,7 +194,7 @@ def load_dataset_spec(spec: str | os.PathLike | None, trainer: str, split: str =
     """--dataset value -> a checked Dataset.
 
     None or "builtin" -> builtin_dataset(trainer). A local .jsonl/.json/.parquet/.csv file -> that file.
-    A local directory written by ``save_to_disk`` -> that dataset (``split`` of a DatasetDict).
+    A local directory written by ``save_to_disk``, or holding data files -> that dataset (its ``split``).
     Anything else is a Hugging Face Hub dataset id, loaded with ``datasets.load_dataset(spec, split=split)``.
     """
     check_trainer(trainer)
@@ -205,7 +205,7 @@ def load_dataset_spec(spec: str | os.PathLike | None, trainer: str, split: str =
     if path.is_file():
         dataset = _load_file(path, split)
     elif path.is_dir():
-        dataset = _load_saved(path, split)
+        dataset = _load_folder(path, split)
     elif _looks_like_path(spec):
         raise TunerError(
             f"dataset file {spec!r} does not exist; check the path, or leave --dataset out to use the built-in data"
@@ -236,24 +236,24 @@ def _load_file(path: Path, split: str) -> datasets.Dataset:
     if path.stat().st_size == 0:
         raise TunerError(f"{path}: the file is empty; a trial needs at least one example")
     try:
-        # A local file is a single split; name it "train" so any --split other than a typo is not needed.
+        # A local file is one split; `split` only picks among the splits of hub datasets and save_to_disk folders.
         return datasets.load_dataset(loader, data_files={"train": str(path)}, split="train")
     except Exception as error:  # noqa: BLE001 - parser errors come in many types; all mean "this file is bad"
         raise TunerError(f"{path}: cannot be read as {loader} ({_one_line(error)}); fix the file format") from error
 
 
-def _load_saved(path: Path, split: str) -> datasets.Dataset:
+def _load_folder(path: Path, split: str) -> datasets.Dataset:
     import datasets
 
-    if not ((path / "dataset_info.json").is_file() or (path / "dataset_dict.json").is_file()):
-        raise TunerError(
-            f"{path} is a directory but not a dataset saved with save_to_disk (no dataset_info.json or "
-            "dataset_dict.json); pass a .jsonl/.parquet/.csv file or a save_to_disk folder"
-        )
+    saved = (path / "dataset_info.json").is_file() or (path / "dataset_dict.json").is_file()
     try:
-        loaded = datasets.load_from_disk(str(path))
-    except Exception as error:  # noqa: BLE001
-        raise TunerError(f"{path}: cannot be loaded with load_from_disk ({_one_line(error)})") from error
+        # A save_to_disk folder, or else a folder of data files (such as `hf download --repo-type dataset` writes).
+        loaded = datasets.load_from_disk(str(path)) if saved else datasets.load_dataset(str(path), split=split)
+    except Exception as error:  # noqa: BLE001 - no data files, unreadable files, a missing split
+        raise TunerError(
+            f"{path} is a directory but cannot be loaded as a dataset ({_one_line(error)}); pass a folder written "
+            "by Dataset.save_to_disk, a folder of .jsonl/.parquet/.csv files, or one such file"
+        ) from error
     if isinstance(loaded, datasets.DatasetDict):
         if split not in loaded:
             raise TunerError(f"{path}: no split {split!r}; it has: {', '.join(loaded)}; pass one of them as the split")
@@ -264,15 +264,22 @@ def _load_saved(path: Path, split: str) -> datasets.Dataset:
 def _load_hub(spec: str, split: str) -> datasets.Dataset:
     import datasets
 
-    from tuner.models import hub_unavailable_reason
+    from tuner.models import hub_unavailable_reason, looks_like_hub_id
 
+    if not looks_like_hub_id(spec):
+        raise TunerError(
+            f"dataset {spec!r} is not a local file or folder, nor a hub dataset id like 'org/name'; "
+            "fix the name, or leave --dataset out to use the built-in data"
+        )
     fix = (
-        "download it first (e.g. save it with Dataset.save_to_disk or as .jsonl) and pass the local path, "
+        f"download it first (hf download {spec} --repo-type dataset --local-dir DIR) and pass DIR, "
         "or leave --dataset out to use the built-in data"
     )
     reason = hub_unavailable_reason(spec, repo_type="dataset")
     if reason is not None:
-        raise TunerError(f"dataset {spec!r} is neither a local file nor reachable on the Hugging Face Hub ({reason}); {fix}")
+        raise TunerError(
+            f"dataset {spec!r} is neither a local file nor reachable on the Hugging Face Hub ({reason}); {fix}"
+        )
     try:
         loaded = datasets.load_dataset(spec, split=split)
     except Exception as error:  # noqa: BLE001 - not found, gated, no network, bad split: all one line for the user

@@ -26,6 +26,7 @@ __all__ = [
     "TINY_MODEL",
     "build_tiny_model",
     "hub_unavailable_reason",
+    "looks_like_hub_id",
     "looks_like_path",
     "resolve_model",
     "tiny_model_dir",
@@ -57,7 +58,7 @@ CHAT_TOKENS = ("<|im_start|>", "<|im_end|>")
 _ALPHABET = [chr(c) for c in range(33, 127)] + ["\u0120", "\u010a", "\u0109"]  # "Ġ" " ", "Ċ" "\n", "ĉ" "\t"
 
 # transformers' Qwen2Tokenizer splits text into words with this (one leading space or mark stays with a word).
-_QWEN2_PRETOKENIZE_REGEX = (
+_QWEN2_PRETOKENIZE_REGEX = (  # noqa: E501
     r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
 )
 
@@ -80,6 +81,11 @@ def looks_like_path(spec: str) -> bool:
         return True
     separators = {os.sep, "/"} | ({os.altsep} if os.altsep else set())
     return any(sep in spec for sep in separators) and not _HUB_ID.match(spec)
+
+
+def looks_like_hub_id(spec: str) -> bool:
+    """True for "name" and "org/name" made of the characters the Hugging Face Hub allows."""
+    return bool(_HUB_ID.match(spec))
 
 
 def resolve_model(spec: str, cache_dir: str | os.PathLike | None = None) -> str:
@@ -107,7 +113,7 @@ def resolve_model(spec: str, cache_dir: str | os.PathLike | None = None) -> str:
     if looks_like_path(spec):
         raise TunerError(f"model path {spec!r} does not exist; check the path, or use --model {TINY_MODEL}")
     repo_id = ALIASES.get(spec, spec)
-    if not _HUB_ID.match(repo_id):
+    if not looks_like_hub_id(repo_id):
         raise TunerError(
             f"model {spec!r} is not a local directory, an alias ({', '.join(ALIASES)}) or a hub id "
             f"like 'org/name'; fix the name, or use --model {TINY_MODEL}"
@@ -116,8 +122,7 @@ def resolve_model(spec: str, cache_dir: str | os.PathLike | None = None) -> str:
     if reason is not None:
         raise TunerError(
             f"model {spec!r} is neither a local directory nor reachable on the Hugging Face Hub ({reason}); "
-            f"download it first (huggingface-cli download {repo_id}) and pass the local path, "
-            f"or use --model {TINY_MODEL}"
+            f"download it first (hf download {repo_id} --local-dir DIR) and pass DIR, or use --model {TINY_MODEL}"
         )
     return repo_id
 

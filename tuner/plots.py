@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import math
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -117,10 +118,10 @@ def _finite(value: Any) -> bool:
 
 
 def curves(records: list[dict[str, Any]], histories: dict[int, list[dict[str, Any]]]):
-    """Loss (symlog y) and grad norm (log y) per step, one line per trial coloured by outcome.
+    """Loss (symlog y when something blew up) and grad norm (log y) per step, one line per trial coloured by outcome.
 
     Each trial's stop step is an x on its last plotted point; a non-finite value is drawn as a
-    triangle pinned to the top edge at its step, since it has no place on the axis.
+    hollow triangle pinned to the top edge at its step, since it has no place on the axis.
     """
     from matplotlib.lines import Line2D
     from matplotlib.transforms import blended_transform_factory
@@ -147,14 +148,18 @@ def curves(records: list[dict[str, Any]], histories: dict[int, list[dict[str, An
                             color=colour)
             stop = r.get("stopped_at_step")
             if r.get("status") != "ok" and stop is not None:
-                at = [(s, v) for s, v in finite if s == stop]
-                if at:
-                    ax.scatter([stop], [at[0][1]], marker="x", color=colour, s=60, linewidths=2, zorder=3)
-                else:  # the stop step's value is non-finite (or missing): mark it at the top edge
-                    ax.scatter([stop], [0.97], transform=pinned, marker="x", color=colour, s=60, linewidths=2,
+                at = [row[key] for row in rows if row["step"] == stop]
+                if at and math.isfinite(at[0]) and (key != "grad_norm" or at[0] > 0):
+                    ax.scatter([stop], [at[0]], marker="x", color=colour, s=60, linewidths=2, zorder=3)
+                else:  # non-finite (or missing) at the stop: top edge; a zero grad norm has no log: bottom edge
+                    edge = 0.03 if at and at[0] == 0.0 else 0.97
+                    ax.scatter([stop], [edge], transform=pinned, marker="x", color=colour, s=60, linewidths=2,
                                clip_on=False, zorder=3)
         ax.grid(True, alpha=0.3)
-    loss_ax.set_yscale("symlog", linthresh=1.0)  # linear near the usual losses, log for 1e+34 blow-ups
+    losses = [abs(row["loss"]) for h in histories.values() for row in h
+              if isinstance(row.get("loss"), (int, float)) and math.isfinite(row["loss"])]
+    if losses and max(losses) > 10 * max(1.0, statistics.median(losses)):
+        loss_ax.set_yscale("symlog", linthresh=1.0)  # linear near the usual losses, log for 1e+34 blow-ups
     grad_ax.set_yscale("log")
     loss_ax.set_ylabel("loss")
     grad_ax.set_ylabel("grad norm (log)")

@@ -69,7 +69,9 @@ def trl_config(trainer: str, params: dict[str, Any], model: str, *, use_cpu: boo
                       lora_dropout=lora["lora_dropout"], lora_task_type=lora["task_type"])
         targets = lora["target_modules"]
         config["lora_target_modules"] = [targets] if isinstance(targets, str) else list(targets)
-    config.update({k: v for k, v in precision_flags(split.precision).items() if v})
+    # Both flags, always: TRL's configs turn bf16 on when it is left out, so an fp32 or "-pure"
+    # export would otherwise train under bf16 autocast, which is not the run tuner measured.
+    config.update(precision_flags(split.precision))
     config.update(split.config)
     # tuner measured with the nan/inf filter off; keep it off so a NaN loss stays visible.
     config["logging_nan_inf_filter"] = False

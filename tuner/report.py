@@ -27,7 +27,7 @@ from tuner.trial import STABLE
 FAILED = ("diverged", "collapsed", "crashed", "oom")
 BAD_OUTCOMES = ("diverged", "collapsed", "crashed", "oom", "not learning")
 _VERBS = {"diverged": "diverged", "collapsed": "collapsed", "crashed": "crashed", "oom": "ran out of memory",
-          "not learning": "did not learn (status ok, progress <= {:g})".format(MIN_PROGRESS)}
+          "not learning": f"did not learn (status ok, progress <= {MIN_PROGRESS:g})"}
 
 MIN_HINT_TRIALS = 3  # a hint compares two groups; with fewer trials per side it would be an anecdote
 MIN_RATE_GAP = 0.5  # a failure hint needs the failure rates to differ by at least this much
@@ -81,16 +81,19 @@ def dimensions(records: list[dict[str, Any]]) -> dict[str, dict[str, list[dict[s
         if not values or any(isinstance(v, dict) for v in values.values()):
             continue
         distinct = {repr(v) for v in values.values()}
-        continuous = all(isinstance(v, float) and v > 0 for v in values.values()) and len(distinct) > MAX_DISCRETE_VALUES
-        banded = name == "learning_rate" and all(isinstance(v, (int, float)) and v > 0 for v in values.values())
+        positive = all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in values.values())
+        floats = all(isinstance(v, float) for v in values.values())
+        continuous = positive and floats and len(distinct) > MAX_DISCRETE_VALUES
+        banded = positive and (name == "learning_rate" or continuous)
         groups: dict[str, list[dict[str, Any]]] = collections.defaultdict(list)
         for n, v in values.items():
-            groups[lr_band(v) if banded or continuous else _label(v)].append(records[n])
+            groups[lr_band(v) if banded else _label(v)].append(records[n])
         if len(groups) < 2:
             continue
-        if not (banded or continuous) and len(groups) > MAX_DISCRETE_VALUES:
+        if not banded and len(groups) > MAX_DISCRETE_VALUES:
             continue  # strings or ints with many values (a seed, a path): no useful breakdown
-        grouped["LoRA" if name == "use_peft" else name] = dict(sorted(groups.items(), key=_sort_key(name, banded or continuous, values)))
+        ordered = sorted(groups.items(), key=_sort_key(name, banded, values))
+        grouped["LoRA" if name == "use_peft" else name] = dict(ordered)
     return grouped
 
 
@@ -270,7 +273,8 @@ def _distributions(records: list[dict[str, Any]]) -> dict[str, Any]:
             else:
                 distributions[name] = FloatDistribution(float(low), float(high), log=log)
         else:
-            distributions[name] = CategoricalDistribution(sorted(distinct, key=lambda v: (v is None, str(type(v)), str(v))))
+            choices = sorted(distinct, key=lambda v: (v is None, str(type(v)), str(v)))
+            distributions[name] = CategoricalDistribution(choices)
     return distributions
 
 
@@ -278,7 +282,7 @@ def _distributions(records: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _name(dimension: str, value: str) -> str:
-    """How a hint names a dimension value: 'fp16-pure', 'LoRA on', 'learning_rate in 1e-4..1e-3', 'max_grad_norm 0.3'."""
+    """A dimension value in a hint: 'fp16-pure', 'LoRA on', 'learning_rate in 1e-4..1e-3', 'max_grad_norm 0.3'."""
     if dimension == "precision":
         return value
     if dimension == "LoRA":
@@ -379,7 +383,8 @@ def _speed_hint(dimension, value, other, members, rest, min_count) -> str | None
     # Only the faster side speaks: that is the one to act on.
     if theirs <= 0 or mine / theirs - 1 < MIN_SPEED_GAIN:
         return None
-    return (f"stable trials with {_name(dimension, value)} ran {mine / theirs - 1:.0%} faster than {_rest(dimension, other)} "
+    return (f"stable trials with {_name(dimension, value)} ran {mine / theirs - 1:.0%} faster "
+            f"than {_rest(dimension, other)} "
             f"(median {mine:.0f} vs {theirs:.0f} tokens/s, {n} vs {n_rest} trials)")
 
 
@@ -437,7 +442,8 @@ class Report:
         for imp in self.importances:
             if imp.values:
                 width = max(len(name) for name in imp.values)
-                rows = [f"{name:<{width}}  {score:5.2f}  {'#' * round(score * 20)}" for name, score in imp.values.items()]
+                rows = [f"{name:<{width}}  {score:5.2f}  {'#' * round(score * 20)}".rstrip()
+                        for name, score in imp.values.items()]
                 out += [f"{imp.target} ({imp.note}):"] + block(rows)
             else:
                 out.append(f"{imp.target}: {imp.note}")
@@ -529,9 +535,9 @@ def report_search(uri: str, experiment: str, run_id: str | None = None, out: str
                   min_count: int = MIN_HINT_TRIALS) -> Rendered:
     """Load a search from MLflow, build its report and plots, write them to ``out`` (or a temp
     folder) and log them on the search's parent run as report.md and plots/*.png."""
-    from tuner import plots, tracking
-
     from mlflow.exceptions import MlflowException
+
+    from tuner import plots, tracking
 
     if uri.startswith(("http://", "https://")):
         tracking.check_tracking(uri)  # MLflow's client would retry an absent server for minutes
@@ -551,7 +557,11 @@ def report_search(uri: str, experiment: str, run_id: str | None = None, out: str
     histories = load_histories(mlflow_client, report.records)
 
     folder = Path(out) if out else Path(tempfile.mkdtemp(prefix="tuner-report-"))
-    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "report.md").touch()
+    except OSError as e:
+        raise TunerError(f"--out {out}: cannot write there ({e.strerror or e}); pass a writable folder") from None
     written = plots.save_all(report, histories, folder / "plots")
     (folder / "report.md").write_text(report.markdown([f"plots/{p.name}" for p in written]))
     mlflow_client.log_artifact(parent, str(folder / "report.md"))

@@ -31,6 +31,7 @@ TRL_REWARDS: tuple[str, ...] = (
 # trains with the same reward that was searched.
 _SOFT_OVERLONG = {"max_completion_len": 1280, "soft_punish_cache": 256}
 
+
 def builtin_reward(prompts: list | None = None, completions: list | None = None, **kwargs) -> list[float]:
     """The default GRPO reward on the built-in data: the fraction of a completion's words that are real words.
 

@@ -144,6 +144,7 @@ def prepare(options: SearchOptions) -> Prepared:
         tracking.check_tracking(uri, Path(o.store))  # asks the server's /health; writes nothing
 
     # -- the slow checks: they import torch, TRL and datasets, and build the tiny model once
+    _quiet_libraries()
     if o.gpus_per_trial > 0 and not o.ray_address:
         import torch
 
@@ -169,6 +170,17 @@ def prepare(options: SearchOptions) -> Prepared:
         tracking.check_tracking(uri, Path(o.store))
     experiment = o.experiment or f"{o.trainer}-{_model_label(o.model)}"
     return Prepared(o, space, model_path, uri, experiment, n_trials, grid, dropped, warnings)
+
+
+def _quiet_libraries() -> None:
+    """Keep library chatter off stderr, where a bad input's one-line error goes: progress bars (tiny-model
+    build, dataset loading) and the datasets loader's own log of a file it cannot parse (we say it in one line)."""
+    import logging
+
+    from tuner.trial import quiet_libraries
+
+    quiet_libraries()
+    logging.getLogger("datasets").setLevel(logging.CRITICAL)
 
 
 def _check_tracking_scheme(uri: str) -> None:

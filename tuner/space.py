@@ -21,6 +21,7 @@ from __future__ import annotations
 import difflib
 import itertools
 import math
+from collections.abc import Hashable
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
@@ -248,11 +249,13 @@ def load_space(path: str | Path | None = None, trainer: str | None = None) -> Se
     except (IsADirectoryError, PermissionError, UnicodeDecodeError) as e:
         raise TunerError(f"{where}: cannot read the search space file ({type(e).__name__}); pass a readable YAML file") from None
     try:
-        raw = yaml.safe_load(text)
+        raw = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(e, "problem", None) or "invalid YAML"
+        if problem.startswith("duplicate key"):
+            raise TunerError(f"{where}: {problem}{at}; keep only one of them") from None
         raise TunerError(f"{where}: malformed YAML{at}: {problem}") from None
     space = parse_space(raw, where)
     if trainer is not None and space.trainer != trainer:
@@ -261,6 +264,20 @@ def load_space(path: str | Path | None = None, trainer: str | None = None) -> Se
             f"pass --trainer {space.trainer} or a space written for {trainer}"
         )
     return space
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """safe_load, except that a key given twice is an error: YAML would silently keep the last one."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if isinstance(key, Hashable) and key in seen:
+                raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
+            if isinstance(key, Hashable):
+                seen.add(key)
+        return super().construct_mapping(node, deep=deep)
 
 
 def parse_space(raw: Any, where: str = "<memory>") -> SearchSpace:

@@ -62,8 +62,13 @@ class TrialSpec:
         if not isinstance(data["params"], dict):
             raise TunerError(f"{where}: params: must be a mapping of parameter names to values")
         spec = cls(**data)
-        if not isinstance(spec.max_steps, int) or spec.max_steps < 1:
-            raise TunerError(f"{where}: max_steps: must be a positive integer, got {spec.max_steps!r}")
+        # bool is an int to Python, but `max_steps: true` is a typo, not "1 step".
+        for name, low in (("max_steps", 1), ("warmup_steps", 0), ("seed", 0)):
+            value = getattr(spec, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < low:
+                raise TunerError(f"{where}: {name}: must be a whole number >= {low}, got {value!r}")
+        if spec.fault is not None:
+            _parse_fault(spec.fault, f"{where}: fault")
         return spec
 
     def to_dict(self) -> dict[str, Any]:
@@ -153,12 +158,21 @@ def _is_oom(error: BaseException) -> bool:
     return isinstance(error, (torch.OutOfMemoryError, MemoryError)) or "out of memory" in str(error).lower()
 
 
+def _parse_fault(fault: str, where: str) -> tuple[str, int]:
+    kind, _, at = str(fault).partition("@")
+    known = (*_FAULTS, "oom", "error")
+    if kind not in known or not (at or "1").isdigit() or int(at or 1) < 1:
+        raise TunerError(f"{where}: fault must be '<kind>@<step>' with kind one of {', '.join(known)} "
+                         f"and step >= 1, got {fault!r}")
+    return kind, int(at or 1)
+
+
 def _fault_hook(fault: str | None):
+    where = "fault" if fault else FAULT_ENV
     fault = fault or os.environ.get(FAULT_ENV)
     if not fault:
         return None
-    kind, _, at = fault.partition("@")
-    at_step = int(at or 1)
+    kind, at_step = _parse_fault(fault, where)
 
     def fire(step: int):
         if step != at_step:
@@ -259,8 +273,18 @@ def _cuda_available() -> bool:
 # -- isolation --------------------------------------------------------------------------------
 
 
-def _child(spec_dict: dict, workdir: str) -> None:
+def _tuner_environment() -> dict[str, str]:
+    return {key: value for key, value in os.environ.items() if key.startswith("TUNER_")}
+
+
+def _child(spec_dict: dict, workdir: str, environment: dict[str, str] | None = None) -> None:
     """Child-process entry: run the trial, write result.json beside metrics.jsonl."""
+    # A forkserver child inherits the environment of when the server started, not the caller's
+    # current one: carry TUNER_CACHE_DIR, TUNER_FAULT, ... as they are now.
+    if environment is not None:
+        for key in [key for key in os.environ if key.startswith("TUNER_") and key not in environment]:
+            del os.environ[key]
+        os.environ.update(environment)
     spec = TrialSpec(**spec_dict)
     result = run_trial(spec, workdir, metrics_path=Path(workdir) / "metrics.jsonl")
     (Path(workdir) / "result.json").write_text(json.dumps(result.summary(), allow_nan=True))
@@ -290,7 +314,8 @@ def run_trial_isolated(spec: TrialSpec, workdir: str | os.PathLike, timeout: flo
     for stale in (metrics_path, result_path):
         stale.unlink(missing_ok=True)
     started = time.perf_counter()
-    process = _mp_context().Process(target=_child, args=(spec.to_dict(), str(workdir)), daemon=False)
+    process = _mp_context().Process(target=_child, args=(spec.to_dict(), str(workdir), _tuner_environment()),
+                                     daemon=False)
     process.start()
     process.join(timeout)
     timed_out = process.is_alive()

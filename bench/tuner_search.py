@@ -1,0 +1,72 @@
+"""One tuner search, as the benchmark runs it: tuner's public API, then the histories from MLflow.
+
+    python -m bench.tuner_search --out grid.json --space bench/grid.yaml --trainer reward --sampler grid
+
+The time measured is from ``prepare`` to ``run_search`` returning (Ray start and stop, every
+trial, MLflow logging, the recommendation). Each trial's per-step history is read back from the
+``result.json`` artifact of its nested MLflow run, as a user reviewing the search would find it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.history import first_nonfinite_step, wasted_steps
+
+
+def run_tuner_search(trainer: str, search_space: str | None, sampler: str, max_steps: int, store: str,
+                     trials: int | None = None, seed: int = 0) -> dict[str, Any]:
+    from tuner.search import SearchOptions, prepare, run_search
+    from tuner.tracking import client
+
+    lines: list[str] = []
+    started = time.perf_counter()
+    prepared = prepare(SearchOptions(trainer=trainer, search_space=search_space, sampler=sampler, trials=trials,
+                                     max_steps=max_steps, seed=seed, store=store))
+    outcome = run_search(prepared, echo=lambda line: (lines.append(line), print(line, flush=True)))
+    seconds = time.perf_counter() - started
+
+    mlflow = client(prepared.tracking_uri)
+    parent = mlflow.get_run(outcome.parent_run_id)
+    records = []
+    for record in outcome.records:
+        history = _history(mlflow, record["run_id"])
+        records.append({**record, "history": history, "first_nonfinite_step": first_nonfinite_step(history),
+                        "wasted_steps": wasted_steps(history, int(record.get("steps_run") or 0))})
+    return {
+        "side": "tuner", "trainer": trainer, "sampler": sampler, "search_space": prepared.space.source,
+        "max_steps": max_steps, "seed": seed, "seconds": seconds, "search_wall_seconds": outcome.wall_seconds,
+        "concurrency": int(parent.data.params.get("concurrency", 1)), "dropped_precisions": prepared.dropped_precisions,
+        "records": records, "recommended": outcome.recommended, "log": lines,
+    }
+
+
+def _history(mlflow, run_id: str) -> list[dict[str, Any]]:
+    folder = tempfile.mkdtemp(prefix="bench-result-")
+    path = mlflow.download_artifacts(run_id, "result.json", folder)
+    return json.loads(Path(path).read_text()).get("history", [])
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", required=True, help="write the records here (JSON)")
+    parser.add_argument("--trainer", default="reward")
+    parser.add_argument("--space", default=None, help="search-space YAML (default: the shipped one)")
+    parser.add_argument("--sampler", default="grid")
+    parser.add_argument("--trials", type=int, default=None)
+    parser.add_argument("--max-steps", type=int, default=20)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--store", default=None, help="MLflow store folder (default: a new temp dir)")
+    args = parser.parse_args(argv)
+    store = args.store or tempfile.mkdtemp(prefix="bench-tuner-")
+    outcome = run_tuner_search(args.trainer, args.space, args.sampler, args.max_steps, store, args.trials, args.seed)
+    Path(args.out).write_text(json.dumps(outcome, indent=1))
+
+
+if __name__ == "__main__":
+    main()
