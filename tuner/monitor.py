@@ -65,7 +65,7 @@ class StepMonitor(TrainerCallback):
             extra["loss_scale"] = float(scaler.get_scale())
         self._pending = extra
         if self.fault is not None:
-            self.fault(step)
+            self.fault(step, model)
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         logs = logs or {}

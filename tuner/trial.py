@@ -29,8 +29,11 @@ STATUSES = ("ok", "diverged", "collapsed", "crashed", "oom", "invalid")
 STABLE = "ok"
 
 # Test hook for fault injection (documented in the README): "<kind>@<step>", e.g. "sigfpe@3".
-# The trial's own process then dies (or raises) at the end of that optimizer step.
+# The trial's own process then dies (or raises) at the end of that optimizer step; "nan" instead
+# poisons the trainable weights, a real divergence for the guard to catch on the next step.
+# TUNER_FAULT_WHEN="key=value[,key=value]" limits it to trials whose params (or seed) match.
 FAULT_ENV = "TUNER_FAULT"
+FAULT_WHEN_ENV = "TUNER_FAULT_WHEN"
 _FAULTS = {"sigfpe": signal.SIGFPE, "sigsegv": signal.SIGSEGV, "sigkill": signal.SIGKILL}
 
 
@@ -160,24 +163,41 @@ def _is_oom(error: BaseException) -> bool:
 
 def _parse_fault(fault: str, where: str) -> tuple[str, int]:
     kind, _, at = str(fault).partition("@")
-    known = (*_FAULTS, "oom", "error")
+    known = (*_FAULTS, "oom", "error", "nan")
     if kind not in known or not (at or "1").isdigit() or int(at or 1) < 1:
         raise TunerError(f"{where}: fault must be '<kind>@<step>' with kind one of {', '.join(known)} "
                          f"and step >= 1, got {fault!r}")
     return kind, int(at or 1)
 
 
-def _fault_hook(fault: str | None):
+def _fault_applies(spec: "TrialSpec", when: str) -> bool:
+    values = {**spec.params, "seed": spec.seed, "trainer": spec.trainer}
+    for condition in filter(None, when.split(",")):
+        key, _, expected = condition.partition("=")
+        if key.strip() not in values or values[key.strip()] != yaml.safe_load(expected):
+            return False
+    return True
+
+
+def _fault_hook(spec: "TrialSpec"):
+    fault = spec.fault
     where = "fault" if fault else FAULT_ENV
     fault = fault or os.environ.get(FAULT_ENV)
-    if not fault:
+    if not fault or not _fault_applies(spec, os.environ.get(FAULT_WHEN_ENV, "")):
         return None
     kind, at_step = _parse_fault(fault, where)
 
-    def fire(step: int):
+    def fire(step: int, model=None):
         if step != at_step:
             return
-        if kind in _FAULTS:
+        if kind == "nan":
+            import torch
+
+            with torch.no_grad():
+                for p in model.parameters():
+                    if p.requires_grad:
+                        p.fill_(float("nan"))
+        elif kind in _FAULTS:
             os.kill(os.getpid(), _FAULTS[kind])
         elif kind == "oom":
             import torch
@@ -209,7 +229,7 @@ def run_trial(spec: TrialSpec, workdir: str | os.PathLike | None = None, metrics
     reward_funcs = rewards.resolve_reward_funcs(spec.reward_funcs) if spec.trainer == "grpo" else None
     split = trainers.split_params(spec.params)
     monitor = StepMonitor(spec.trainer, fp16_mixed=split.precision == "fp16-mixed", metrics_path=metrics_path,
-                          fault=_fault_hook(spec.fault))
+                          fault=_fault_hook(spec))
     run = {"max_steps": spec.max_steps, "seed": spec.seed, "output_dir": str(workdir / "out"),
            "use_cpu": not _cuda_available()}
     result = TrialResult(status=STABLE, device="cpu" if run["use_cpu"] else "cuda")
