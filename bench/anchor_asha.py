@@ -51,6 +51,7 @@ BATCH_SIZE = 8
 
 def train_reward_model(config: dict[str, Any]) -> None:
     """The Tune trainable: one RewardTrainer run, reporting each logged step to Tune."""
+    started = time.time()  # before the heavy imports: a fresh Tune worker pays for them per trial
     import torch
     from ray import tune
     from transformers import AutoModelForSequenceClassification, AutoTokenizer, TrainerCallback
@@ -65,7 +66,8 @@ def train_reward_model(config: dict[str, Any]) -> None:
         def on_log(self, args, state, control, logs=None, **kwargs):
             if not logs or "loss" not in logs:  # the end-of-training summary has train_loss instead
                 return
-            row = {"step": state.global_step, **{k: v for k, v in logs.items() if isinstance(v, (int, float))}}
+            row = {"step": state.global_step, **{k: v for k, v in logs.items() if isinstance(v, (int, float))},
+                   "time": time.time(), "trainable_started": started}
             with open(self.log_path, "a") as f:
                 f.write(json.dumps(row) + "\n")
             tune.report({"loss": logs["loss"], "grad_norm": logs.get("grad_norm", math.nan)})
@@ -135,6 +137,8 @@ def run_anchor(max_steps: int = 20, workdir: str | None = None) -> dict[str, Any
         log_path = log_dir / f"{config['dtype']}-lr{config['learning_rate']:g}.jsonl"
         history = [json.loads(line) for line in log_path.read_text().splitlines()] if log_path.exists() else []
         steps_run = len(history)
+        # the log row is written at the end of each optimizer step, as tuner's step times are taken
+        to_first_step = history[0]["time"] - history[0]["trainable_started"] if history else None
         trials.append({
             "precision": PRECISION_OF_DTYPE[config["dtype"]], "dtype": config["dtype"],
             "learning_rate": config["learning_rate"], "steps_run": steps_run,
@@ -143,6 +147,7 @@ def run_anchor(max_steps: int = 20, workdir: str | None = None) -> dict[str, Any
             "first_nonfinite_step": first_nonfinite_step(history),
             "wasted_steps": wasted_steps(history, steps_run),
             "last_loss": last_value(history, "loss"), "last_grad_norm": last_value(history, "grad_norm"),
+            "seconds_to_first_step": to_first_step,
             "history": history,
         })
     trials.sort(key=lambda t: (DTYPES.index(t["dtype"]), t["learning_rate"]))

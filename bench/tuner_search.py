@@ -20,14 +20,16 @@ from bench.history import first_nonfinite_step, wasted_steps
 
 
 def run_tuner_search(trainer: str, search_space: str | None, sampler: str, max_steps: int, store: str,
-                     trials: int | None = None, seed: int = 0) -> dict[str, Any]:
+                     trials: int | None = None, seed: int = 0, confirm_seeds: int | None = None) -> dict[str, Any]:
+    """``confirm_seeds`` None keeps tuner's default (the top candidates re-run on more seeds)."""
     from tuner.search import SearchOptions, prepare, run_search
     from tuner.tracking import client
 
     lines: list[str] = []
     started = time.perf_counter()
+    extra = {} if confirm_seeds is None else {"confirm_seeds": confirm_seeds}
     prepared = prepare(SearchOptions(trainer=trainer, search_space=search_space, sampler=sampler, trials=trials,
-                                     max_steps=max_steps, seed=seed, store=store))
+                                     max_steps=max_steps, seed=seed, store=store, **extra))
     outcome = run_search(prepared, echo=lambda line: (lines.append(line), print(line, flush=True)))
     seconds = time.perf_counter() - started
 
@@ -38,18 +40,34 @@ def run_tuner_search(trainer: str, search_space: str | None, sampler: str, max_s
         history = _history(mlflow, record["run_id"])
         records.append({**record, "history": history, "first_nonfinite_step": first_nonfinite_step(history),
                         "wasted_steps": wasted_steps(history, int(record.get("steps_run") or 0))})
+    confirmations = []
+    for run in mlflow.search_runs([parent.info.experiment_id], filter_string=(
+            f"tags.mlflow.parentRunId = '{parent.info.run_id}' and tags.`tuner.confirmation` = 'true'")):
+        result = _result(mlflow, run.info.run_id)
+        history = result.pop("history", [])
+        confirmations.append({**result, "confirms": int(run.data.tags.get("tuner.confirms", -1)),
+                              "seed": int(run.data.params.get("tuner.seed", -1)), "run_id": run.info.run_id,
+                              "first_nonfinite_step": first_nonfinite_step(history),
+                              "wasted_steps": wasted_steps(history, int(result.get("steps_run") or 0))})
+    params_of = {r["number"]: r["params"] for r in records}
+    for c in confirmations:
+        c["params"] = params_of.get(c["confirms"])
+    confirmations.sort(key=lambda c: (c["confirms"], c["seed"]))
     return {
         "side": "tuner", "trainer": trainer, "sampler": sampler, "search_space": prepared.space.source,
         "max_steps": max_steps, "seed": seed, "seconds": seconds, "search_wall_seconds": outcome.wall_seconds,
         "concurrency": int(parent.data.params.get("concurrency", 1)), "dropped_precisions": prepared.dropped_precisions,
-        "records": records, "recommended": outcome.recommended, "log": lines,
+        "records": records, "confirmations": confirmations, "recommended": outcome.recommended, "log": lines,
     }
 
 
-def _history(mlflow, run_id: str) -> list[dict[str, Any]]:
+def _result(mlflow, run_id: str) -> dict[str, Any]:
     folder = tempfile.mkdtemp(prefix="bench-result-")
-    path = mlflow.download_artifacts(run_id, "result.json", folder)
-    return json.loads(Path(path).read_text()).get("history", [])
+    return json.loads(Path(mlflow.download_artifacts(run_id, "result.json", folder)).read_text())
+
+
+def _history(mlflow, run_id: str) -> list[dict[str, Any]]:
+    return _result(mlflow, run_id).get("history", [])
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -61,10 +79,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--trials", type=int, default=None)
     parser.add_argument("--max-steps", type=int, default=20)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--confirm-seeds", type=int, default=None, help="default: tuner's own default")
     parser.add_argument("--store", default=None, help="MLflow store folder (default: a new temp dir)")
     args = parser.parse_args(argv)
     store = args.store or tempfile.mkdtemp(prefix="bench-tuner-")
-    outcome = run_tuner_search(args.trainer, args.space, args.sampler, args.max_steps, store, args.trials, args.seed)
+    outcome = run_tuner_search(args.trainer, args.space, args.sampler, args.max_steps, store, args.trials, args.seed,
+                               args.confirm_seeds)
     Path(args.out).write_text(json.dumps(outcome, indent=1))
 
 

@@ -8,6 +8,7 @@ cases marked ``process=True`` run as real ``python -m tuner.cli`` subprocesses, 
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import subprocess
@@ -21,6 +22,7 @@ import pytest
 from tuner import cli
 
 STORE = "tmp/mlflow"
+HEALTHY = "http://healthy-server"  # replaced by the address of a stub MLflow server whose /health answers 200
 
 # A small valid grpo space; each space case breaks one thing in it.
 SPACE = """\
@@ -147,7 +149,8 @@ CASES = [
          "CUDA GPU"),
     Case("ray-address-unreachable", search("--ray-address", "127.0.0.1:1"), "--ray-address 127.0.0.1:1: no Ray "
          "cluster answers there", process=True, seconds=15),
-    Case("ray-address-without-port", search("--ray-address", "somewhere"), "--ray-address somewhere: no Ray cluster"),
+    Case("ray-address-without-port", search("--ray-address", "somewhere"), "--ray-address somewhere: expected "
+         "HOST:PORT"),
     Case("output-folder-missing", search("-o", "no/such/dir/rec.yaml"), "-o no/such/dir/rec.yaml: folder no/such/dir "
          "does not exist", process=True),
     Case("output-is-a-directory", search("-o", "adir"), "-o adir: is a directory", {"adir/x": ""}),
@@ -183,6 +186,8 @@ CASES = [
          "http://127.0.0.1:9 is unreachable", process=True, seconds=15),
     Case("tracking-uri-unknown-scheme", search("--tracking-uri", "bogus://x"), "--tracking-uri bogus://x: MLflow "
          "cannot use this kind of URI"),
+    Case("server-with-unwritable-store", search("--tracking-uri", HEALTHY, "--store", "/proc/tuner-store"),
+         "MLflow store /proc/tuner-store is not writable"),
     Case("bad-space-existing-store", with_space(), "space.yaml: params.learning_rate.lowx: unknown key",
          space("low: 1.0e-5", "lowx: 1.0e-5"), process=True, store_exists=True),
     # -- export, trial, ui -----------------------------------------------------------------------------------------
@@ -196,6 +201,15 @@ CASES = [
     Case("export-output-folder-missing", export("-o", "no/dir/r.yaml"), "-o no/dir/r.yaml: folder no/dir does not "
          "exist"),
     Case("export-bad-format", export("--format", "xml"), "argument --format: invalid choice: 'xml'"),
+    Case("report-missing-store", ("report", "--store", STORE, "--experiment", "nope"),
+         "no MLflow store at tmp/mlflow/mlflow.db"),
+    Case("report-unknown-experiment", ("report", "--store", STORE, "--experiment", "nope"),
+         "no experiment named 'nope'", store_exists=True),
+    Case("report-unknown-run-id", ("report", "--store", STORE, "--experiment", "nope", "--run-id", "abc123"),
+         "abc123", store_exists=True),
+    Case("report-server-unreachable", ("report", "--store", STORE, "--experiment", "nope", "--tracking-uri",
+                                       "http://127.0.0.1:9"), "http://127.0.0.1:9 is unreachable", seconds=15),
+    Case("sync-without-server", ("sync", "--store", STORE), "tuner sync needs --tracking-uri"),
     Case("trial-config-missing", ("trial", "--config", "missing.yaml"), "missing.yaml: trial config not found",
          process=True),
     Case("trial-config-unknown-key", **trial(TRIAL.replace("max_steps", "max_stpes")),
@@ -232,6 +246,33 @@ def empty_store(tmp_path_factory) -> Path:
     return folder / "mlflow.db"
 
 
+@pytest.fixture(scope="module")
+def healthy_server():
+    """A stub tracking server: /health answers 200, anything else 500; ``paths`` lists what was asked."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    paths: list[str] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):
+            paths.append(self.path)
+            self.send_response(200 if self.path == "/health" else 500)
+            self.end_headers()
+            self.wfile.write(b"OK")
+
+        do_POST = do_GET
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    server.url, server.paths = f"http://127.0.0.1:{server.server_port}", paths
+    yield server
+    server.shutdown()
+
+
 def _digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
@@ -266,6 +307,12 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(case, tmp_path, cache_d
         store.mkdir(parents=True)
         (store / "mlflow.db").write_bytes(request.getfixturevalue("empty_store").read_bytes())
         before = _digest(store / "mlflow.db")
+        capsys.readouterr()  # drop what MLflow said while the fixture made the store
+
+    server = request.getfixturevalue("healthy_server") if HEALTHY in case.args else None
+    if server is not None:
+        case = dataclasses.replace(case, args=tuple(server.url if a == HEALTHY else a for a in case.args))
+        server.paths.clear()
 
     code, stdout, stderr, seconds = _run(case, tmp_path, cache_dir, monkeypatch, capsys)
 
@@ -286,6 +333,9 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(case, tmp_path, cache_d
     written = [p for p in tmp_path.rglob("*") if p.name in ("mlflow.db", "optuna.db") and p != store / "mlflow.db"]
     assert not written
     assert not (tmp_path / "mlruns").exists()
+    if server is not None:
+        # the server was only asked whether it is up: no experiment or run was created on it
+        assert set(server.paths) <= {"/health"}
 
 
 # -- help -------------------------------------------------------------------------------------------------------

@@ -91,10 +91,13 @@ def _check_ray_address(address: str) -> None:
     if address in ("auto", "local"):
         return
     host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise TunerError(f"--ray-address {address}: expected HOST:PORT of a Ray head node (e.g. 10.0.0.1:6379, or "
+                         "ray://HOST:10001 for Ray Client), or auto; leave it out to run Ray locally")
     try:
-        with socket.create_connection((host or "127.0.0.1", int(port)), timeout=3):
+        with socket.create_connection((host.strip("[]") or "127.0.0.1", int(port)), timeout=3):
             pass
-    except (OSError, ValueError) as e:
+    except OSError as e:
         raise TunerError(
             f"--ray-address {address}: no Ray cluster answers there ({e}); start one with `ray start --head` "
             "and pass the address it prints, or leave --ray-address out to run Ray locally"
@@ -168,6 +171,9 @@ def prepare(options: SearchOptions) -> Prepared:
 
     if not remote:
         tracking.check_tracking(uri, Path(o.store))
+    if o.tracking_uri:
+        # the local store folder is written with any tracking URI: the Optuna study (and a server's spool) live there
+        tracking.check_tracking(tracking.default_tracking_uri(Path(o.store)), Path(o.store))
     experiment = o.experiment or f"{o.trainer}-{_model_label(o.model)}"
     return Prepared(o, space, model_path, uri, experiment, n_trials, grid, dropped, warnings)
 

@@ -1,0 +1,131 @@
+"""Search efficiency, TPE vs random, on a lookup built from real measured trials.
+
+Real 20-step trials cost seconds to tens of seconds each on a 2-core CPU, too many for dozens
+of searches per sampler. So one real reference search per trainer (random sampler, many trials)
+measures configs for real, and each sampler is then run many times against
+``NearestMeasured``: a suggested config gets the outcome (status, tokens/s, progress, stop step)
+of the closest measured config. The samplers, the space's ``suggest`` and ``tell`` are tuner's own.
+
+Figures per sampler, over seeds:
+
+- trials until the first config whose outcome is stable, learned, and within 5% of the best
+  stable tokens/s of the reference search (the recommendation rule's best);
+- the share of trials spent in the unstable region (outcome not ``ok``) in the first and the
+  second half of each search.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Any
+
+from tuner import recommend as rec
+from tuner.space import CategoricalParam, FixedParam, FloatParam, IntParam, SearchSpace
+
+UNSTABLE = ("diverged", "collapsed", "crashed", "oom")
+WITHIN = 0.05  # "as good as the best": within 5% of the best stable tokens/s
+
+
+class NearestMeasured:
+    """Outcome of the nearest measured config. Distance: one per differing categorical value; for a
+    log-scaled number, one per decade of difference (else the share of its range). Params active in
+    only one of the two configs add nothing (the param that switched them, e.g. use_peft, counts)."""
+
+    def __init__(self, space: SearchSpace, records: list[dict[str, Any]]):
+        if not records:
+            raise ValueError("NearestMeasured needs at least one measured record, but got none.")
+        self.space, self.records = space, records
+
+    def distance(self, a: dict[str, Any], b: dict[str, Any]) -> float:
+        total = 0.0
+        for name in self.space.searched_names():
+            if name not in a or name not in b:
+                continue
+            p, x, y = self.space.params[name], a[name], b[name]
+            if isinstance(p, (FloatParam, IntParam)):
+                if p.log:
+                    total += abs(math.log10(x) - math.log10(y))
+                else:
+                    total += abs(x - y) / ((p.high - p.low) or 1.0)
+            elif isinstance(p, CategoricalParam):
+                total += 0.0 if x == y else 1.0
+            elif not isinstance(p, FixedParam):
+                raise TypeError(f"unknown param type for {name}: {type(p).__name__}")
+        return total
+
+    def __call__(self, params: dict[str, Any]) -> dict[str, Any]:
+        # min() keeps the first of equally near records: ties go to the earliest measured trial
+        return min(self.records, key=lambda r: self.distance(params, r["params"]))
+
+
+def targets(records: list[dict[str, Any]]) -> tuple[dict[str, Any] | None, list[int]]:
+    """(the best record by the recommendation rule, numbers of records within WITHIN of its tokens/s)."""
+    best = rec.recommend(records)
+    if best is None:
+        return None, []
+    floor = (1.0 - WITHIN) * best["tokens_per_second"]
+    hits = [r["number"] for r in records if rec.recommend([r]) is not None and r["tokens_per_second"] >= floor]
+    return best, hits
+
+
+def simulate(space: SearchSpace, lookup: NearestMeasured, sampler: str, seed: int, budget: int,
+             hit_numbers: set[int], max_steps: int) -> dict[str, Any]:
+    """One search of ``budget`` trials on the lookup with tuner's sampler, suggest and tell."""
+    import optuna
+
+    from tuner.sampling import make_sampler, tell
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(direction="maximize", sampler=make_sampler(sampler, seed, budget))
+    statuses, first_hit = [], None
+    for i in range(1, budget + 1):
+        trial = study.ask()
+        measured = lookup(space.suggest(trial))
+        tell(study, trial, {**measured, "max_steps": max_steps})
+        statuses.append(measured["status"])
+        if first_hit is None and measured["number"] in hit_numbers:
+            first_hit = i
+    half = budget // 2
+    return {"seed": seed, "first_hit": first_hit,
+            "unstable_first_half": _share(statuses[:half]), "unstable_second_half": _share(statuses[half:])}
+
+
+def _share(statuses: list[str]) -> float:
+    return sum(s in UNSTABLE for s in statuses) / len(statuses) if statuses else math.nan
+
+
+def compare(space: SearchSpace, records: list[dict[str, Any]], seeds: list[int], budget: int,
+            max_steps: int, samplers: tuple[str, ...] = ("tpe", "random")) -> dict[str, Any]:
+    """Every sampler on the same lookup and seeds; None figures when the reference found nothing stable."""
+    measured = [r for r in records if r.get("params")]
+    best, hits = targets(measured)
+    result: dict[str, Any] = {
+        "reference_trials": len(measured), "budget": budget, "seeds": seeds,
+        "reference_statuses": _counts(r["status"] for r in measured),
+        "reference_unstable_share": _share([r["status"] for r in measured]),
+        "best": None if best is None else {k: best.get(k) for k in ("number", "params", "tokens_per_second", "progress")},
+        "targets": hits, "samplers": {},
+    }
+    if best is None:
+        return result
+    lookup = NearestMeasured(space, measured)
+    for sampler in samplers:
+        runs = [simulate(space, lookup, sampler, seed, budget, set(hits), max_steps) for seed in seeds]
+        found = [r["first_hit"] for r in runs if r["first_hit"] is not None]
+        # a search that never hit counts as budget + 1 trials in the median (a lower bound on its cost)
+        censored = [r["first_hit"] or budget + 1 for r in runs]
+        result["samplers"][sampler] = {
+            "runs": runs, "hit": len(found), "median_trials_to_hit": statistics.median(censored),
+            "mean_trials_to_hit_when_hit": statistics.fmean(found) if found else None,
+            "unstable_first_half": statistics.fmean(r["unstable_first_half"] for r in runs),
+            "unstable_second_half": statistics.fmean(r["unstable_second_half"] for r in runs),
+        }
+    return result
+
+
+def _counts(statuses) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for s in statuses:
+        counts[s] = counts.get(s, 0) + 1
+    return counts

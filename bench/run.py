@@ -1,0 +1,171 @@
+"""The benchmark, one command: tuner against plain Ray Tune + ASHA, side by side, in one run.
+
+    python -m bench                  # full run (CPU: about 10-15 minutes), writes bench/RESULTS.md
+    python -m bench --quick          # tiny budget, about a minute: checks the harness, not the figures
+    python bench/run.py --output /tmp/RESULTS.md
+
+What it runs, each timed piece in its own fresh Python process (so neither side inherits the
+other's imports, Ray session or environment):
+
+1. the anchor, bench/anchor_asha.py: Ray Tune + ASHA over {fp16, bf16, fp32 weights} x {lr 1e-4, 0.3};
+2. tuner on the same grid (bench/grid.yaml), alternating with 1: anchor, tuner, anchor, tuner ...;
+3. one reference search per trainer (reward, GRPO; shipped spaces, random sampler), then TPE vs
+   random on a nearest-measured-config lookup built from it (bench/efficiency.py);
+4. per-trial overhead, from the trial records of 2 and 3.
+
+Raw numbers go to a JSON file beside the Markdown (bench/results.json by default).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+if __package__ in (None, ""):  # `python bench/run.py`: make `import bench` work like `python -m bench`
+    sys.path.insert(0, str(REPO))
+
+from bench import report  # noqa: E402
+
+
+@dataclass(frozen=True)
+class Budget:
+    max_steps: int  # optimizer steps per grid trial, both sides
+    rounds: int  # anchor/tuner alternations for the wall-time figure
+    reward_reference_trials: int  # real trials in the reward reference search
+    grpo_reference_trials: int
+    reference_steps: int  # optimizer steps per reference trial
+    seeds: int  # sampler seeds per sampler on the lookup
+    search_budget: int  # trials per simulated search on the lookup
+
+
+# Full: 20-step trials as tuner runs them; a 2-core CPU does this in about 10-15 minutes.
+FULL = Budget(max_steps=20, rounds=2, reward_reference_trials=24, grpo_reference_trials=12, reference_steps=12,
+              seeds=10, search_budget=24)
+# Quick: just enough of every piece that each table row is produced (the smoke test).
+QUICK = Budget(max_steps=4, rounds=1, reward_reference_trials=2, grpo_reference_trials=2, reference_steps=3,
+               seeds=5, search_budget=6)
+REFERENCE_SEED = 0  # the reference searches' sampler and trial seed
+GRID_SEED = 42  # tuner's trial seed on the grid: Trainer's default seed, which the anchor keeps
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="tiny budget: checks the harness, not the figures")
+    parser.add_argument("--output", default=str(REPO / "bench" / "RESULTS.md"), help="the Markdown report")
+    parser.add_argument("--workdir", default=None, help="stores, logs and raw runs (default: a temp dir, removed)")
+    parser.add_argument("--rounds", type=int, default=None, help="anchor/tuner alternations (default 2; quick 1)")
+    args = parser.parse_args(argv)
+
+    budget = QUICK if args.quick else FULL
+    if args.rounds:
+        budget = Budget(**{**asdict(budget), "rounds": args.rounds})
+    output = Path(args.output).resolve()
+    keep = args.workdir is not None
+    workdir = Path(args.workdir or tempfile.mkdtemp(prefix="bench-")).resolve()
+    workdir.mkdir(parents=True, exist_ok=True)
+    command = _command(argv)
+    started = time.perf_counter()
+    machine_before = report.machine()
+    try:
+        results = _run(budget, workdir)
+    finally:
+        if not keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+    results.update(command=command, quick=args.quick, budget=asdict(budget), machine=machine_before,
+                   load_after=report.load_average(), versions=report.versions(), total_seconds=time.perf_counter() - started)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    raw = output.with_name("results.json") if output.name == "RESULTS.md" else output.with_suffix(".json")
+    raw.write_text(json.dumps(results, indent=1, default=str))
+    output.write_text(report.render(results))
+    print(f"wrote {output} and {raw} in {results['total_seconds']:.0f}s")
+    return 0
+
+
+def _command(argv: list[str] | None) -> str:
+    args = sys.argv[1:] if argv is None else argv
+    launcher = "python -m bench" if __package__ not in (None, "") else "python bench/run.py"
+    return " ".join([launcher, *args])
+
+
+def _run(budget: Budget, workdir: Path) -> dict[str, Any]:
+    from tuner.models import resolve_model
+
+    resolve_model("tiny")  # built once here, so no timed run pays for it
+    _python(["-c", "import torch, transformers, trl, ray.tune, mlflow, optuna"], workdir / "warmup.log")  # disk cache
+
+    grid_space = str(REPO / "bench" / "grid.yaml")
+    rounds = []
+    for i in range(1, budget.rounds + 1):
+        anchor = _timed(["-m", "bench.anchor_asha", "--max-steps", str(budget.max_steps),
+                         "--workdir", str(workdir / f"anchor-{i}")], workdir, f"anchor-{i}")
+        tuner = _timed(["-m", "bench.tuner_search", "--trainer", "reward", "--space", grid_space, "--sampler", "grid",
+                        "--max-steps", str(budget.max_steps), "--seed", str(GRID_SEED),
+                        "--store", str(workdir / f"tuner-{i}")], workdir, f"tuner-{i}")
+        rounds.append({"round": i, "anchor": anchor, "tuner": tuner})
+
+    references = {}
+    for trainer, trials in (("reward", budget.reward_reference_trials), ("grpo", budget.grpo_reference_trials)):
+        references[trainer] = _timed(
+            ["-m", "bench.tuner_search", "--trainer", trainer, "--sampler", "random", "--trials", str(trials),
+             "--max-steps", str(budget.reference_steps), "--seed", str(REFERENCE_SEED), "--confirm-seeds", "0",
+             "--store", str(workdir / f"reference-{trainer}")], workdir, f"reference-{trainer}")
+
+    efficiency = {}
+    for trainer, ref in references.items():
+        efficiency[trainer] = _efficiency(trainer, ref, budget)
+    return {"rounds": rounds, "references": references, "efficiency": efficiency}
+
+
+def _efficiency(trainer: str, reference: dict[str, Any], budget: Budget) -> dict[str, Any]:
+    from bench.efficiency import compare
+    from tuner.space import load_space
+
+    # the space as the reference search ran it: precisions this machine cannot run are dropped
+    space = load_space(None, trainer).without_precisions(reference.get("dropped_precisions") or [])
+    started = time.perf_counter()
+    result = compare(space, reference["records"], seeds=list(range(budget.seeds)), budget=budget.search_budget,
+                     max_steps=reference["max_steps"])
+    result["seconds"] = time.perf_counter() - started
+    return result
+
+
+def _timed(args: list[str], workdir: Path, name: str) -> dict[str, Any]:
+    """Run one piece in a fresh Python process; its JSON, plus the wall time of the whole process."""
+    out = workdir / f"{name}.json"
+    print(f"[bench] {name} ...", flush=True)
+    started = time.perf_counter()
+    _python([*args, "--out", str(out)], workdir / f"{name}.log")
+    seconds = time.perf_counter() - started
+    result = json.loads(out.read_text())
+    result["process_seconds"] = seconds
+    print(f"[bench] {name}: {seconds:.1f}s", flush=True)
+    return result
+
+
+def _python(args: list[str], log: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    with open(log, "w") as f:
+        done = subprocess.run([sys.executable, *args], cwd=REPO, env=env, stdout=f, stderr=subprocess.STDOUT)
+    if done.returncode != 0:
+        tail = "\n".join(log.read_text().splitlines()[-30:])
+        raise RuntimeError(f"python {' '.join(args)} exited with {done.returncode}; last lines of {log}:\n{tail}")
+
+
+def median(values: list[float]) -> float | None:
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+if __name__ == "__main__":
+    sys.exit(main())

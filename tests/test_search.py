@@ -1,0 +1,395 @@
+"""Searches end to end: real Ray Tune trials under the Optuna searcher, the real MLflow SQLite store, the
+tiny local model; and, without training, how Optuna is told about unstable trials.
+
+Every search runs in its own folder (its ./mlflow store, Optuna study and Ray results live there). The
+anchor grid from the issue runs once per session and is shared with tests/test_export.py.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tuner import recommend, search, tracking
+from tuner.sampling import constraint_of, make_sampler, tell
+from tuner.space import parse_space
+from tuner.trial import STATUSES
+
+# The issue's anchor: the reward trainer on {fp16-pure, bf16-pure, fp32} x {1e-4, 0.3}.
+ANCHOR_SPACE = """\
+trainer: reward
+fixed:
+  per_device_train_batch_size: 8
+  use_peft: false
+  max_length: 64
+params:
+  precision: {type: categorical, choices: [fp16-pure, bf16-pure, fp32]}
+  learning_rate: {type: categorical, choices: [1.0e-4, 0.3]}
+"""
+
+# Only the point that blows up: nothing can be recommended.
+UNSTABLE_SPACE = """\
+trainer: reward
+fixed:
+  per_device_train_batch_size: 8
+  use_peft: false
+  max_length: 64
+params:
+  precision: {type: categorical, choices: [fp16-pure]}
+  learning_rate: {type: categorical, choices: [0.3]}
+"""
+
+# MLflow keeps an infinity as the largest float (tracking._metric_value); NaN as NaN.
+LARGEST_FLOAT = 1.7976931348623157e308
+
+
+@dataclass
+class Finished:
+    root: Path  # the working directory the search ran in; ./mlflow is its store
+    experiment: str
+    prepared: search.Prepared
+    outcome: search.SearchOutcome
+    echoed: list[str]
+
+    def by_params(self, **wanted) -> dict[str, Any]:
+        (found,) = [r for r in self.outcome.records if all(r["params"][k] == v for k, v in wanted.items())]
+        return found
+
+
+def run_search_in(root: Path, space: str | None = None, **options) -> Finished:
+    """A real search through the Python API, run in ``root`` (so ./mlflow and ./mlflow/ray land there)."""
+    root.mkdir(parents=True, exist_ok=True)
+    if space is not None:
+        (root / "space.yaml").write_text(space)
+        options["search_space"] = str(root / "space.yaml")
+    options.setdefault("experiment", "test")
+    echoed: list[str] = []
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(root)
+        prepared = search.prepare(search.SearchOptions(store=str(root / "mlflow"), **options))
+        outcome = search.run_search(prepared, echo=echoed.append)
+    return Finished(root, options["experiment"], prepared, outcome, echoed)
+
+
+_SHARED: dict[str, Finished] = {}
+
+
+def anchor_search(tmp_path_factory) -> Finished:
+    """The anchor grid, once per session (tests/test_export.py calls this too)."""
+    if "anchor" not in _SHARED:
+        _SHARED["anchor"] = run_search_in(
+            tmp_path_factory.mktemp("anchor"), ANCHOR_SPACE, trainer="reward", sampler="grid",
+            max_steps=20,  # the issue's budget; fp16-pure at 0.3 breaks within the first few steps
+            confirm_seeds=1, confirm_top=1,  # the confirmation path, at the cost of one extra trial
+            experiment="anchor",
+        )
+    return _SHARED["anchor"]
+
+
+@pytest.fixture(scope="session")
+def anchor(tmp_path_factory, tiny_model) -> Finished:
+    return anchor_search(tmp_path_factory)
+
+
+def mlflow_client(finished: Finished):
+    return tracking.client(finished.prepared.tracking_uri)
+
+
+def runs_of(finished: Finished, kind: str):
+    client = mlflow_client(finished)
+    experiment = client.get_experiment_by_name(finished.experiment)
+    return client.search_runs([experiment.experiment_id], filter_string=f"tags.`tuner.kind` = '{kind}'",
+                              max_results=1000)
+
+
+def non_finite(value: float) -> bool:
+    return math.isnan(value) or abs(value) >= LARGEST_FLOAT
+
+
+# -- the anchor grid --------------------------------------------------------------------------
+#
+# Observed on the 2-core CPU (seed 0, batch 8, 20 steps, grid order = trial number):
+#   0 fp16-pure 1e-4  ok, progress +0.27       1 fp16-pure 0.3  DIVERGED at step 3:
+#   2 bf16-pure 1e-4  ok, progress +0.23          loss 0.70, 2.33 (grad_norm 220), then loss nan,
+#   3 bf16-pure 0.3   ok, progress +1.00          grad_norm nan at step 3 -> "loss is nan at step 3"
+#   4 fp32      1e-4  ok, progress +0.30          (DESIGN.md's LoRA repro goes NaN at step 5; this full
+#   5 fp32      0.3   ok, progress +0.89           fine-tune goes NaN two steps sooner)
+# bf16-pure at 0.3 did not stick at ln 2 here: its loss spiked to 8.6 at step 3, then fell to ~0.
+# fp16-pure at 0.3 also diverges at step 3 on seeds 1 and 2; fp32 at 0.3 is ok on seed 1 but on seed 2
+# its grad norm explodes at step 2 (667 vs a 2.4 baseline): the high-lr stable trials are marginal.
+# The recommendation among the five ok trials follows measured tokens/s, which on a shared CPU is noise
+# between configs that do the same work, so the test pins only the rule, not the trial.
+
+
+@pytest.mark.slow
+def test_anchor_fp16_pure_at_lr_0_3_stops_at_its_first_non_finite_step(anchor):
+    bad = anchor.by_params(precision="fp16-pure", learning_rate=0.3)
+    assert bad["status"] == "diverged"
+    (trial_run,) = [r for r in runs_of(anchor, "trial") if r.data.tags["tuner.trial_number"] == str(bad["number"])
+                    and "tuner.confirmation" not in r.data.tags]
+    client = mlflow_client(anchor)
+    histories = {key: client.get_metric_history(trial_run.info.run_id, key) for key in trial_run.data.metrics
+                 if not key.startswith("trial/")}
+    bad_steps = [m.step for key in ("loss", "grad_norm") for m in histories[key] if non_finite(m.value)]
+    assert bad_steps, "the fp16-pure/0.3 trial logged no non-finite loss or grad_norm"
+    # The guard stopped at the first non-finite step, and MLflow holds nothing after it.
+    assert bad["stopped_at_step"] == min(bad_steps)
+    assert trial_run.data.tags["tuner.stopped_at_step"] == str(min(bad_steps))
+    assert max(m.step for history in histories.values() for m in history) == min(bad_steps)
+    assert "at step" in bad["reason"] and str(min(bad_steps)) in bad["reason"]
+
+
+@pytest.mark.slow
+def test_anchor_recommends_an_ok_trial_never_the_diverged_one(anchor):
+    best = anchor.outcome.recommended
+    assert best is not None, "\n".join(anchor.echoed)
+    assert best["status"] == "ok" and recommend.learned(best)
+    assert (best["params"]["precision"], best["params"]["learning_rate"]) != ("fp16-pure", 0.3)
+    # It is the fastest trial by the rule among those the confirmation kept.
+    assert best["number"] == recommend.recommend(anchor.outcome.records)["number"]
+    assert best["confirmation"]["confirmed"] and best["confirmation"]["statuses"] == ["ok", "ok"]
+    assert anchor.outcome.trl_config["learning_rate"] == best["params"]["learning_rate"]
+
+
+@pytest.mark.slow
+def test_search_logs_one_parent_run_and_one_nested_run_per_trial(anchor):
+    client = mlflow_client(anchor)
+    records = {r["number"]: r for r in anchor.outcome.records}
+    assert sorted(records) == list(range(6))  # every grid point once
+
+    (parent,) = runs_of(anchor, "search")
+    assert parent.info.run_id == anchor.outcome.parent_run_id
+    assert parent.info.status == "FINISHED"
+    nested = runs_of(anchor, "trial")
+    assert all(r.data.tags["mlflow.parentRunId"] == parent.info.run_id for r in nested)
+    trials = [r for r in nested if "tuner.confirmation" not in r.data.tags]
+    confirmations = [r for r in nested if r.data.tags.get("tuner.confirmation") == "true"]
+    assert len(trials) + len(confirmations) == len(nested)
+    assert sorted(int(r.data.tags["tuner.trial_number"]) for r in trials) == sorted(records)
+    # confirm_seeds=1, confirm_top=1: one re-run of the top candidate, on seed 1.
+    assert [(r.data.tags["tuner.confirms"], r.data.params["tuner.seed"]) for r in confirmations] == [
+        (str(anchor.outcome.recommended["number"]), "1")]
+
+    for run in trials:
+        record = records[int(run.data.tags["tuner.trial_number"])]
+        tags, params = run.data.tags, run.data.params
+        assert tags["tuner.status"] in STATUSES and tags["tuner.status"] == record["status"]
+        assert tags["tuner.stopped_at_step"] == str(record["stopped_at_step"])
+        assert float(params["learning_rate"]) == record["params"]["learning_rate"]
+        assert params["precision"] == record["params"]["precision"]
+        assert params["tuner.max_steps"] == "20" and params["tuner.trainer"] == "reward"
+        # One loss point per optimizer step the trial ran, numbered from 1.
+        loss = client.get_metric_history(run.info.run_id, "loss")
+        assert record["steps_run"] >= 1
+        assert [m.step for m in loss] == list(range(1, record["steps_run"] + 1))
+        assert run.data.metrics["trial/steps_run"] == record["steps_run"]
+        assert {"trial.yaml", "result.json"} <= {a.path for a in client.list_artifacts(run.info.run_id)}
+        assert run.info.status == ("FINISHED" if record["status"] == "ok" else "FAILED")
+
+    artifacts = {a.path for a in client.list_artifacts(parent.info.run_id)}
+    assert {"search.json", "results.md", "recommended.yaml"} <= artifacts
+    assert parent.data.tags["tuner.recommended_trial"] == str(anchor.outcome.recommended["number"])
+    _, saved = tracking.load_search(anchor.prepared.tracking_uri, anchor.experiment)
+    assert saved["recommended"]["number"] == anchor.outcome.recommended["number"]
+    assert [t["number"] for t in saved["trials"]] == sorted(records)
+    results_md = Path(client.download_artifacts(parent.info.run_id, "results.md", str(anchor.root))).read_text()
+    assert len([line for line in results_md.splitlines() if line.startswith("| ") and "status" not in line]) == 6
+
+
+# -- nothing stable ---------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_no_stable_trial_recommends_nothing_and_export_exits_2(tmp_path, tiny_model):
+    finished = run_search_in(tmp_path, UNSTABLE_SPACE, trainer="reward", sampler="grid",
+                             max_steps=8)  # it goes NaN at step 3; 8 leaves room to see the guard stop it
+    (only,) = finished.outcome.records
+    assert only["status"] == "diverged"
+    assert finished.outcome.recommended is None and finished.outcome.trl_config is None
+
+    summary = search.summary_text(finished.outcome)
+    # Says nothing qualified, counts the statuses, and names the most common failure with an example.
+    assert "No stable config found in 1 trials: 1 diverged." in summary
+    assert f"1 x {only['guard_signal']}: e.g. {only['reason'].split(' at step')[0]}" in summary
+    assert "recommended:" not in summary
+    (parent,) = runs_of(finished, "search")
+    artifacts = {a.path for a in mlflow_client(finished).list_artifacts(parent.info.run_id)}
+    assert "recommended.yaml" not in artifacts and "search.json" in artifacts
+
+    done = subprocess.run([sys.executable, "-m", "tuner.cli", "export", "--experiment", finished.experiment,
+                           "-o", "recommended.yaml"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert len(done.stderr.splitlines()) == 1 and "recommended nothing" in done.stderr, done.stderr
+    assert not (tmp_path / "recommended.yaml").exists()
+
+
+# -- seeded reproducibility -------------------------------------------------------------------
+
+
+def sampled_by_number(finished: Finished) -> dict[int, dict[str, Any]]:
+    return {r["number"]: r["params"] for r in finished.outcome.records}
+
+
+def replay_random(space, seed: int, n: int) -> dict[int, dict[str, Any]]:
+    """What the random sampler proposes for ``space`` with ``seed``, asked n times with no training."""
+    import optuna
+
+    study = optuna.create_study(sampler=make_sampler("random", seed, n), direction="maximize")
+    return {i: space.suggest(study.ask()) for i in range(n)}
+
+
+@pytest.mark.slow
+def test_same_seed_random_searches_sample_the_same_params(tmp_path, tiny_model):
+    options = dict(trainer="reward", sampler="random", trials=3, seed=5, confirm_seeds=0,
+                   max_steps=2)  # the params are sampled before training; two steps keep it cheap
+    first = run_search_in(tmp_path / "first", **options)
+    second = run_search_in(tmp_path / "second", **options)
+    assert sampled_by_number(first) == sampled_by_number(second)
+    # The same sequence as the sampler alone gives, trial number by trial number, with the shipped space
+    # (fp16-mixed dropped on a CPU); another seed gives another sequence, so the comparison can fail.
+    assert sampled_by_number(first) == replay_random(first.prepared.space, 5, 3)
+    assert sampled_by_number(first) != replay_random(first.prepared.space, 6, 3)
+
+
+@pytest.mark.slow
+def test_same_seed_tpe_searches_at_concurrency_1_sample_the_same_params(tmp_path, tiny_model):
+    # 4 trials: 3 random start-up trials, then one proposed by TPE from the first three outcomes. Two steps
+    # give no progress measure, so every ok trial counts as "not learned" (constraint 0.5) and TPE's ranking
+    # rests on statuses, not on tokens/s (which differs run to run; see the pure test below).
+    options = dict(trainer="reward", sampler="tpe", trials=4, seed=5, concurrency=1, confirm_seeds=0, max_steps=2)
+    first = run_search_in(tmp_path / "first", **options)
+    second = run_search_in(tmp_path / "second", **options)
+    assert [r["status"] for r in first.outcome.records] == [r["status"] for r in second.outcome.records]
+    assert sampled_by_number(first) == sampled_by_number(second)
+
+
+# -- how Optuna learns from unstable trials (no training) -------------------------------------
+
+LEARN_SPACE = parse_space({"trainer": "reward", "params": {
+    "precision": {"type": "categorical", "choices": ["fp32", "bf16-pure", "fp16-pure"]},
+    "learning_rate": {"type": "float", "low": 1e-5, "high": 1.0, "log": True},
+    "use_peft": {"type": "categorical", "choices": [True, False]},
+    "lora_r": {"type": "categorical", "choices": [4, 8, 16], "when": {"use_peft": True}},
+}})
+LEARN_TRIALS = 40  # TPE starts from max(3, min(10, 40 // 3)) = 10 random trials
+LEARN_STARTUP = 10
+LEARN_SEEDS = range(4)
+
+
+def unstable(params: dict[str, Any]) -> bool:
+    return params["precision"] == "fp16-pure" or params["learning_rate"] > 0.05
+
+
+def synthetic_record(params: dict[str, Any]) -> dict[str, Any]:
+    """A trial's outcome without training. The unstable region is the FASTEST (as fp16 is on a GPU, and as
+    a trial that dies at step 3 measures well), so only the constraint can teach TPE to avoid it."""
+    if unstable(params):
+        return {"status": "diverged", "stopped_at_step": 3, "max_steps": 20, "tokens_per_second": 5000.0,
+                "progress": None}
+    speed = {"fp32": 1000.0, "bf16-pure": 1500.0}[params["precision"]] * (1.2 if params["use_peft"] else 1.0)
+    return {"status": "ok", "stopped_at_step": 20, "max_steps": 20, "tokens_per_second": speed, "progress": 0.3}
+
+
+def proposals(sampler_name: str, seed: int, with_constraint: bool = True) -> list[bool]:
+    """Whether each of LEARN_TRIALS proposals landed in the unstable region, telling Optuna as search does."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(sampler=make_sampler(sampler_name, seed, LEARN_TRIALS), direction="maximize")
+    landed = []
+    for _ in range(LEARN_TRIALS):
+        trial = study.ask()
+        params = LEARN_SPACE.suggest(trial)
+        record = synthetic_record(params)
+        if with_constraint:
+            tell(study, trial, record)
+        else:
+            study.tell(trial, record["tokens_per_second"])  # the control: speed alone, as if stability were not told
+        landed.append(unstable(params))
+    return landed
+
+
+def rate(flags: list[bool]) -> float:
+    return sum(flags) / len(flags)
+
+
+def test_unstable_trials_are_told_as_complete_and_infeasible():
+    import optuna
+
+    study = optuna.create_study(sampler=make_sampler("tpe", 0, 4), direction="maximize")
+    for record in ({"status": "ok", "progress": 0.3, "tokens_per_second": 900.0, "max_steps": 20},
+                   {"status": "ok", "progress": 0.0, "tokens_per_second": 900.0, "max_steps": 20},
+                   {"status": "diverged", "stopped_at_step": 15, "tokens_per_second": 5000.0, "max_steps": 20},
+                   {"status": "crashed", "stopped_at_step": 0, "tokens_per_second": None, "max_steps": 20}):
+        tell(study, study.ask(), record)
+    trials = study.trials
+    # COMPLETE, not FAIL: a failed trial would vanish from TPE's model.
+    assert {t.state for t in trials} == {optuna.trial.TrialState.COMPLETE}
+    # Feasible only when ok and learning; earlier breaks are more infeasible than later ones.
+    assert [t.constraints["stable"] for t in trials] == [0.0, 0.5, 1.25, 2.0]
+    assert [t.user_attrs["status"] for t in trials] == ["ok", "ok", "diverged", "crashed"]
+    assert constraint_of({"status": "diverged", "stopped_at_step": 3, "max_steps": 20}) > constraint_of(
+        {"status": "diverged", "stopped_at_step": 18, "max_steps": 20})
+
+
+def test_tpe_steers_away_from_unstable_trials_after_start_up():
+    tpe = [rate(proposals("tpe", seed)[LEARN_STARTUP:]) for seed in LEARN_SEEDS]
+    random = [rate(proposals("random", seed)[LEARN_STARTUP:]) for seed in LEARN_SEEDS]
+    speed_only = [rate(proposals("tpe", seed, with_constraint=False)[LEARN_STARTUP:]) for seed in LEARN_SEEDS]
+    # Observed: TPE 0.27 0.23 0.27 0.43 | random 0.53 0.63 0.60 0.60 | TPE told speed only 0.77 0.63 0.67 0.73.
+    # With every seed, fewer unstable proposals than random sampling makes.
+    assert all(t < r for t, r in zip(tpe, random)), (tpe, random)
+    # On average well below random: the constraint moved it, not luck.
+    assert statistics.fmean(tpe) < 0.6 * statistics.fmean(random), (tpe, random)
+    # Told speed alone, TPE would chase the fast unstable region; the constraint is what steers it away.
+    assert statistics.fmean(speed_only) > statistics.fmean(random) > statistics.fmean(tpe)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "TPE's default gamma keeps only the top 10% of feasible trials as 'good', so after start-up the share of "
+    "unstable proposals stays at about a third instead of shrinking (0.35 vs 0.35 over 60 trials, 8 seeds). "
+    "A gamma of ceil(0.25 n) takes the second half to ~0.15. Remove this mark when sampling.make_sampler "
+    "is changed."))
+def test_tpe_keeps_concentrating_in_the_stable_region():
+    halves = [(rate(flags[:LEARN_TRIALS // 2]), rate(flags[LEARN_TRIALS // 2:]))
+              for flags in (proposals("tpe", seed) for seed in LEARN_SEEDS)]
+    first, second = (statistics.fmean(h[i] for h in halves) for i in (0, 1))
+    # The second half of the proposals is clearly more stable than the first (which holds the start-up).
+    assert second < 0.75 * first, halves
+
+
+def test_tpe_with_the_same_seed_and_outcomes_proposes_the_same_params():
+    # Reproducible given the same outcomes: the proposals depend only on the seed and what was told.
+    assert proposals("tpe", 3) == proposals("tpe", 3)
+
+
+def test_tpe_after_start_up_depends_on_measured_speed():
+    # Why "same seed, same configs" holds for TPE only while the measured tokens/s rank the same: two runs
+    # whose stable trials measured different speeds diverge after the start-up trials.
+    import optuna
+
+    def sequence(speed_of_fp32: float) -> list[dict[str, Any]]:
+        study = optuna.create_study(sampler=make_sampler("tpe", 1, 20), direction="maximize")
+        seen = []
+        for _ in range(20):
+            trial = study.ask()
+            params = LEARN_SPACE.suggest(trial)
+            record = synthetic_record(params)
+            if record["status"] == "ok" and params["precision"] == "fp32":
+                record["tokens_per_second"] = speed_of_fp32
+            tell(study, trial, record)
+            seen.append(params)
+        return seen
+
+    slow, fast = sequence(1000.0), sequence(3000.0)
+    startup = max(3, min(10, 20 // 3))
+    assert slow[:startup] == fast[:startup]
+    assert slow[startup:] != fast[startup:]
