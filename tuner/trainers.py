@@ -106,7 +106,8 @@ def build_trainer(trainer: str, model_path: str, params: dict[str, Any], dataset
     """
     import torch
     import trl
-    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer, PrinterCallback
+    from transformers import (AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer,
+                              PrinterCallback, set_seed)
 
     a = adapter(trainer)
     split = split_params(params)
@@ -124,6 +125,9 @@ def build_trainer(trainer: str, model_path: str, params: dict[str, Any], dataset
     config = getattr(trl, a.config_class)(**args)
 
     dtype = getattr(torch, PRECISION_SETTINGS[split.precision][0])
+    # Trainer seeds itself only after the model exists, and a reward model's score head is newly
+    # initialised at load: seed first, or the same trial spec trains a different model every run.
+    set_seed(config.seed)
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
