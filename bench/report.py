@@ -220,7 +220,8 @@ def render(results: dict[str, Any]) -> str:
         "The grid is {fp16, bf16, fp32 weights} x {learning rate 1e-4, 0.3}, RewardTrainer at batch 8 on the tiny model."
         " Anchor: Ray Tune + ASHA (loss, min, grace period 2), Trainer defaults (nan/inf filter on), pick = lowest last"
         " reported loss. tuner: `prepare` + `run_search` on bench/grid.yaml, grid sampler, its own defaults"
-        " (including re-running the top 2 candidates on 2 more seeds before recommending).",
+        + (" (including re-running the top candidates on more seeds before recommending)."
+           if b.get("grid_confirm_seeds") is None else f" but {b['grid_confirm_seeds']} confirmation seeds."),
         "",
         "| figure | anchor (Ray Tune + ASHA) | tuner | tuner / anchor |",
         "|---|---|---|---|",

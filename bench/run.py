@@ -47,14 +47,15 @@ class Budget:
     reference_steps: int  # optimizer steps per reference trial
     seeds: int  # sampler seeds per sampler on the lookup
     search_budget: int  # trials per simulated search on the lookup
+    grid_confirm_seeds: int | None = None  # tuner's confirmation re-runs on the grid; None: tuner's default
 
 
 # Full: 20-step trials as tuner runs them; a 2-core CPU does this in about 10-15 minutes.
 FULL = Budget(max_steps=20, rounds=2, reward_reference_trials=24, grpo_reference_trials=12, reference_steps=12,
               seeds=10, search_budget=24)
 # Quick: just enough of every piece that each table row is produced (the smoke test).
-QUICK = Budget(max_steps=4, rounds=1, reward_reference_trials=2, grpo_reference_trials=2, reference_steps=3,
-               seeds=5, search_budget=6)
+QUICK = Budget(max_steps=4, rounds=1, reward_reference_trials=2, grpo_reference_trials=1, reference_steps=4,
+               seeds=5, search_budget=6, grid_confirm_seeds=0)
 REFERENCE_SEED = 0  # the reference searches' sampler and trial seed
 GRID_SEED = 42  # tuner's trial seed on the grid: Trainer's default seed, which the anchor keeps
 
@@ -105,13 +106,14 @@ def _run(budget: Budget, workdir: Path) -> dict[str, Any]:
     _python(["-c", "import torch, transformers, trl, ray.tune, mlflow, optuna"], workdir / "warmup.log")  # disk cache
 
     grid_space = str(REPO / "bench" / "grid.yaml")
+    confirm = [] if budget.grid_confirm_seeds is None else ["--confirm-seeds", str(budget.grid_confirm_seeds)]
     rounds = []
     for i in range(1, budget.rounds + 1):
         anchor = _timed(["-m", "bench.anchor_asha", "--max-steps", str(budget.max_steps),
                          "--workdir", str(workdir / f"anchor-{i}")], workdir, f"anchor-{i}")
         tuner = _timed(["-m", "bench.tuner_search", "--trainer", "reward", "--space", grid_space, "--sampler", "grid",
                         "--max-steps", str(budget.max_steps), "--seed", str(GRID_SEED),
-                        "--store", str(workdir / f"tuner-{i}")], workdir, f"tuner-{i}")
+                        "--store", str(workdir / f"tuner-{i}"), *confirm], workdir, f"tuner-{i}")
         rounds.append({"round": i, "anchor": anchor, "tuner": tuner})
 
     references = {}

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import sqlite3
@@ -221,7 +222,38 @@ def load_search(uri: str, experiment: str):
 
 # -- 1. trials whose process dies, inside a real search ------------------------------------------------------
 
-# TODO: filled in below
+# Each kind of death once: the process killed by a signal (the "Floating point exception (core dumped)" of
+# DESIGN.md, a segfault, the kernel's OOM killer) ends as crashed, a raised out-of-memory error as oom.
+FAULTS = [("sigfpe", "crashed", "SIGFPE"), ("sigsegv", "crashed", "SIGSEGV"), ("sigkill", "crashed", "SIGKILL"),
+          ("oom", "oom", "out of memory")]
+
+
+@pytest.mark.parametrize(("kind", "status", "in_reason"), FAULTS, ids=[kind for kind, _, _ in FAULTS])
+def test_trial_dying_inside_a_search_is_recorded_and_the_search_goes_on(kind, status, in_reason, space_file,
+                                                                      tmp_path, spawn):
+    store, trials, faulty = tmp_path / "S", 3, LEARNING_RATES[1]
+    # TUNER_FAULT_WHEN picks one trial: its process dies at the end of step 2, the other two run normally
+    code, out = spawn.run(search_args(space_file, store, "faults", trials, 3), "search",
+                          env={"TUNER_FAULT": f"{kind}@2", "TUNER_FAULT_WHEN": f"learning_rate={faulty}"})
+    assert code == 0, out[-4000:]
+    client = mlflow_client(local_uri(store))
+    parents, runs = runs_of(client, "faults")
+    assert len(parents) == 1 and parents[0].info.status == "FINISHED"
+    assert len(runs) == trials
+    by_rate = {float(run.data.params["learning_rate"]): run for run in runs}
+    assert sorted(by_rate) == LEARNING_RATES[:trials]
+    dead = by_rate.pop(faulty)
+    assert dead.data.tags["tuner.status"] == status, dead.data.tags
+    assert in_reason in dead.data.tags["tuner.reason"], dead.data.tags["tuner.reason"]
+    assert dead.data.tags["tuner.stopped_at_step"] in ("1", "2"), dead.data.tags
+    # the step before the death reached the store; the dying step was never logged
+    assert [m.step for m in client.get_metric_history(dead.info.run_id, "loss")] == [1]
+    for run in by_rate.values():  # the trials beside it are untouched
+        assert run.data.tags["tuner.status"] == "ok", run.data.tags
+        assert int(run.data.metrics["trial/steps_run"]) == 3
+        assert_trial_run_complete(client, run)
+    _, search = load_search(local_uri(store), "faults")
+    assert sorted(r["status"] for r in search["trials"]) == sorted(["ok", "ok", status])
 
 
 # -- 2. the driver killed mid-search, then resumed --------------------------------------------------------------
@@ -372,3 +404,111 @@ def test_two_searches_at_once_on_one_sqlite_store(space_file, tmp_path, spawn):
 
 
 # -- 5. a real two-node Ray cluster on loopback ------------------------------------------------------------------
+
+
+def _ray_cli() -> str:
+    beside = Path(sys.executable).parent / "ray"  # the ray of this Python, not whatever PATH finds first
+    return str(beside) if beside.exists() else shutil.which("ray")
+
+
+class RayNode:
+    """One ``ray start --block`` in its own session: its raylet and everything it starts stay in that session,
+    and killing the session removes the node. --block also makes it take the node down when its raylet dies."""
+
+    def __init__(self, process: subprocess.Popen, temp_dir: str):
+        self.process, self.temp_dir = process, temp_dir
+
+    def raylet(self) -> psutil.Process:
+        return next(p for p in _session_members(self.process.pid) if p.name() == "raylet")
+
+    def node_id(self) -> str:
+        flag = next(a for a in self.raylet().cmdline() if a.startswith("--node_id="))
+        return flag.removeprefix("--node_id=")
+
+    def trial_processes(self) -> set[int]:
+        """PIDs of the trials running on this node now: the children of a trial forkserver."""
+        running = set()
+        for process in _session_members(self.process.pid):
+            with contextlib.suppress(psutil.Error):
+                if "multiprocessing.forkserver" in " ".join(process.cmdline()):
+                    running.update(child.pid for child in process.children())
+        return running
+
+
+class RayCluster:
+    def __init__(self, spawn: Spawner):
+        self.spawn = spawn
+        self.port = free_port()
+        self.address = f"127.0.0.1:{self.port}"
+        # Set explicitly on every node and the driver: with RAY_AUTH_MODE unset, `ray start --head` turns token
+        # auth on when ~/.ray/auth_token exists (any local ray.init() writes one) but a joining `ray start`
+        # does not send the token, and the second node is refused.
+        self.env = {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+        self.nodes: list[RayNode] = []
+
+    def start_node(self, name: str, *args: str) -> RayNode:
+        # Our own short temp dir (socket paths must stay under 107 bytes): never /tmp/ray, where other
+        # people's clusters keep the address that `ray status` or ray.init("auto") would pick up.
+        temp_dir = tempfile.mkdtemp(prefix="tr-", dir="/tmp")
+        process = self.spawn.start([_ray_cli(), "start", "--block", "--node-ip-address", "127.0.0.1", "--num-cpus",
+                                    "1", "--temp-dir", temp_dir, "--disable-usage-stats", *args], name, env=self.env)
+        node = RayNode(process, temp_dir)
+        self.nodes.append(node)
+        wait_for(lambda: "block forever" in output_of(process), f"{name} to start", timeout=240, process=process)
+        return node
+
+    def stop(self) -> None:
+        for node in reversed(self.nodes):
+            kill_session(node.process.pid)
+            shutil.rmtree(node.temp_dir, ignore_errors=True)
+
+
+@pytest.fixture
+def ray_cluster(spawn):
+    """A head node and a second node on this machine, 1 CPU each: two trials at a time, one per node."""
+    cluster = RayCluster(spawn)
+    try:
+        cluster.head = cluster.start_node("ray-head", "--head", "--port", str(cluster.port),
+                                          "--include-dashboard=false", "--dashboard-port", str(free_port()))
+        cluster.worker = cluster.start_node("ray-worker", "--address", cluster.address)
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def test_search_spreads_over_a_two_node_cluster_and_survives_losing_a_node(ray_cluster, space_file, tmp_path,
+                                                                           spawn):
+    store, trials = tmp_path / "S", 6
+    head_id, worker_id = ray_cluster.head.node_id(), ray_cluster.worker.node_id()
+    worker_raylet = ray_cluster.worker.raylet()
+    driver = spawn.start(search_args(space_file, store, "cluster", trials, 6, "--ray-address", ray_cluster.address),
+                         "search", env=ray_cluster.env)
+    # Wait for the second trial process on the worker node: one trial has finished there and one is running.
+    seen: set[int] = set()
+
+    def second_trial_running_on_worker() -> bool:
+        running = ray_cluster.worker.trial_processes()
+        seen.update(running)
+        return len(seen) >= 2 and bool(running)
+
+    wait_for(second_trial_running_on_worker, "a second trial on the worker node", process=driver, interval=0.2)
+    worker_raylet.kill()  # the node is lost with a trial on it
+    try:
+        code = driver.wait(SEARCH_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"search still running {SEARCH_TIMEOUT}s after the node died:\n{output_of(driver)[-4000:]}")
+    out = output_of(driver)
+    assert code == 0, out[-4000:]
+    _, search = load_search(local_uri(store), "cluster")
+    records = search["trials"]
+    # every trial is accounted for once, the lost one included
+    assert sorted(r["number"] for r in records) == list(range(trials)), records
+    # trials ran on both nodes, and each record says which
+    assert {head_id, worker_id} <= {r["node_id"] for r in records}, [(r["number"], r["node_id"]) for r in records]
+    for record in records:
+        if record["status"] != "ok":  # the trial that was on the node when it died, unless Ray re-ran it
+            assert record["status"] == "crashed" and "lost" in record["reason"], record
+    client = mlflow_client(local_uri(store))
+    parents, runs = runs_of(client, "cluster")
+    assert len(parents) == 1 and parents[0].info.status == "FINISHED"
+    assert len(runs) == trials
