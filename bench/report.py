@@ -159,6 +159,29 @@ def grid_summary(rounds: list[dict[str, Any]]) -> dict[str, Any]:
     return summary
 
 
+def anchor_step_seconds(trial: dict[str, Any], warmup: int = 2) -> float | None:
+    """Mean step time after the warm-up steps, from the anchor's log timestamps (tuner's definition)."""
+    rows = [r for r in trial["history"] if r["step"] > warmup and "time" in r]
+    if len(rows) < 2:
+        return None
+    return (rows[-1]["time"] - rows[0]["time"]) / (rows[-1]["step"] - rows[0]["step"])
+
+
+def step_time_ratios(rounds: list[dict[str, Any]]) -> list[float]:
+    """tuner's steady-state step time over the anchor's, per config both ran past the warm-up, per round:
+    what tuner's per-step work (the guard's callback, unfiltered logging) costs on the same config."""
+    ratios = []
+    for r in rounds:
+        for x in r["anchor"]["trials"]:
+            anchor = anchor_step_seconds(x)
+            for t in r["tuner"]["records"]:
+                same = (t["params"].get("precision"), t["params"].get("learning_rate")) == (x["precision"], x["learning_rate"])
+                if same and anchor and t.get("samples_per_second") and (t.get("steps_run") or 0) >= 4:
+                    batch = int(t["params"].get("per_device_train_batch_size", 8)) * int(t["params"].get("gradient_accumulation_steps", 1))
+                    ratios.append(batch / t["samples_per_second"] / anchor)
+    return ratios
+
+
 def overhead(results: dict[str, Any]) -> dict[str, Any]:
     """Per-trial overhead of tuner's trials (grid rounds and reference searches) and the anchor's."""
     runs = [r["tuner"] for r in results["rounds"]] + list(results["references"].values())
@@ -188,6 +211,8 @@ def overhead(results: dict[str, Any]) -> dict[str, Any]:
         "anchor_trials": sum(x is not None for x in first_anchor),
         "overhead_share_median": _median(shares), "overhead_share_pooled": 1 - train_total / wall_total if wall_total else None,
         "outside_trial_share_median": _median(slots), "runs": len(slots),
+        "step_time_ratio_median": _median(step_time_ratios(results["rounds"])),
+        "step_time_pairs": len(step_time_ratios(results["rounds"])),
     }
 
 
@@ -212,8 +237,9 @@ def render(results: dict[str, Any]) -> str:
         " (the CPU was shared with other work: seconds are noisy, ratios from alternating runs less so)",
         "- versions: " + ", ".join(f"{k} {val}" for k, val in v.items()),
         f"- budget: {b['max_steps']} optimizer steps per grid trial, {n} alternating round(s) of anchor then tuner; "
-        f"reference searches of {b['reward_reference_trials']} reward and {b['grpo_reference_trials']} GRPO trials "
-        f"of {b['reference_steps']} steps; {b['seeds']} seeds x {b['search_budget']} trials per sampler on the lookup",
+        f"reference searches of {b['reward_reference_trials']} reward trials of {b['reward_reference_steps']} steps and "
+        f"{b['grpo_reference_trials']} GRPO trials of {b['grpo_reference_steps']} steps; "
+        f"{b['seeds']} seeds x {b['search_budget']} trials per sampler on the lookup",
         "",
         "## Summary",
         "",
@@ -277,6 +303,11 @@ def render(results: dict[str, Any]) -> str:
             med_text = f"> {eff['budget']}" if med > eff["budget"] else f"{med:g}"
             lines.append(f"| {trainer} | {sampler} | {len(eff['seeds'])} | {s['hit']}/{len(s['runs'])} | {med_text} | "
                          f"{s['unstable_first_half']:.2f} | {s['unstable_second_half']:.2f} |")
+    per_seed = [f"{trainer} {sampler}: " + " ".join(_fmt(r["first_hit"], "d") for r in s["runs"])
+                for trainer, eff in results["efficiency"].items() for sampler, s in eff["samplers"].items()]
+    if per_seed:
+        lines += ["", "Trials to the first within-5% config, per seed (- = not within the budget): "
+                  + "; ".join(per_seed) + "."]
     lines += ["", "Reference searches (real trials, random sampler, seed 0):", ""]
     for trainer, eff in results["efficiency"].items():
         ref = results["references"][trainer]
@@ -298,13 +329,16 @@ def render(results: dict[str, Any]) -> str:
         f"| the anchor's trainable start to first step, median / p90 (s) | {_fmt(over['anchor_first_step_median'], '.2f')} / {_fmt(over['anchor_first_step_p90'], '.2f')} |",
         f"| tuner's share of a trial's wall time not spent in training steps, median ({over['timed_trials']} trials) | {_fmt(over['overhead_share_median'], '.2f')} |",
         f"| the same, pooled over all trial time | {_fmt(over['overhead_share_pooled'], '.2f')} |",
+        f"| steady-state step time, tuner / anchor, same config and round, median of {over['step_time_pairs']} pairs | {_fmt(over['step_time_ratio_median'], '.2f')} |",
         f"| share of trial-slot time (concurrency x search wall) outside any trial process, median of {over['runs']} searches | {_fmt(over['outside_trial_share_median'], '.2f')} |",
         "",
         "How these are measured: 'trial start' is the start of tuner's trial function in its (forkserver) child"
         " process, and for the anchor the start of its Tune trainable in a fresh Ray worker, which imports torch and"
         " TRL there; the first step is the end of optimizer step 1. Training-step time is steps run x the steady-state"
         " step time (batch / samples per second after tuner's 2 warm-up steps), so the slower first steps count as"
-        " overhead. The slot share covers Ray start-up and scheduling, the hand-off to the trial's child process,"
+        " overhead; that share includes building the model, tokenizing the data and building the TRL trainer, which"
+        " any TRL run pays too. The step-time ratio compares the same config's steps after the warm-up (the anchor's"
+        " from its log timestamps): what tuner adds per step (the guard's callback, logging every step). The slot share covers Ray start-up and scheduling, the hand-off to the trial's child process,"
         " MLflow logging in the driver, and slots left idle while the last trials of a batch finish.",
         "",
         "## Trials of round 1",

@@ -43,19 +43,21 @@ class Budget:
     max_steps: int  # optimizer steps per grid trial, both sides
     rounds: int  # anchor/tuner alternations for the wall-time figure
     reward_reference_trials: int  # real trials in the reward reference search
+    reward_reference_steps: int  # optimizer steps per reward reference trial
     grpo_reference_trials: int
-    reference_steps: int  # optimizer steps per reference trial
+    grpo_reference_steps: int
     seeds: int  # sampler seeds per sampler on the lookup
     search_budget: int  # trials per simulated search on the lookup
     grid_confirm_seeds: int | None = None  # tuner's confirmation re-runs on the grid; None: tuner's default
 
 
-# Full: 20-step trials as tuner runs them; a 2-core CPU does this in about 10-15 minutes.
-FULL = Budget(max_steps=20, rounds=2, reward_reference_trials=24, grpo_reference_trials=12, reference_steps=12,
-              seeds=10, search_budget=24)
+# Full: about 10 minutes on an idle 2-core CPU. GRPO trials generate text every step, so its
+# reference trials are shorter (12 steps still cover the guard's 5-step zero-reward-std rule).
+FULL = Budget(max_steps=20, rounds=3, reward_reference_trials=40, reward_reference_steps=20,
+              grpo_reference_trials=24, grpo_reference_steps=12, seeds=10, search_budget=30)
 # Quick: just enough of every piece that each table row is produced (the smoke test).
-QUICK = Budget(max_steps=4, rounds=1, reward_reference_trials=2, grpo_reference_trials=1, reference_steps=4,
-               seeds=5, search_budget=6, grid_confirm_seeds=0)
+QUICK = Budget(max_steps=4, rounds=1, reward_reference_trials=1, reward_reference_steps=4,
+               grpo_reference_trials=1, grpo_reference_steps=4, seeds=5, search_budget=6, grid_confirm_seeds=0)
 REFERENCE_SEED = 0  # the reference searches' sampler and trial seed
 GRID_SEED = 42  # tuner's trial seed on the grid: Trainer's default seed, which the anchor keeps
 
@@ -65,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="tiny budget: checks the harness, not the figures")
     parser.add_argument("--output", default=str(REPO / "bench" / "RESULTS.md"), help="the Markdown report")
     parser.add_argument("--workdir", default=None, help="stores, logs and raw runs (default: a temp dir, removed)")
-    parser.add_argument("--rounds", type=int, default=None, help="anchor/tuner alternations (default 2; quick 1)")
+    parser.add_argument("--rounds", type=int, default=None, help="anchor/tuner alternations (default 3; quick 1)")
     args = parser.parse_args(argv)
 
     budget = QUICK if args.quick else FULL
@@ -117,10 +119,11 @@ def _run(budget: Budget, workdir: Path) -> dict[str, Any]:
         rounds.append({"round": i, "anchor": anchor, "tuner": tuner})
 
     references = {}
-    for trainer, trials in (("reward", budget.reward_reference_trials), ("grpo", budget.grpo_reference_trials)):
+    for trainer, trials, steps in (("reward", budget.reward_reference_trials, budget.reward_reference_steps),
+                                   ("grpo", budget.grpo_reference_trials, budget.grpo_reference_steps)):
         references[trainer] = _timed(
             ["-m", "bench.tuner_search", "--trainer", trainer, "--sampler", "random", "--trials", str(trials),
-             "--max-steps", str(budget.reference_steps), "--seed", str(REFERENCE_SEED), "--confirm-seeds", "0",
+             "--max-steps", str(steps), "--seed", str(REFERENCE_SEED), "--confirm-seeds", "0",
              "--store", str(workdir / f"reference-{trainer}")], workdir, f"reference-{trainer}")
 
     efficiency = {}

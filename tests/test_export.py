@@ -133,7 +133,8 @@ def test_non_mixed_precisions_export_bf16_off(precision):
 
 def test_render_json_and_yaml_hold_the_same_config():
     config = recommend.trl_config("dpo", sampled_params("dpo", True, "bf16-mixed", 7), MODEL, use_cpu=True)
-    assert yaml.safe_load(recommend.render(config, "yaml", header="a\nb")) == json.loads(recommend.render(config, "json"))
+    as_yaml = yaml.safe_load(recommend.render(config, "yaml", header="a\nb"))
+    assert as_yaml == json.loads(recommend.render(config, "json")) == config
 
 
 # -- recommend.recommend: the rule, on hand-made records --------------------------------------

@@ -184,6 +184,9 @@ def finished_trial_rows(db: Path, experiment: str | None = None) -> list[tuple[s
 def mlflow_client(uri: str):
     from mlflow.tracking import MlflowClient
 
+    if uri.startswith("sqlite:///"):
+        Path(uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+
     return MlflowClient(tracking_uri=uri)
 
 
@@ -222,10 +225,10 @@ def load_search(uri: str, experiment: str):
 
 # -- 1. trials whose process dies, inside a real search ------------------------------------------------------
 
-# Each kind of death once: the process killed by a signal (the "Floating point exception (core dumped)" of
-# DESIGN.md, a segfault, the kernel's OOM killer) ends as crashed, a raised out-of-memory error as oom.
-FAULTS = [("sigfpe", "crashed", "SIGFPE"), ("sigsegv", "crashed", "SIGSEGV"), ("sigkill", "crashed", "SIGKILL"),
-          ("oom", "oom", "out of memory")]
+# The two ways a trial's process ends badly, one search each (about a minute apiece): killed by a signal (the
+# "Floating point exception (core dumped)" of DESIGN.md) is crashed, a raised out-of-memory error is oom.
+# SIGSEGV and SIGKILL take the same path as SIGFPE here; test_trial.py kills an isolated trial with each.
+FAULTS = [("sigfpe", "crashed", "SIGFPE"), ("oom", "oom", "out of memory")]
 
 
 @pytest.mark.parametrize(("kind", "status", "in_reason"), FAULTS, ids=[kind for kind, _, _ in FAULTS])
@@ -292,6 +295,10 @@ def test_driver_killed_mid_search_resumes_same_run_keeping_finished_trials(space
     _, search = load_search(local_uri(store), "r1")
     assert len(search["trials"]) == 5
     assert {r["run_id"] for r in search["trials"]} == {t.info.run_id for t in trials}
+    # The trials in flight at the kill were re-run, not replaced: the grid points tried are the ones an
+    # uninterrupted search with --trials 5 tries (the first 5 of 6).
+    tried = sorted(float(t.data.params["learning_rate"]) for t in trials)
+    assert tried == LEARNING_RATES[:5], tried
 
 
 # -- 3. a real MLflow tracking server ------------------------------------------------------------------------
@@ -379,7 +386,9 @@ def test_tracking_server_gone_mid_search_spools_then_sync_delivers_everything(sp
 
 
 def test_two_searches_at_once_on_one_sqlite_store(space_file, tmp_path, spawn):
-    store = tmp_path / "S"  # fresh: both searches also race to create the database
+    store = tmp_path / "S"
+    # a store an earlier search already made (two searches creating a fresh one together: the test below)
+    mlflow_client(local_uri(store)).search_experiments()
     trials = {"alpha": 3, "beta": 4}
     drivers = {name: spawn.start(search_args(space_file, store, name, n, 3, "--concurrency", "1"), f"search-{name}")
                for name, n in trials.items()}
@@ -401,6 +410,46 @@ def test_two_searches_at_once_on_one_sqlite_store(space_file, tmp_path, spawn):
             assert_trial_run_complete(client, run)
         _, search = load_search(local_uri(store), name)
         assert sorted(r["number"] for r in search["trials"]) == list(range(n))
+
+
+# What a search does first with its store: the MLflow tracker (its client creates the tables of a fresh
+# database) and the Optuna study beside it. Each process imports everything, says it is ready, then waits for
+# the go, so they reach the fresh store within milliseconds of each other, as two searches started together do.
+OPEN_STORE = """
+import sys, time
+from pathlib import Path
+
+import mlflow.store.tracking.sqlalchemy_store, optuna  # noqa: F401 - imported before the go, not after
+from tuner import sampling, tracking
+
+store, name = Path(sys.argv[1]), sys.argv[2]
+(store / f"ready-{name}").touch()
+while not (store / "go").exists():
+    time.sleep(0.01)
+tracker = tracking.SearchTracker(tracking.default_tracking_uri(store), name, store)
+tracker.start(f"search-{name}", {"trials": 1}, {})
+sampling.make_study("tpe", 0, 1, f"sqlite:///{store.resolve() / 'optuna.db'}", f"search-{name}")
+print("opened", name)
+"""
+
+
+def test_searches_starting_together_on_a_fresh_store_all_open_it(tmp_path, spawn):
+    store = tmp_path / "S"
+    store.mkdir()
+    names = ["a", "b", "c"]
+    openers = [spawn.start([sys.executable, "-c", OPEN_STORE, str(store), name], f"open-{name}") for name in names]
+    wait_for(lambda: all((store / f"ready-{name}").exists() for name in names), "the openers to import", timeout=240)
+    (store / "go").touch()
+    for name, opener in zip(names, openers):
+        try:
+            code = opener.wait(240)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"opener {name} still running:\n{output_of(opener)[-4000:]}")
+        assert code == 0 and f"opened {name}" in output_of(opener), output_of(opener)[-4000:]
+    client = mlflow_client(local_uri(store))
+    for name in names:
+        parents, _ = runs_of(client, name)
+        assert len(parents) == 1
 
 
 # -- 5. a real two-node Ray cluster on loopback ------------------------------------------------------------------

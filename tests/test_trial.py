@@ -251,3 +251,18 @@ def test_throughput_without_token_counts_still_gives_samples():
     assert tokens is None and samples == pytest.approx(2.0 * 2 / 3.0)
     # steps stamped at the same instant give no rate rather than a division by zero
     assert throughput([], [(1, 5.0), (2, 5.0)], warmup=0, samples_per_step=2) == (None, None)
+
+
+def test_progress_noise_separates_a_real_gain_from_wandering():
+    from tuner.recommend import learned
+    from tuner.trial import progress_noise
+
+    wandering = [{"step": i, "reward": r} for i, r in enumerate([0.2, 0.4, 0.1, 0.3, 0.5, 0.2, 0.1, 0.4, 0.3, 0.2,
+                                                                 0.3, 0.1, 0.4, 0.2, 0.5, 0.3, 0.2, 0.4, 0.3, 0.25], 1)]
+    rising = [{"step": i, "reward": 0.2 + 0.03 * i + (0.02 if i % 2 else -0.02)} for i in range(1, 21)]
+    for history in (wandering, rising):
+        record = {"progress": learning_progress("grpo", history), "progress_noise": progress_noise("grpo", history)}
+        # a gain that clears twice its standard error is learning; one inside the noise is not
+        assert learned(record) == (history is rising), record
+    # too few steps to estimate the noise: no figure rather than a made-up one
+    assert progress_noise("grpo", rising[:6]) is None

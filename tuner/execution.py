@@ -64,7 +64,7 @@ def callback_class():
 
 
 SUMMARY_FIELDS = ("status", "reason", "stopped_at_step", "steps_run", "tokens_per_second", "samples_per_second",
-                   "progress", "peak_memory_mb", "seconds_to_first_step", "wall_seconds", "guard_signal", "device")
+                   "progress", "progress_noise", "peak_memory_mb", "seconds_to_first_step", "wall_seconds", "guard_signal", "device")
 
 
 def init_ray(ray_address: str | None, gpus_per_trial: float):

@@ -19,13 +19,15 @@ from tuner.trainers import PRECISION_SETTINGS, adapter, lora_config_kwargs, prec
 
 # A short trial that moved its loss or reward by less than 1% did not learn.
 MIN_PROGRESS = 0.01
-RULE = (f"fastest (tokens/s) trial with status ok that learned (progress > {MIN_PROGRESS}) and stayed ok on "
-        "every confirmation seed; diverged, collapsed, crashed and oom trials are never recommended")
+RULE = (f"fastest (tokens/s) trial with status ok that learned (progress > {MIN_PROGRESS} and > twice its noise) "
+        "and stayed ok on every confirmation seed; diverged, collapsed, crashed and oom trials are never recommended")
 
 
 def learned(trial: dict[str, Any]) -> bool:
-    progress = trial.get("progress")
-    return progress is not None and progress > MIN_PROGRESS
+    """Progress above MIN_PROGRESS and above twice its own noise: a short trial's reward or loss
+    wanders by chance, and a config that only wandered did not learn."""
+    progress, noise = trial.get("progress"), trial.get("progress_noise")
+    return progress is not None and progress > max(MIN_PROGRESS, 2 * (noise or 0.0))
 
 
 def recommend(trials: list[dict[str, Any]]) -> dict[str, Any] | None:

@@ -87,6 +87,7 @@ class TrialResult:
     tokens_per_second: float | None = None
     samples_per_second: float | None = None
     progress: float | None = None  # learning progress, higher is better; see learning_progress()
+    progress_noise: float | None = None  # its standard error; see progress_noise()
     peak_memory_mb: float | None = None
     seconds_to_first_step: float | None = None
     wall_seconds: float | None = None
@@ -123,6 +124,21 @@ def learning_progress(trainer: str, history: list[dict[str, Any]]) -> float | No
     if trainer == "grpo":
         return last - first
     return (first - last) / max(abs(first), 1e-8)
+
+
+def progress_noise(trainer: str, history: list[dict[str, Any]]) -> float | None:
+    """Standard error of learning_progress (same units): the step-to-step noise of the quarters
+    it averages. A trial "learned" only if its progress clears twice this (see recommend.learned)."""
+    key = "reward" if trainer == "grpo" else "loss"
+    values = [row[key] for row in history if key in row and math.isfinite(row[key])]
+    k = len(values) // 4
+    if k < 2:
+        return None
+    first, last = values[:k], values[-k:]
+    error = math.sqrt(statistics.variance(first) / k + statistics.variance(last) / k)
+    if trainer == "grpo":
+        return error
+    return error / max(abs(statistics.fmean(first)), 1e-8)
 
 
 def throughput(history: list[dict[str, Any]], step_times: list[tuple[int, float]], warmup: int,
@@ -266,6 +282,7 @@ def run_trial(spec: TrialSpec, workdir: str | os.PathLike | None = None, metrics
     result.tokens_per_second, result.samples_per_second = throughput(
         monitor.history, monitor.step_times, spec.warmup_steps, batch)
     result.progress = learning_progress(spec.trainer, monitor.history)
+    result.progress_noise = progress_noise(spec.trainer, monitor.history)
     return result
 
 
