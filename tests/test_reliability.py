@@ -387,8 +387,12 @@ def test_tracking_server_gone_mid_search_spools_then_sync_delivers_everything(sp
 
 def test_two_searches_at_once_on_one_sqlite_store(space_file, tmp_path, spawn):
     store = tmp_path / "S"
-    # a store an earlier search already made (two searches creating a fresh one together: the test below)
+    # A store an earlier search already made: its MLflow database and the Optuna one beside it (two searches
+    # creating a fresh store together is the next test). What is left here is the writes taking turns.
+    import optuna
+
     mlflow_client(local_uri(store)).search_experiments()
+    optuna.storages.RDBStorage(f"sqlite:///{store.resolve() / 'optuna.db'}")
     trials = {"alpha": 3, "beta": 4}
     drivers = {name: spawn.start(search_args(space_file, store, name, n, 3, "--concurrency", "1"), f"search-{name}")
                for name, n in trials.items()}

@@ -400,11 +400,6 @@ def test_tpe_steers_away_from_unstable_trials_after_start_up():
     assert statistics.fmean(speed_only) > statistics.fmean(random) > statistics.fmean(tpe)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "TPE's default gamma keeps only the top 10% of feasible trials as 'good', so after start-up the share of "
-    "unstable proposals stays at about a third instead of shrinking (0.35 vs 0.35 over 60 trials, 8 seeds). "
-    "A gamma of ceil(0.25 n) takes the second half to ~0.15. Remove this mark when sampling.make_sampler "
-    "is changed."))
 def test_tpe_keeps_concentrating_in_the_stable_region():
     halves = [(rate(flags[:LEARN_TRIALS // 2]), rate(flags[LEARN_TRIALS // 2:]))
               for flags in (proposals("tpe", seed) for seed in LEARN_SEEDS)]
