@@ -440,7 +440,7 @@ print("opened", name)
 def test_searches_starting_together_on_a_fresh_store_all_open_it(tmp_path, spawn):
     store = tmp_path / "S"
     store.mkdir()
-    names = ["a", "b", "c"]
+    names = ["a", "b", "c", "d"]
     openers = [spawn.start([sys.executable, "-c", OPEN_STORE, str(store), name], f"open-{name}") for name in names]
     wait_for(lambda: all((store / f"ready-{name}").exists() for name in names), "the openers to import", timeout=240)
     (store / "go").touch()

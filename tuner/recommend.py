@@ -91,9 +91,3 @@ def render(config: dict[str, Any], fmt: str, header: str = "") -> str:
         raise TunerError(f"unknown export format {fmt!r}; choose yaml or json")
     comment = "".join(f"# {line}\n" for line in header.splitlines()) if header else ""
     return comment + yaml.safe_dump(config, sort_keys=False)
-
-
-def trl_command(trainer: str, path: str) -> str:
-    adapter(trainer)
-    extra = " --dataset_name YOUR_DATASET" if trainer else ""
-    return f"trl {trainer} --config {path}{extra}"

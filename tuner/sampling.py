@@ -42,6 +42,9 @@ def make_sampler(name: str, seed: int, n_trials: int):
     if name == "tpe":
         warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
         # TPE reads each trial's constraint (set in tell()) and ranks infeasible trials as bad.
+        # gamma is deprecated (removed in Optuna 6, hence the <6 pin) but is the knob that decides
+        # how strongly TPE avoids what failed; silence its notice rather than lose the behaviour.
+        warnings.filterwarnings("ignore", message="`gamma` has been deprecated", category=FutureWarning)
         return optuna.samplers.TPESampler(
             seed=seed,
             gamma=_good_share,
