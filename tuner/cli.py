@@ -42,54 +42,24 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"tuner: error: {message} (see {self.prog} --help)\n")
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
+def _number(kind, ok, rule: str, noun: str = "number"):
+    """An argparse type: parse with ``kind`` and keep values for which ``ok`` holds (nan never does)."""
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a {noun}, got {text!r}") from None
+        if not ok(value) or value == float("inf"):
+            raise argparse.ArgumentTypeError(f"{rule}, got {text}")
+        return value
+    return parse
 
 
-def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must not be negative, got {value}")
-    return value
-
-
-def _port(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a port number, got {text!r}") from None
-    if not 1 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"must be between 1 and 65535, got {value}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not value > 0 or value == float("inf"):  # also refuses nan
-        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
-    return value
-
-
-def _non_negative_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not value >= 0 or value == float("inf"):  # also refuses nan
-        raise argparse.ArgumentTypeError(f"must not be negative, got {text}")
-    return value
+_positive_int = _number(int, lambda v: v >= 1, "must be at least 1", "whole number")
+_non_negative_int = _number(int, lambda v: v >= 0, "must not be negative", "whole number")
+_port = _number(int, lambda v: 1 <= v <= 65535, "must be between 1 and 65535", "port number")
+_positive_float = _number(float, lambda v: v > 0, "must be positive")
+_non_negative_float = _number(float, lambda v: v >= 0, "must not be negative")
 
 
 def build_parser() -> argparse.ArgumentParser:
