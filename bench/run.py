@@ -9,6 +9,7 @@ other's imports, Ray session or environment):
 
 1. the anchor, bench/anchor_asha.py: Ray Tune + ASHA over {fp16, bf16, fp32 weights} x {lr 1e-4, 0.3};
 2. tuner on the same grid (bench/grid.yaml), alternating with 1: anchor, tuner, anchor, tuner ...;
+   each round also runs tuner with its confirmation re-runs off, the same six trials as the anchor;
 3. one reference search per trainer (reward, GRPO; shipped spaces, random sampler), then TPE vs
    random on a nearest-measured-config lookup built from it (bench/efficiency.py);
 4. per-trial overhead, from the trial records of 2 and 3.
@@ -51,7 +52,7 @@ class Budget:
     grid_confirm_seeds: int | None = None  # tuner's confirmation re-runs on the grid; None: tuner's default
 
 
-# Full: about 10 minutes on an idle 2-core CPU. GRPO trials generate text every step, so its
+# Full: about 10-12 minutes on a 2-core CPU. GRPO trials generate text every step, so its
 # reference trials are shorter (12 steps still cover the guard's 5-step zero-reward-std rule).
 FULL = Budget(max_steps=20, rounds=3, reward_reference_trials=40, reward_reference_steps=20,
               grpo_reference_trials=24, grpo_reference_steps=12, seeds=10, search_budget=30)
@@ -116,7 +117,13 @@ def _run(budget: Budget, workdir: Path) -> dict[str, Any]:
         tuner = _timed(["-m", "bench.tuner_search", "--trainer", "reward", "--space", grid_space, "--sampler", "grid",
                         "--max-steps", str(budget.max_steps), "--seed", str(GRID_SEED),
                         "--store", str(workdir / f"tuner-{i}"), *confirm], workdir, f"tuner-{i}")
-        rounds.append({"round": i, "anchor": anchor, "tuner": tuner})
+        entry = {"round": i, "anchor": anchor, "tuner": tuner}
+        if budget.grid_confirm_seeds is None:  # the same six trials as the anchor, nothing re-run
+            entry["tuner_no_confirm"] = _timed(
+                ["-m", "bench.tuner_search", "--trainer", "reward", "--space", grid_space, "--sampler", "grid",
+                 "--max-steps", str(budget.max_steps), "--seed", str(GRID_SEED), "--confirm-seeds", "0",
+                 "--store", str(workdir / f"tuner-no-confirm-{i}")], workdir, f"tuner-no-confirm-{i}")
+        rounds.append(entry)
 
     references = {}
     for trainer, trials, steps in (("reward", budget.reward_reference_trials, budget.reward_reference_steps),

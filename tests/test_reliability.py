@@ -1,6 +1,7 @@
 """Reliability and scale, end to end with real processes: trials that die inside a real search, a driver
 killed mid-search and resumed, a real MLflow tracking server that goes away and comes back, two searches on
-one SQLite store at once, and a real two-node Ray cluster that loses a node mid-search.
+one SQLite store at once (and several opening a fresh one together), and a real two-node Ray cluster that
+loses a node mid-search. About 6 minutes on a 2-core machine, most of it Ray starting and importing TRL.
 
 Every test starts its processes in their own session (``start_new_session``) and a finalizer kills every
 process still in that session by PID, even when the test fails: Ray's workers change their process group,
@@ -186,7 +187,6 @@ def mlflow_client(uri: str):
 
     if uri.startswith("sqlite:///"):
         Path(uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
-
     return MlflowClient(tracking_uri=uri)
 
 
@@ -212,8 +212,8 @@ def assert_trial_run_complete(client, run) -> None:
     history = client.get_metric_history(run.info.run_id, "loss")
     # one loss point per optimizer step the trial ran, nothing lost on the way to the store
     assert sorted(m.step for m in history) == list(range(1, steps_run + 1)), (tags, history)
-    folder = tempfile.mkdtemp(prefix="reliability-")
-    result = json.loads(Path(client.download_artifacts(run.info.run_id, "result.json", folder)).read_text())
+    with tempfile.TemporaryDirectory(prefix="reliability-") as folder:
+        result = json.loads(Path(client.download_artifacts(run.info.run_id, "result.json", folder)).read_text())
     assert result["status"] == tags["tuner.status"] and result["steps_run"] == steps_run
 
 
@@ -262,11 +262,23 @@ def test_trial_dying_inside_a_search_is_recorded_and_the_search_goes_on(kind, st
 # -- 2. the driver killed mid-search, then resumed --------------------------------------------------------------
 
 
+def running_optuna_trials(db: Path) -> list[int]:
+    """Numbers of the trials the Optuna study has handed out and not yet been told about."""
+    if not db.exists():
+        return []
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)) as con:
+            return [n for (n,) in con.execute("SELECT number FROM trials WHERE state = 'RUNNING' ORDER BY number")]
+    except sqlite3.OperationalError:
+        return []
+
+
 def test_driver_killed_mid_search_resumes_same_run_keeping_finished_trials(space_file, tmp_path, spawn):
     store = tmp_path / "S"
     db = store / "mlflow.db"
     driver = spawn.start(search_args(space_file, store, "r1", 5, 4), "search")
-    wait_for(lambda: len(finished_trial_rows(db, "r1")) >= 2, "2 finished trial runs", process=driver)
+    wait_for(lambda: len(finished_trial_rows(db, "r1")) >= 2 and running_optuna_trials(store / "optuna.db"),
+             "2 finished trial runs and one in flight", process=driver)
     # The whole process group at once, as when a machine's OOM killer or an operator's kill -9 takes it.
     os.killpg(driver.pid, signal.SIGKILL)
     driver.wait(30)
@@ -276,6 +288,14 @@ def test_driver_killed_mid_search_resumes_same_run_keeping_finished_trials(space
     assert not _session_members(driver.pid)
     before = {run_id for run_id, status in trial_rows(db, "r1") if status != "RUNNING"}
     assert 2 <= len(before) < 5
+    # A kill -9 can also land while the driver logs a trial: between create_run and set_terminated, which leaves
+    # a RUNNING nested run with no metrics or result.json. Leave one behind for a trial that was in flight.
+    client = mlflow_client(local_uri(store))
+    parent = runs_of(client, "r1")[0][0]
+    cut_short = running_optuna_trials(store / "optuna.db")[0]
+    half_logged = client.create_run(parent.info.experiment_id, run_name=f"trial-{cut_short:03d}", tags={
+        "mlflow.parentRunId": parent.info.run_id, "tuner.kind": "trial", "tuner.trial_number": str(cut_short),
+        "tuner.status": "ok", "tuner.reason": "", "tuner.stopped_at_step": "4"}).info.run_id
 
     code, out = spawn.run(tuner("search", "--resume", "r1", "--store", str(store)), "resume")
     assert code == 0, out[-4000:]
@@ -286,8 +306,9 @@ def test_driver_killed_mid_search_resumes_same_run_keeping_finished_trials(space
     assert f"run {parents[0].info.run_id}" in out
     assert len(trials) == 5, sorted((t.data.tags["tuner.trial_number"], t.info.status) for t in trials)
     assert {t.data.tags["mlflow.parentRunId"] for t in trials} == {parents[0].info.run_id}
-    # trials finished before the kill are kept as they were, not re-run
+    # trials finished before the kill are kept as they were, not re-run; the half-logged one is not one of them
     assert before <= {t.info.run_id for t in trials}
+    assert half_logged not in {t.info.run_id for t in trials}
     assert len({t.data.tags["tuner.trial_number"] for t in trials}) == 5
     for run in trials:
         assert run.data.tags["tuner.status"] == "ok", run.data.tags
@@ -430,9 +451,11 @@ store, name = Path(sys.argv[1]), sys.argv[2]
 (store / f"ready-{name}").touch()
 while not (store / "go").exists():
     time.sleep(0.01)
-tracker = tracking.SearchTracker(tracking.default_tracking_uri(store), name, store)
-tracker.start(f"search-{name}", {"trials": 1}, {})
-sampling.make_study("tpe", 0, 1, f"sqlite:///{store.resolve() / 'optuna.db'}", f"search-{name}")
+# the same first open that search.run_search does: both databases created under the store's lock
+with tracking.store_lock(store):
+    tracker = tracking.SearchTracker(tracking.default_tracking_uri(store), name, store)
+    sampling.make_study("tpe", 0, 1, f"sqlite:///{store.resolve() / 'optuna.db'}", f"search-{name}")
+    tracker.start(f"search-{name}", {"trials": 1}, {})
 print("opened", name)
 """
 

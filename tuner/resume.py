@@ -77,19 +77,34 @@ def reattach(tracker, parent_id: str, make_study) -> tuple[str, Any, list[dict[s
     run_name = parent.data.tags["tuner.study"]
     tracker.attach(parent_id)
     tracker.flush()
-    runs = [r for r in tracking.trial_runs(tracker.uri, parent_id) if r.data.tags.get("tuner.confirmation") != "true"]
     records: dict[int, dict[str, Any]] = {}
-    for run in runs:
+    for run in tracking.trial_runs(tracker.uri, parent_id):
+        if run.data.tags.get("tuner.confirmation") == "true":
+            continue  # confirmation runs again after the search
+        if run.info.status == "RUNNING":
+            # The driver died while writing this run: drop the half, the trial is re-run below.
+            tracker.client.delete_run(run.info.run_id)
+            continue
         record = record_from_run(tracker.client, run)
         records.setdefault(record["number"], record)
     study = make_study(run_name)
+    states = optuna.trial.TrialState
+    rerun, waiting = [], []
     for frozen in study.trials:
-        if frozen.state == optuna.trial.TrialState.RUNNING:
-            if frozen.number in records:  # logged, but the driver died before telling Optuna
-                tell(study, optuna.Trial(study, frozen._trial_id), records[frozen.number])
-            else:  # in flight when the driver died: run it again with the same params
-                study.tell(frozen.number, state=optuna.trial.TrialState.FAIL)
-                study.enqueue_trial(frozen.params)
-        elif frozen.state == optuna.trial.TrialState.COMPLETE and frozen.number not in records:
-            study.enqueue_trial(frozen.params)  # told, but its MLflow run was never written
+        if frozen.state == states.RUNNING and frozen.number in records:
+            # logged, but the driver died before telling Optuna
+            tell(study, optuna.Trial(study, frozen._trial_id), records[frozen.number])
+        elif frozen.state == states.RUNNING or (frozen.state == states.COMPLETE and frozen.number not in records):
+            # in flight when the driver died, or told but never written: run it again, same params
+            if frozen.state == states.RUNNING:
+                study.tell(frozen.number, state=states.FAIL)
+            rerun.append(frozen.params)
+        elif frozen.state == states.WAITING:
+            waiting.append(frozen)
+    # Optuna hands out waiting trials oldest first; re-runs go ahead of grid points not yet started,
+    # so a grid cut short by --trials still covers the points it had begun.
+    for frozen in waiting:
+        study._storage.set_trial_state_values(frozen._trial_id, state=states.FAIL)
+    for params in rerun + [frozen.params or frozen.system_attrs.get("fixed_params", {}) for frozen in waiting]:
+        study.enqueue_trial(params)
     return run_name, study, sorted(records.values(), key=lambda r: r["number"])

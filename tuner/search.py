@@ -232,24 +232,26 @@ def run_search(prepared: Prepared, echo: Callable[[str], None] = print) -> Searc
         if o.gpus_per_trial:
             limit = min(limit, int(resources.get("GPU", 0) // o.gpus_per_trial))
         concurrency = max(1, min(o.concurrency or limit, prepared.n_trials))
-        tracker = tracking.SearchTracker(prepared.tracking_uri, prepared.experiment, Path(o.store))
         storage = _study_storage(o)
 
         def study_named(name: str):
             return make_study(o.sampler, o.seed, prepared.n_trials, storage, name, prepared.grid)
 
-        if prepared.resume_run_id:
-            run_name, study, records = resuming.reattach(tracker, prepared.resume_run_id, study_named)
-            echo(f"resuming {run_name}: {len(records)} of {prepared.n_trials} trials already done")
-        else:
-            run_name = "search-" + dt.datetime.now().strftime("%Y%m%d-%H%M%S-%f")[:-3]
-            tracker.start(run_name, {
-                "trainer": o.trainer, "model": o.model, "sampler": o.sampler, "trials": prepared.n_trials,
-                "max_steps": o.max_steps, "seed": o.seed, "search_space": prepared.space.source,
-                "dataset": o.dataset or "builtin", "reward_funcs": o.reward_funcs, "concurrency": concurrency,
-                "confirm_seeds": o.confirm_seeds, "confirm_top": o.confirm_top,
-            }, {"tuner.study": run_name, "tuner.study_storage": storage})
-            study, records = study_named(run_name), []
+        # Creating the SQLite tables of a fresh store is not safe from two processes at once.
+        with tracking.store_lock(Path(o.store)):
+            tracker = tracking.SearchTracker(prepared.tracking_uri, prepared.experiment, Path(o.store))
+            if prepared.resume_run_id:
+                run_name, study, records = resuming.reattach(tracker, prepared.resume_run_id, study_named)
+                echo(f"resuming {run_name}: {len(records)} of {prepared.n_trials} trials already done")
+            else:
+                run_name = "search-" + dt.datetime.now().strftime("%Y%m%d-%H%M%S-%f")[:-3]
+                study, records = study_named(run_name), []  # before the run: no parent left RUNNING if it fails
+                tracker.start(run_name, {
+                    "trainer": o.trainer, "model": o.model, "sampler": o.sampler, "trials": prepared.n_trials,
+                    "max_steps": o.max_steps, "seed": o.seed, "search_space": prepared.space.source,
+                    "dataset": o.dataset or "builtin", "reward_funcs": o.reward_funcs, "concurrency": concurrency,
+                    "confirm_seeds": o.confirm_seeds, "confirm_top": o.confirm_top,
+                }, {"tuner.study": run_name, "tuner.study_storage": storage})
         return _run(prepared, tracker, study, run_name, records, per_trial, concurrency, started, echo)
     finally:
         ray.shutdown()

@@ -6,6 +6,7 @@ at the same time never contend for the SQLite store's lock and no metric point i
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -58,6 +59,21 @@ def check_tracking(uri: str, store: Path = DEFAULT_STORE) -> None:
             f"MLflow store {folder} is not writable ({e.strerror or e}); pass --store DIR or --tracking-uri "
             "for a writable location"
         ) from None
+
+
+@contextlib.contextmanager
+def store_lock(store: Path):
+    """An exclusive lock on the store folder, for the first open of its SQLite databases."""
+    import fcntl
+
+    store = Path(store)
+    store.mkdir(parents=True, exist_ok=True)
+    with open(store / ".lock", "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def client(uri: str):
