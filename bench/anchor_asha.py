@@ -98,8 +98,9 @@ def ray_init_kwargs() -> dict[str, Any]:
     return dict(include_dashboard=False, log_to_driver=False, logging_level="ERROR", num_cpus=os.cpu_count())
 
 
-def run_anchor(max_steps: int = 20, workdir: str | None = None) -> dict[str, Any]:
-    """Run the sweep; returns per-trial records, the pick, and the time from ray.init to the pick."""
+def run_anchor(max_steps: int = 20, workdir: str | None = None, dtypes: tuple[str, ...] = DTYPES) -> dict[str, Any]:
+    """Run the sweep; returns per-trial records, the pick, and the time from ray.init to the pick.
+    ``dtypes`` narrows the grid (the harness's --quick run uses float16 only)."""
     import ray
     from ray import tune
     from ray.tune.schedulers import ASHAScheduler
@@ -118,7 +119,7 @@ def run_anchor(max_steps: int = 20, workdir: str | None = None) -> dict[str, Any
         tuner = tune.Tuner(
             train_reward_model,
             param_space={
-                "dtype": tune.grid_search(list(DTYPES)),
+                "dtype": tune.grid_search(list(dtypes)),
                 "learning_rate": tune.grid_search(list(LEARNING_RATES)),
                 "max_steps": max_steps, "model_path": model_path, "log_dir": str(log_dir),
             },
@@ -162,8 +163,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", required=True, help="write the records here (JSON)")
     parser.add_argument("--max-steps", type=int, default=20)
     parser.add_argument("--workdir", default=None, help="Ray storage and trial logs (default: a new temp dir)")
+    parser.add_argument("--dtypes", default=",".join(DTYPES), help="weight dtypes of the grid, comma-separated")
     args = parser.parse_args(argv)
-    outcome = run_anchor(args.max_steps, args.workdir)
+    dtypes = tuple(args.dtypes.split(","))
+    unknown = [d for d in dtypes if d not in DTYPES]
+    if unknown:
+        parser.error(f"--dtypes: unknown dtype {unknown[0]!r}; choose from {', '.join(DTYPES)}")
+    outcome = run_anchor(args.max_steps, args.workdir, dtypes)
     Path(args.out).write_text(json.dumps(outcome, indent=1))
     print(f"anchor: picked {outcome['picked']} in {outcome['seconds']:.1f}s")
 

@@ -187,7 +187,9 @@ def step_time_ratios(rounds: list[dict[str, Any]]) -> list[float]:
 
 def overhead(results: dict[str, Any]) -> dict[str, Any]:
     """Per-trial overhead of tuner's trials (grid rounds and reference searches) and the anchor's."""
-    runs = [r["tuner"] for r in results["rounds"]] + list(results["references"].values())
+    runs = [r[key] for r in results["rounds"] for key in ("tuner", "tuner_no_confirm") if key in r]
+    # a quick run's reward reference is round 1's grid search itself: count each search once
+    runs += [ref for ref in results["references"].values() if not any(ref["records"] == run["records"] for run in runs)]
     trials = [t for run in runs for t in tuner_trials(run)]
     shares, train_total, wall_total = [], 0.0, 0.0
     for t in trials:
@@ -240,13 +242,15 @@ def render(results: dict[str, Any]) -> str:
         " (the CPU was shared with other work: seconds are noisy, ratios from alternating runs less so)",
         "- versions: " + ", ".join(f"{k} {val}" for k, val in v.items()),
         f"- budget: {b['max_steps']} optimizer steps per grid trial, {n} alternating round(s) of anchor then tuner; "
-        f"reference searches of {b['reward_reference_trials']} reward trials of {b['reward_reference_steps']} steps and "
-        f"{b['grpo_reference_trials']} GRPO trials of {b['grpo_reference_steps']} steps; "
+        + (f"reference searches of {b['reward_reference_trials']} reward trials of {b['reward_reference_steps']} steps and "
+           if b["reward_reference_trials"] else "the grid's trials as the reward reference, a reference search of ")
+        + f"{b['grpo_reference_trials']} GRPO trials of {b['grpo_reference_steps']} steps; "
         f"{b['seeds']} seeds x {b['search_budget']} trials per sampler on the lookup",
         "",
         "## Summary",
         "",
-        "The grid is {fp16, bf16, fp32 weights} x {learning rate 1e-4, 0.3}, RewardTrainer at batch 8 on the tiny model."
+        f"The grid is {{{', '.join(b.get('grid_dtypes') or ['float16', 'bfloat16', 'float32'])} weights}} x {{learning rate 1e-4, 0.3}},"
+        " RewardTrainer at batch 8 on the tiny model."
         " Anchor: Ray Tune + ASHA (loss, min, grace period 2), Trainer defaults (nan/inf filter on), pick = lowest last"
         " reported loss. tuner: `prepare` + `run_search` on bench/grid.yaml, grid sampler, its own defaults"
         + (" (including re-running the top candidates on more seeds before recommending)."
@@ -273,7 +277,7 @@ def render(results: dict[str, Any]) -> str:
         f"{sum(r['tuner_steps'] for r in rs) / max(1, sum(r['anchor_steps'] for r in rs)):.2f} |",
         f"| wall time of the whole process, median of {n} (s) | {_fmt(_median(grid['anchor_wall']))} | "
         f"{_fmt(_median(grid['tuner_wall']))} | **{grid['wall_ratio']:.2f}** |",
-        *([f"| wall time, tuner with confirmation off (the same 6 trials), median of {n} (s) | {_fmt(_median(grid['anchor_wall']))} | "
+        *([f"| wall time, tuner with confirmation off (the anchor's trials, nothing re-run), median of {n} (s) | {_fmt(_median(grid['anchor_wall']))} | "
            f"{_fmt(_median(grid['plain_wall']))} | **{grid['plain_ratio']:.2f}** |",
            f"| picked config, tuner with confirmation off (per round) | | {'; '.join(_config(*p) for p in grid['plain_picks'])} | |"]
           if grid["plain_wall"] else []),
@@ -334,7 +338,7 @@ def render(results: dict[str, Any]) -> str:
         "",
         "## Per-trial overhead (tuner)",
         "",
-        f"From {over['trials']} tuner trials of this run (grid rounds, confirmations and reference searches).",
+        f"From {over['trials']} tuner trials of this run (grid searches with their confirmation re-runs, and the reference searches).",
         "",
         "| figure | value |",
         "|---|---|",

@@ -43,13 +43,14 @@ from bench import report  # noqa: E402
 class Budget:
     max_steps: int  # optimizer steps per grid trial, both sides
     rounds: int  # anchor/tuner alternations for the wall-time figure
-    reward_reference_trials: int  # real trials in the reward reference search
+    reward_reference_trials: int  # real trials in the reward reference search (0: use the grid's trials)
     reward_reference_steps: int  # optimizer steps per reward reference trial
     grpo_reference_trials: int
     grpo_reference_steps: int
     seeds: int  # sampler seeds per sampler on the lookup
     search_budget: int  # trials per simulated search on the lookup
     grid_confirm_seeds: int | None = None  # tuner's confirmation re-runs on the grid; None: tuner's default
+    grid_dtypes: tuple[str, ...] = ("float16", "bfloat16", "float32")  # weight dtypes of the grid, both sides
 
 
 # Full: about 10-12 minutes on a 2-core CPU. GRPO trials generate text every step, so its
@@ -57,8 +58,10 @@ class Budget:
 FULL = Budget(max_steps=20, rounds=3, reward_reference_trials=40, reward_reference_steps=20,
               grpo_reference_trials=24, grpo_reference_steps=12, seeds=10, search_budget=30)
 # Quick: just enough of every piece that each table row is produced (the smoke test).
-QUICK = Budget(max_steps=4, rounds=1, reward_reference_trials=1, reward_reference_steps=4,
-               grpo_reference_trials=1, grpo_reference_steps=4, seeds=5, search_budget=6, grid_confirm_seeds=0)
+# Its reward "reference" is the grid's own trials (reward_reference_trials=0), which saves a Ray start.
+QUICK = Budget(max_steps=4, rounds=1, reward_reference_trials=0, reward_reference_steps=4,
+               grpo_reference_trials=1, grpo_reference_steps=4, seeds=5, search_budget=6, grid_confirm_seeds=0,
+               grid_dtypes=("float16",))
 REFERENCE_SEED = 0  # the reference searches' sampler and trial seed
 GRID_SEED = 42  # tuner's trial seed on the grid: Trainer's default seed, which the anchor keeps
 
@@ -106,13 +109,15 @@ def _run(budget: Budget, workdir: Path) -> dict[str, Any]:
     from tuner.models import resolve_model
 
     resolve_model("tiny")  # built once here, so no timed run pays for it
-    _python(["-c", "import torch, transformers, trl, ray.tune, mlflow, optuna"], workdir / "warmup.log")  # disk cache
+    if budget.rounds > 1:  # the first timed run should not be the one that reads the libraries from disk
+        _python(["-c", "import torch, transformers, trl, ray.tune, mlflow, optuna"], workdir / "warmup.log")
 
-    grid_space = str(REPO / "bench" / "grid.yaml")
+    grid_space = _grid_space(budget, workdir)
+    dtypes = ["--dtypes", ",".join(budget.grid_dtypes)]
     confirm = [] if budget.grid_confirm_seeds is None else ["--confirm-seeds", str(budget.grid_confirm_seeds)]
     rounds = []
     for i in range(1, budget.rounds + 1):
-        anchor = _timed(["-m", "bench.anchor_asha", "--max-steps", str(budget.max_steps),
+        anchor = _timed(["-m", "bench.anchor_asha", "--max-steps", str(budget.max_steps), *dtypes,
                          "--workdir", str(workdir / f"anchor-{i}")], workdir, f"anchor-{i}")
         tuner = _timed(["-m", "bench.tuner_search", "--trainer", "reward", "--space", grid_space, "--sampler", "grid",
                         "--max-steps", str(budget.max_steps), "--seed", str(GRID_SEED),
@@ -125,18 +130,36 @@ def _run(budget: Budget, workdir: Path) -> dict[str, Any]:
                  "--store", str(workdir / f"tuner-no-confirm-{i}")], workdir, f"tuner-no-confirm-{i}")
         rounds.append(entry)
 
-    references = {}
-    for trainer, trials, steps in (("reward", budget.reward_reference_trials, budget.reward_reference_steps),
-                                   ("grpo", budget.grpo_reference_trials, budget.grpo_reference_steps)):
-        references[trainer] = _timed(
-            ["-m", "bench.tuner_search", "--trainer", trainer, "--sampler", "random", "--trials", str(trials),
-             "--max-steps", str(steps), "--seed", str(REFERENCE_SEED), "--confirm-seeds", "0",
-             "--store", str(workdir / f"reference-{trainer}")], workdir, f"reference-{trainer}")
+    # Both reference searches in one process: they are not timed against anything.
+    plan = [(t, n, steps) for t, n, steps in (("reward", budget.reward_reference_trials, budget.reward_reference_steps),
+                                             ("grpo", budget.grpo_reference_trials, budget.grpo_reference_steps)) if n]
+    references = _timed(["-m", "bench.tuner_search", "--seed", str(REFERENCE_SEED), "--store", str(workdir / "reference"),
+                         *[f"--reference={t}:{n}:{steps}" for t, n, steps in plan]], workdir, "references")
+    references.pop("process_seconds")
+    if not budget.reward_reference_trials:  # quick: the grid's own trials stand in for the reward reference
+        references["reward"] = {**rounds[0]["tuner"], "process_seconds": rounds[0]["tuner"]["process_seconds"]}
+    references = {t: references[t] for t in ("reward", "grpo")}
 
     efficiency = {}
     for trainer, ref in references.items():
         efficiency[trainer] = _efficiency(trainer, ref, budget)
     return {"rounds": rounds, "references": references, "efficiency": efficiency}
+
+
+def _grid_space(budget: Budget, workdir: Path) -> str:
+    """bench/grid.yaml, narrowed to the budget's weight dtypes (the quick run's smaller grid)."""
+    import yaml
+
+    from bench.anchor_asha import DTYPES, PRECISION_OF_DTYPE
+
+    path = REPO / "bench" / "grid.yaml"
+    if tuple(budget.grid_dtypes) == DTYPES:
+        return str(path)
+    space = yaml.safe_load(path.read_text())
+    space["params"]["precision"]["choices"] = [PRECISION_OF_DTYPE[d] for d in budget.grid_dtypes]
+    narrowed = workdir / "grid.yaml"
+    narrowed.write_text(yaml.safe_dump(space, sort_keys=False))
+    return str(narrowed)
 
 
 def _efficiency(trainer: str, reference: dict[str, Any], budget: Budget) -> dict[str, Any]:

@@ -81,10 +81,22 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--confirm-seeds", type=int, default=None, help="default: tuner's own default")
     parser.add_argument("--store", default=None, help="MLflow store folder (default: a new temp dir)")
+    parser.add_argument("--reference", action="append", default=[], metavar="TRAINER:TRIALS:STEPS",
+                        help="instead of one search: a random-sampler search of the shipped space per flag, in this "
+                             "one process, no confirmation; the JSON maps each trainer to its search")
     args = parser.parse_args(argv)
     store = args.store or tempfile.mkdtemp(prefix="bench-tuner-")
-    outcome = run_tuner_search(args.trainer, args.space, args.sampler, args.max_steps, store, args.trials, args.seed,
-                               args.confirm_seeds)
+    if args.reference:
+        outcome = {}
+        for reference in args.reference:
+            trainer, trials, steps = reference.split(":")
+            started = time.perf_counter()
+            outcome[trainer] = run_tuner_search(trainer, None, "random", int(steps), str(Path(store) / trainer),
+                                                int(trials), args.seed, confirm_seeds=0)
+            outcome[trainer]["process_seconds"] = time.perf_counter() - started  # this search's share of the process
+    else:
+        outcome = run_tuner_search(args.trainer, args.space, args.sampler, args.max_steps, store, args.trials,
+                                   args.seed, args.confirm_seeds)
     Path(args.out).write_text(json.dumps(outcome, indent=1))
 
 

@@ -435,3 +435,20 @@ def test_tpe_after_start_up_depends_on_measured_speed():
     startup = max(3, min(10, 20 // 3))
     assert slow[:startup] == fast[:startup]
     assert slow[startup:] != fast[startup:]
+
+
+def test_confirmation_demotes_a_candidate_that_does_not_learn_on_another_seed():
+    from tuner import confirm
+
+    fast = {"number": 1, "status": "ok", "tokens_per_second": 900.0, "progress": 0.2, "progress_noise": 0.01,
+            "params": {}, "seed": 0}
+    slow = {"number": 2, "status": "ok", "tokens_per_second": 500.0, "progress": 0.3, "progress_noise": 0.01,
+            "params": {}, "seed": 0}
+    reruns = [
+        {**fast, "seed": 1, "confirms": 1, "progress": 0.004},  # stable, but it only wandered
+        {**slow, "seed": 1, "confirms": 2, "progress": 0.25},
+    ]
+    best, verdicts = confirm.judge(confirm.candidates([fast, slow], top=2), reruns)
+    # The faster candidate is demoted with the reason shown; the slower one that learned on both seeds wins.
+    assert best["number"] == 2
+    assert not verdicts[0]["confirmed"] and "did not learn" in verdicts[0]["demoted_because"]

@@ -266,3 +266,16 @@ def test_progress_noise_separates_a_real_gain_from_wandering():
         assert learned(record) == (history is rising), record
     # too few steps to estimate the noise: no figure rather than a made-up one
     assert progress_noise("grpo", rising[:6]) is None
+
+
+@pytest.mark.slow
+def test_grpo_sampling_from_nan_weights_is_divergence_not_a_crash(tiny_model):
+    # The "nan" fault poisons the weights after step 2 (a real divergence); GRPO then samples from NaN
+    # probabilities inside step 3 and torch raises before any loss is logged.
+    spec = TrialSpec(trainer="grpo", max_steps=5, fault="nan@2",  # 5 steps: enough to pass the fault
+                     params={"precision": "fp32", "learning_rate": 1e-3, "per_device_train_batch_size": 4,
+                             "num_generations": 4, "max_completion_length": 8})
+    result = run_trial(spec)
+    assert result.status == "diverged", result.reason
+    assert result.stopped_at_step == 3
+    assert result.history[-1]["step"] <= 3

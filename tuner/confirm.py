@@ -1,7 +1,8 @@
 """Confirmation: before a config is called recommended, re-run the best candidates with other seeds.
 
-A candidate is confirmed only if every extra seed is stable (status ok); one that fails on
-another seed is demoted, with the reason shown, and the next candidate is considered.
+A candidate is confirmed only if every extra seed is stable (status ok) and learns, as the
+recommendation rule asks of the first seed; one that fails on another seed is demoted, with the
+reason shown, and the next candidate is considered.
 """
 
 from __future__ import annotations
@@ -38,6 +39,14 @@ def confirmation_jobs(cands: list[dict[str, Any]], base_spec: dict[str, Any], se
     return jobs
 
 
+def _why(run: dict[str, Any]) -> str:
+    if run["status"] == "ok":
+        progress = run.get("progress")
+        return f"seed {run['seed']}: ok but did not learn (progress {'-' if progress is None else f'{progress:+.3f}'})"
+    where = f" at step {run['stopped_at_step']}" if run.get("stopped_at_step") else ""
+    return f"seed {run['seed']}: {run['status']}{where}" + (f" ({run['reason']})" if run.get("reason") else "")
+
+
 def _spread(values: list[float | None]) -> dict[str, float] | None:
     values = [v for v in values if v is not None]
     if not values:
@@ -51,7 +60,7 @@ def judge(cands: list[dict[str, Any]], confirmations: list[dict[str, Any]]
     verdicts, recommended = [], None
     for c in cands:
         reruns = sorted((r for r in confirmations if r.get("confirms") == c["number"]), key=lambda r: r["seed"])
-        failed = [r for r in reruns if r["status"] != "ok"]
+        failed = [r for r in reruns if r["status"] != "ok" or not rec.learned(r)]
         runs = [c, *reruns]
         verdict = {
             "number": c["number"],
@@ -60,9 +69,7 @@ def judge(cands: list[dict[str, Any]], confirmations: list[dict[str, Any]]
             "statuses": [r["status"] for r in runs],
             "tokens_per_second": _spread([r.get("tokens_per_second") for r in runs]),
             "progress": _spread([r.get("progress") for r in runs]),
-            "demoted_because": "; ".join(
-                f"seed {r['seed']}: {r['status']}" + (f" at step {r['stopped_at_step']}" if r.get("stopped_at_step") else "")
-                + (f" ({r['reason']})" if r.get("reason") else "") for r in failed),
+            "demoted_because": "; ".join(_why(r) for r in failed),
         }
         verdicts.append(verdict)
         if recommended is None and verdict["confirmed"]:

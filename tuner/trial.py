@@ -171,6 +171,9 @@ def _peak_memory_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
 
 
+_NON_FINITE_SAMPLING = "probability tensor contains either `inf`, `nan` or element < 0"
+
+
 def _is_oom(error: BaseException) -> bool:
     import torch
 
@@ -262,6 +265,11 @@ def run_trial(spec: TrialSpec, workdir: str | os.PathLike | None = None, metrics
     except Exception as e:  # noqa: BLE001 - any training failure is this trial's outcome, not the search's
         result.status = "oom" if _is_oom(e) else "crashed"
         result.reason = f"{type(e).__name__}: {_first_line(e)}"
+        if _NON_FINITE_SAMPLING in str(e):
+            # GRPO samples from the policy: once its weights are NaN, sampling raises before any
+            # loss is logged. That is the trial diverging, not the process crashing.
+            result.status, result.guard_signal = "diverged", "non_finite"
+            result.reason = f"sampling from the policy hit non-finite probabilities ({result.reason})"
     finally:
         monitor.close()
         result.history = monitor.history
@@ -278,6 +286,8 @@ def run_trial(spec: TrialSpec, workdir: str | os.PathLike | None = None, metrics
         result.stopped_at_step = monitor.step_times[-1][0] if monitor.step_times else 0
     if result.status in ("crashed", "oom") and monitor.step_times:
         result.stopped_at_step = monitor.step_times[-1][0]
+    elif result.status == "diverged" and monitor.verdict is None:  # failed inside the step after the last one
+        result.stopped_at_step = (monitor.step_times[-1][0] if monitor.step_times else 0) + 1
     batch = int(spec.params.get("per_device_train_batch_size", 8)) * int(spec.params.get("gradient_accumulation_steps", 1))
     result.tokens_per_second, result.samples_per_second = throughput(
         monitor.history, monitor.step_times, spec.warmup_steps, batch)
