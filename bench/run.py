@@ -23,7 +23,6 @@ import argparse
 import json
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -93,10 +92,22 @@ def main(argv: list[str] | None = None) -> int:
                    load_after=report.load_average(), versions=report.versions(), total_seconds=time.perf_counter() - started)
     output.parent.mkdir(parents=True, exist_ok=True)
     raw = output.with_name("results.json") if output.name == "RESULTS.md" else output.with_suffix(".json")
-    raw.write_text(json.dumps(results, indent=1, default=str))
+    raw.write_text(json.dumps(_slim(results), indent=1, default=str))
     output.write_text(report.render(results))
     print(f"wrote {output} and {raw} in {results['total_seconds']:.0f}s")
     return 0
+
+
+def _slim(results: dict[str, Any]) -> dict[str, Any]:
+    """The raw numbers without the reference trials' per-step histories (most of the bytes; no figure
+    is read from them once the report is written)."""
+    slim = json.loads(json.dumps(results, default=str))
+    for reference in slim["references"].values():
+        if reference in [r["tuner"] for r in slim["rounds"]]:
+            continue
+        for record in reference["records"]:
+            record.pop("history", None)
+    return slim
 
 
 def _command(argv: list[str] | None) -> str:
@@ -195,11 +206,6 @@ def _python(args: list[str], log: Path) -> None:
     if done.returncode != 0:
         tail = "\n".join(log.read_text().splitlines()[-30:])
         raise RuntimeError(f"python {' '.join(args)} exited with {done.returncode}; last lines of {log}:\n{tail}")
-
-
-def median(values: list[float]) -> float | None:
-    values = [v for v in values if v is not None]
-    return statistics.median(values) if values else None
 
 
 if __name__ == "__main__":
