@@ -452,3 +452,36 @@ def test_confirmation_demotes_a_candidate_that_does_not_learn_on_another_seed():
     # The faster candidate is demoted with the reason shown; the slower one that learned on both seeds wins.
     assert best["number"] == 2
     assert not verdicts[0]["confirmed"] and "did not learn" in verdicts[0]["demoted_because"]
+
+
+CONFIRM_SPACE = """\
+trainer: reward
+fixed:
+  per_device_train_batch_size: 8
+  use_peft: false
+  max_length: 64
+  precision: fp32
+params:
+  learning_rate: {type: categorical, choices: [1.0e-3, 2.0e-3]}
+"""
+
+
+@pytest.mark.slow
+def test_confirmation_demotes_candidates_that_diverge_on_another_seed(tmp_path, monkeypatch, tiny_model):
+    # The documented fault hook poisons the weights at step 2 of every seed-1 trial: a real divergence the
+    # real guard catches. The search's own trials run at seed 0 and learn; their confirmation at seed 1 must fail.
+    monkeypatch.setenv("TUNER_FAULT", "nan@2")
+    monkeypatch.setenv("TUNER_FAULT_WHEN", "seed=1")
+    finished = run_search_in(tmp_path / "confirm", CONFIRM_SPACE, trainer="reward", sampler="grid", max_steps=8,
+                             seed=0, confirm_seeds=1, confirm_top=2)  # 8 steps: short, yet the reward model learns
+    outcome = finished.outcome
+    assert all(r["status"] == "ok" and recommend.learned(r) for r in outcome.records)
+    # both candidates were re-run on seed 1, diverged there, and were demoted with that reason
+    assert [v["number"] for v in outcome.candidates] and not any(v["confirmed"] for v in outcome.candidates)
+    assert all("seed 1: diverged" in v["demoted_because"] for v in outcome.candidates)
+    assert outcome.recommended is None
+    assert "no candidate stayed stable" in search.summary_text(outcome)
+    # confirmation runs are nested under the same parent and tagged as such
+    runs = tracking.trial_runs(tracking.default_tracking_uri(finished.root / "mlflow"), outcome.parent_run_id)
+    confirmations = [r for r in runs if r.data.tags.get("tuner.confirmation") == "true"]
+    assert len(confirmations) == 2 and all(r.data.tags["tuner.status"] == "diverged" for r in confirmations)
