@@ -19,7 +19,6 @@ def _trainable(config: dict[str, Any]) -> None:
 
     from tuner.trial import run_trial_isolated
 
-    config = config.get("job", config)  # fixed jobs (confirmation) come as a grid of {"job": ...}
     spec = TrialSpec(**config["spec"])
     workdir = tempfile.mkdtemp(prefix=f"tuner-trial-{config['number']:03d}-")
     result = run_trial_isolated(spec, workdir, timeout=config["timeout"])
@@ -33,8 +32,10 @@ def callback_class():
     class DriverCallback(Callback):
         """In the driver process: the only MLflow writer, and the progress report."""
 
-        def __init__(self, tracker, progress: Progress, records: list[dict[str, Any]]):
+        def __init__(self, tracker, progress: Progress, records: list[dict[str, Any]],
+                     confirmations: list[dict[str, Any]] | None = None):
             self.tracker, self.progress, self.records = tracker, progress, records
+            self.confirmations = records if confirmations is None else confirmations
 
         def on_trial_start(self, iteration, trials, trial, **info):
             self.progress.running += 1
@@ -47,7 +48,7 @@ def callback_class():
                                  "stopped_at_step": 0, "history": []})
 
         def _record(self, trial, result: dict[str, Any]):
-            job = trial.config.get("job", trial.config)
+            job = trial.config
             spec = job["spec"]
             if "status" not in result:
                 result.update(status="crashed", reason="the trial reported no result", stopped_at_step=0)
@@ -57,7 +58,7 @@ def callback_class():
             record = {"number": job["number"], "params": spec["params"], **summary, "run_id": run_id,
                       "node_id": result.get("node_id"), "max_steps": spec["max_steps"], "seed": spec["seed"],
                       **job.get("extra", {})}
-            self.records.append(record)
+            (self.confirmations if "confirms" in record else self.records).append(record)
             self.progress.finished(record)
 
     return DriverCallback
@@ -90,20 +91,14 @@ def init_ray(ray_address: str | None, gpus_per_trial: float):
 
 
 def run_trials(*, name: str, storage: str | os.PathLike, per_trial: dict[str, float], concurrency: int,
-               callback, searcher=None, num_samples: int = 0, jobs: list[dict[str, Any]] | None = None) -> None:
-    """One Ray Tune run: either ``num_samples`` trials proposed by ``searcher``, or fixed ``jobs``."""
+               callback, searcher, num_samples: int) -> None:
+    """One Ray Tune run of up to ``num_samples`` trials proposed by ``searcher``."""
     from ray import tune
 
-    if jobs is not None:
-        param_space, tune_config = {"job": tune.grid_search(jobs)}, tune.TuneConfig(
-            num_samples=1, max_concurrent_trials=concurrency, reuse_actors=True)
-    else:
-        param_space, tune_config = {}, tune.TuneConfig(
-            search_alg=searcher, num_samples=num_samples, max_concurrent_trials=concurrency, reuse_actors=True)
     tune.Tuner(
         tune.with_resources(_trainable, per_trial),
-        param_space=param_space,
-        tune_config=tune_config,
+        tune_config=tune.TuneConfig(search_alg=searcher, num_samples=num_samples,
+                                    max_concurrent_trials=concurrency, reuse_actors=True),
         run_config=tune.RunConfig(
             name=name, storage_path=str(Path(storage).resolve()), verbose=0, callbacks=[callback],
             # A trial's own crash is handled inside it; this only covers a lost worker or node.

@@ -82,28 +82,47 @@ def searcher_class():
     from ray.tune.search import Searcher
 
     class OptunaSearcher(Searcher):
-        """Ray Tune searcher over an Optuna study (ask/tell), with the trial spec as Ray's config."""
+        """Ray Tune searcher over an Optuna study (ask/tell), with the trial spec as Ray's config.
 
-        def __init__(self, study, space: SearchSpace, base_spec: dict[str, Any], timeout: float):
+        After its ``n_search`` trials have all finished it asks ``then(finished_records)`` once for
+        follow-up jobs (confirmation re-runs) and hands those out in the same Ray Tune run, so
+        the trial workers, with torch and TRL already imported, are reused.
+        """
+
+        def __init__(self, study, space: SearchSpace, base_spec: dict[str, Any], timeout: float,
+                     n_search: int, then=None, done: list[dict[str, Any]] = ()):
             super().__init__(metric="tokens_per_second", mode="max")
             self.study, self.space, self.base_spec, self.timeout = study, space, base_spec, timeout
-            self.asked: dict[str, Any] = {}  # Ray trial id -> optuna.Trial
+            self.n_search, self.then = n_search, then
+            self.asked: dict[str, Any] = {}  # Ray trial id -> (optuna.Trial, its params)
+            self.suggested = 0
+            self.finished: list[dict[str, Any]] = list(done)
+            self.followups: list[dict[str, Any]] | None = None
 
         def suggest(self, trial_id: str):
-            trial = self.study.ask()
-            params = self.space.suggest(trial)
-            self.asked[trial_id] = trial
-            spec = {**self.base_spec, "params": params}
-            return {"spec": spec, "number": trial.number, "timeout": self.timeout}
+            if self.suggested < self.n_search:
+                trial = self.study.ask()
+                params = self.space.suggest(trial)
+                self.asked[trial_id] = (trial, params)
+                self.suggested += 1
+                spec = {**self.base_spec, "params": params}
+                return {"spec": spec, "number": trial.number, "timeout": self.timeout}
+            if self.asked:
+                return None  # follow-ups depend on every search trial's outcome: wait
+            if self.followups is None:
+                self.followups = list(self.then(self.finished)) if self.then else []
+            return self.followups.pop(0) if self.followups else Searcher.FINISHED
 
         def on_trial_complete(self, trial_id: str, result=None, error: bool = False):
-            trial = self.asked.pop(trial_id, None)
+            trial, params = self.asked.pop(trial_id, (None, None))
             if trial is None:
-                return
+                return  # a follow-up job: not part of the study
             record = dict(result or {})
             if error or "status" not in record:
                 record = {"status": "crashed", "reason": "Ray lost the trial's worker", "stopped_at_step": 0}
             record["max_steps"] = self.base_spec["max_steps"]
             tell(self.study, trial, record)
+            record.pop("history", None)
+            self.finished.append({**record, "number": trial.number, "params": params})
 
     return OptunaSearcher

@@ -270,22 +270,29 @@ def _run(prepared, tracker, study, run_name, records, per_trial, concurrency, st
     echo(f"search {run_name}: {remaining} trials of {o.max_steps} steps, {o.trainer} on {o.model}, "
          f"{o.sampler} sampler, {concurrency} at a time (experiment {prepared.experiment!r})")
     status = "FAILED"
+    confirmations: list[dict[str, Any]] = []
+
+    def confirmation_jobs(finished: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        # Called by the searcher once every search trial is done, in the same Ray Tune run.
+        cands = confirm.candidates(finished, o.confirm_top) if o.confirm_seeds > 0 else []
+        if not cands:
+            return []
+        jobs = confirm.confirmation_jobs(cands, base_spec, o.confirm_seeds, o.trial_timeout)
+        progress.total += len(jobs)
+        echo(f"confirming the top {len(cands)} candidates (trials {', '.join(str(c['number']) for c in cands)}) "
+             f"on {o.confirm_seeds} more seeds")
+        return jobs
+
     try:
-        if remaining > 0:
-            searcher = searcher_class()(study, prepared.space, base_spec, o.trial_timeout)
+        searcher = searcher_class()(study, prepared.space, base_spec, o.trial_timeout, n_search=remaining,
+                                    then=confirmation_jobs, done=records)
+        at_most = remaining + o.confirm_top * o.confirm_seeds  # the searcher says FINISHED when it has fewer
+        if at_most:
             execution.run_trials(name=f"{run_name}-{len(records)}", storage=ray_storage, per_trial=per_trial,
-                                 concurrency=concurrency, callback=callback(tracker, progress, records),
-                                 searcher=searcher, num_samples=remaining)
+                                 concurrency=concurrency, callback=callback(tracker, progress, records, confirmations),
+                                 searcher=searcher, num_samples=at_most)
         records.sort(key=lambda r: r["number"])
         cands = confirm.candidates(records, o.confirm_top) if o.confirm_seeds > 0 else []
-        confirmations: list[dict[str, Any]] = []
-        if cands:
-            jobs = confirm.confirmation_jobs(cands, base_spec, o.confirm_seeds, o.trial_timeout)
-            echo(f"confirming the top {len(cands)} candidates (trials {', '.join(str(c['number']) for c in cands)}) "
-                 f"on {o.confirm_seeds} more seeds")
-            execution.run_trials(name=f"{run_name}-confirm", storage=ray_storage, per_trial=per_trial,
-                                 concurrency=min(concurrency, len(jobs)),
-                                 callback=callback(tracker, Progress(len(jobs), echo), confirmations), jobs=jobs)
         outcome = _finish(prepared, tracker, records, cands, confirmations, started, echo)
         status = "FINISHED"
         return outcome
