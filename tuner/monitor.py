@@ -5,7 +5,6 @@ and stop training at the step it fires."""
 from __future__ import annotations
 
 import json
-import math
 import time
 from typing import Any
 
@@ -100,7 +99,3 @@ def _number(value):
         except (TypeError, ValueError):
             return None
     return None
-
-
-def finite(value) -> bool:
-    return isinstance(value, (int, float)) and math.isfinite(value)

@@ -12,7 +12,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from tuner.report import Report, outcome
+from tuner.report import Report, finite_number, outcome
 from tuner.space import PRECISIONS
 
 # outcome -> (colour, marker): failures loud, stable-but-useless muted, learned green.
@@ -86,7 +86,7 @@ def speed_vs_progress(records: list[dict[str, Any]], front: list[dict[str, Any]]
 
     fig = _figure(7, 4.5)
     ax = fig.add_subplot()
-    measured = [r for r in records if _finite(r.get("progress")) and _finite(r.get("tokens_per_second"))]
+    measured = [r for r in records if finite_number(r.get("progress")) and finite_number(r.get("tokens_per_second"))]
     for name, (colour, marker) in STYLE.items():
         group = [r for r in measured if outcome(r) == name]
         if group:
@@ -99,7 +99,7 @@ def speed_vs_progress(records: list[dict[str, Any]], front: list[dict[str, Any]]
         steps = sorted(front, key=lambda r: r["progress"])
         ax.plot([r["progress"] for r in steps], [r["tokens_per_second"] for r in steps], drawstyle="steps-post",
                 color="#2a9d3a", linewidth=1.2, alpha=0.7, label="stable Pareto front")
-    if recommended and _finite(recommended.get("progress")) and _finite(recommended.get("tokens_per_second")):
+    if recommended and finite_number(recommended.get("progress")) and finite_number(recommended.get("tokens_per_second")):
         ax.scatter([recommended["progress"]], [recommended["tokens_per_second"]], marker="*", s=320,
                    facecolors="none", edgecolors="#1f4e9c", linewidths=1.5,
                    label=f"recommended (trial {recommended['number']})")
@@ -113,8 +113,6 @@ def speed_vs_progress(records: list[dict[str, Any]], front: list[dict[str, Any]]
     return fig
 
 
-def _finite(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def curves(records: list[dict[str, Any]], histories: dict[int, list[dict[str, Any]]]):

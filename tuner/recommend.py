@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 
 from tuner.errors import TunerError
-from tuner.trainers import PRECISION_SETTINGS, adapter, lora_config_kwargs, precision_flags, split_params
+from tuner.trainers import PRECISION_SETTINGS, lora_config_kwargs, precision_flags, split_params
 
 # A short trial that moved its loss or reward by less than 1% did not learn.
 MIN_PROGRESS = 0.01

@@ -182,8 +182,8 @@ def breakdown_lines(rows: list[BreakdownRow]) -> list[str]:
 
 def pareto_front(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The stable trials no other stable trial beats on both tokens/s and progress, fastest first."""
-    points = [r for r in records if r.get("status") == STABLE and _finite(r.get("tokens_per_second"))
-              and _finite(r.get("progress"))]
+    points = [r for r in records if r.get("status") == STABLE and finite_number(r.get("tokens_per_second"))
+              and finite_number(r.get("progress"))]
     front = []
     for r in points:
         dominated = any(
@@ -195,7 +195,7 @@ def pareto_front(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return sorted(front, key=lambda r: (-r["tokens_per_second"], -r["progress"], r.get("number", 0)))
 
 
-def _finite(value: Any) -> bool:
+def finite_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
@@ -221,7 +221,7 @@ def importances(records: list[dict[str, Any]], target: str) -> Importance:
         used = [r for r in records if r.get("status") != "invalid"]
         values = [1.0 if r.get("status") == STABLE else 0.0 for r in used]
     elif target == "tokens/s":
-        used = [r for r in records if _finite(r.get("tokens_per_second")) and r["tokens_per_second"] > 0]
+        used = [r for r in records if finite_number(r.get("tokens_per_second")) and r["tokens_per_second"] > 0]
         values = [float(r["tokens_per_second"]) for r in used]
     else:
         raise ValueError(f"target must be 'is stable' or 'tokens/s', but got {target=}.")
@@ -352,8 +352,8 @@ def _rest(dimension: str, other: str | None) -> str:
 
 
 def _medians(members, rest, key, min_count):
-    a = [r[key] for r in members if r.get("status") == STABLE and _finite(r.get(key))]
-    b = [r[key] for r in rest if r.get("status") == STABLE and _finite(r.get(key))]
+    a = [r[key] for r in members if r.get("status") == STABLE and finite_number(r.get(key))]
+    b = [r[key] for r in rest if r.get("status") == STABLE and finite_number(r.get(key))]
     if len(a) < min_count or len(b) < min_count:
         return None
     return statistics.median(a), statistics.median(b), len(a), len(b)

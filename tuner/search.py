@@ -13,9 +13,7 @@ import collections
 import dataclasses
 import datetime as dt
 import json
-import os
 import socket
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,9 +22,9 @@ from typing import Any, Callable
 from tuner import recommend as rec
 from tuner.errors import TunerError
 from tuner.progress import Progress, describe_params, results_table
-from tuner.sampling import constraint_of, make_sampler, make_study, searcher_class, tell
+from tuner.sampling import make_study, searcher_class
 from tuner.space import SearchSpace, check_param_names, load_space
-from tuner.trial import STABLE, TrialSpec
+from tuner.trial import TrialSpec
 
 SAMPLERS = ("tpe", "random", "grid")
 

@@ -347,7 +347,3 @@ def check_names(names, config_fields: set[str], trainer: str, where: str) -> Non
             close = difflib.get_close_matches(name, sorted(known), n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
             raise TunerError(f"{where}.{name}: unknown parameter for {trainer}{hint}")
-
-
-def check_finite(value: float) -> bool:
-    return isinstance(value, (int, float)) and math.isfinite(value)
