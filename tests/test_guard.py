@@ -321,3 +321,84 @@ def test_guard_rejects_an_unknown_trainer():
 def test_settings_validation_names_the_field(field, value):
     with pytest.raises(ValueError, match=rf"^{field} must be .*, but got {field}="):
         GuardSettings(**{field: value})
+
+
+# --- one patience per cause, on the rows the monitor really writes --------------------------------------
+
+import json  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+# A real tiny-model GRPO trial (lr 3e-2, seed 0) as StepMonitor wrote it, every key included: its reward
+# climbs from ~0.27 to 1.0, where every completion of every group gets the top reward.
+SATURATING = json.loads((Path(__file__).parent / "calibration" / "grpo_saturating_rows.json").read_text())["rows"]
+
+
+def test_real_grpo_rows_whose_reward_saturates_are_ok_and_say_so():
+    guard = Guard("grpo")
+    assert all(guard.observe(row["step"], row) is None for row in SATURATING)
+    # frac_reward_zero_std = 1 at the reward's ceiling is a solved task, noted, not a collapse.
+    assert len(guard.notes) == 1 and guard.notes[0].startswith("reward saturated: 1 (from 0.27")
+
+
+def test_no_reward_spread_and_no_gain_is_still_a_collapse():
+    flat = {"loss": 0.0, "grad_norm": 0.0, "reward": 0.3, "reward_std": 0.0, "frac_reward_zero_std": 1.0,
+            "params_changed": 1.0}
+    start = {"loss": 0.0, "grad_norm": 0.5, "reward": 0.3, "reward_std": 0.2, "frac_reward_zero_std": 0.0}
+    verdict = first_verdict("grpo", steps(start, start, start, *[flat] * 6))
+    assert (verdict.status, verdict.signal, verdict.step) == ("collapsed", "zero_reward_std", 8)
+    assert "has not risen" in verdict.reason
+
+
+def test_grpo_equal_rewards_for_the_first_steps_do_not_trip_the_no_update_rule():
+    # The first 3 steps as the monitor writes them when every group's completions got equal rewards: zero
+    # advantages, zero gradient, weights unmoved. Then spread appears and the weights move.
+    no_spread = {**SATURATING[0], "reward_std": 0.0, "frac_reward_zero_std": 1.0, "grad_norm": 0.0,
+                 "params_changed": 0.0}
+    rows = [{**no_spread, "step": step} for step in (1, 2, 3, 4)]
+    rows += [{**row, "step": row["step"] + 4} for row in SATURATING]
+    rows[4]["params_changed"] = 1.0
+    assert first_verdict("grpo", rows) is None
+
+
+def test_fp16_mixed_gradscaler_skips_do_not_trip_the_no_update_rule():
+    # GradScaler calibrating: the monitor marks each skipped step and the weights stay put, as they should.
+    skipped = {"loss": 2.3, "grad_norm": INF, "learning_rate": 1e-4, "step_skipped": 1.0, "loss_scale": 65536.0,
+               "params_changed": 0.0}
+    moved = {"loss": 2.2, "grad_norm": 1.5, "learning_rate": 1e-4, "step_skipped": 0.0, "loss_scale": 4096.0,
+             "params_changed": 1.0}
+    after = {key: value for key, value in moved.items() if key != "params_changed"}  # moved once: no longer checked
+    history = steps(*[skipped] * 5, moved, after, after)
+    assert first_verdict("sft", history, fp16_mixed=True) is None
+
+
+def test_warmup_steps_at_learning_rate_zero_do_not_use_up_the_no_update_patience():
+    idle = {"loss": 0.69, "grad_norm": 0.8, "learning_rate": 0.0, "params_changed": 0.0}
+    busy = {"loss": 0.69, "grad_norm": 0.8, "learning_rate": 1e-5, "params_changed": 0.0}
+    # Steps 1-3 at lr 0 and step 4 (which used lr 0: the logged lr is the next step's) do not count.
+    verdict = first_verdict("reward", steps(idle, idle, idle, busy, busy, busy, busy))
+    assert (verdict.signal, verdict.step) == ("no_update", 7)
+    assert "bf16/fp16 weights" in verdict.reason and "LoRA" in verdict.reason
+
+
+def test_grad_spike_at_step_two_is_not_judged_against_one_step():
+    # bf16-pure lr 0.3 on the reward grid: step 1's grad norm is small, step 2's large, then training settles.
+    grads = [0.4, 60.0, 5.0, 2.0, 1.5, 1.0]
+    history = steps(*[{"loss": 0.7, "grad_norm": g} for g in grads])
+    assert first_verdict("reward", history) is None
+
+
+def test_a_clipped_grad_spike_is_tolerated_but_a_sustained_one_diverges():
+    base = [{"loss": 0.7, "grad_norm": 1.0}] * 3
+    spike = {"loss": 0.7, "grad_norm": 500.0}
+    # max_grad_norm 1.0 clips the spike to 1.0: the update is bounded, so one spike is what clipping is for.
+    assert first_verdict("dpo", steps(*base, spike, *base), max_grad_norm=1.0) is None
+    verdict = first_verdict("dpo", steps(*base, spike, spike, spike), max_grad_norm=1.0)
+    assert (verdict.signal, verdict.step) == ("grad_explosion", 6)
+    assert "3 steps in a row" in verdict.reason and "clipped to 1" in verdict.reason
+    # Without clipping the first spike already moved the weights by that much.
+    assert first_verdict("dpo", steps(*base, spike)).step == 4
+
+
+def test_catastrophic_loss_is_caught_while_the_baseline_is_still_filling():
+    verdict = first_verdict("reward", steps({"loss": 0.69, "grad_norm": 1.0}, {"loss": 1e34, "grad_norm": 5.0}))
+    assert (verdict.signal, verdict.step) == ("loss_explosion", 2)

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from tuner.errors import TunerError
-from tuner.trial import FAULT_ENV, TrialSpec, learning_progress, load_trial_spec, run_trial, run_trial_isolated, throughput
+from tuner.trial import FAULT_ENV, TrialSpec, load_trial_spec, run_trial, run_trial_isolated, throughput
 
 # The DESIGN.md reproduction: a reward model at learning rate 0.3, batch 8, 20 steps.
 DIVERGENCE = {"per_device_train_batch_size": 8, "learning_rate": 0.3}
@@ -202,32 +202,6 @@ def test_tuner_trial_command_bad_config_is_one_line_exit_2(text, expected, tmp_p
 # -- measurement -------------------------------------------------------------------------------------------
 
 
-def test_learning_progress_is_relative_loss_drop_over_quarters():
-    history = [{"step": i + 1, "loss": loss} for i, loss in enumerate([1.0, 0.8, 0.6, 0.5, 0.5, 0.4, 0.3, 0.2])]
-    # quarters of 8 values are 2: first mean 0.9, last mean 0.25 -> (0.9 - 0.25) / 0.9
-    assert learning_progress("dpo", history) == pytest.approx(0.65 / 0.9)
-
-
-def test_learning_progress_scores_the_ln2_plateau_zero_and_a_rising_loss_negative():
-    assert learning_progress("reward", [{"loss": math.log(2)}] * 8) == pytest.approx(0.0)
-    assert learning_progress("sft", [{"loss": v} for v in (1.0, 1.0, 2.0, 2.0)]) == pytest.approx(-1.0)
-
-
-def test_learning_progress_skips_non_finite_and_needs_four_values():
-    history = [{"loss": v} for v in (2.0, float("nan"), 1.5, float("inf"), 1.0, 0.5)]
-    # finite: 2.0, 1.5, 1.0, 0.5 -> one value per quarter: (2.0 - 0.5) / 2.0
-    assert learning_progress("kto", history) == pytest.approx(0.75)
-    assert learning_progress("kto", history[:4]) is None  # 3 finite values are too few to judge
-    assert learning_progress("sft", []) is None
-
-
-def test_learning_progress_for_grpo_is_reward_gained_not_loss():
-    # GRPO's loss is ~0 every step by construction; the reward is what moves.
-    history = [{"loss": 0.0, "reward": r} for r in (0.2, 0.3, 0.4, 0.6)]
-    assert learning_progress("grpo", history) == pytest.approx(0.4)
-    assert learning_progress("grpo", [{"loss": 1.0}] * 8) is None
-
-
 def test_throughput_counts_only_steps_after_warmup():
     times = [(1, 10.0), (2, 15.0), (3, 16.0), (4, 17.0), (5, 18.0)]
     history = [{"step": s, "num_tokens": 100.0 * s} for s, _ in times]
@@ -251,21 +225,6 @@ def test_throughput_without_token_counts_still_gives_samples():
     assert tokens is None and samples == pytest.approx(2.0 * 2 / 3.0)
     # steps stamped at the same instant give no rate rather than a division by zero
     assert throughput([], [(1, 5.0), (2, 5.0)], warmup=0, samples_per_step=2) == (None, None)
-
-
-def test_progress_noise_separates_a_real_gain_from_wandering():
-    from tuner.recommend import learned
-    from tuner.trial import progress_noise
-
-    wandering = [{"step": i, "reward": r} for i, r in enumerate([0.2, 0.4, 0.1, 0.3, 0.5, 0.2, 0.1, 0.4, 0.3, 0.2,
-                                                                 0.3, 0.1, 0.4, 0.2, 0.5, 0.3, 0.2, 0.4, 0.3, 0.25], 1)]
-    rising = [{"step": i, "reward": 0.2 + 0.03 * i + (0.02 if i % 2 else -0.02)} for i in range(1, 21)]
-    for history in (wandering, rising):
-        record = {"progress": learning_progress("grpo", history), "progress_noise": progress_noise("grpo", history)}
-        # a gain that clears twice its standard error is learning; one inside the noise is not
-        assert learned(record) == (history is rising), record
-    # too few steps to estimate the noise: no figure rather than a made-up one
-    assert progress_noise("grpo", rising[:6]) is None
 
 
 @pytest.mark.slow

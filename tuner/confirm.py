@@ -11,14 +11,15 @@ import statistics
 from typing import Any
 
 from tuner import recommend as rec
+from tuner.learning import ALPHA
 
 __all__ = ["candidates", "confirmation_jobs", "judge"]
 
 
 def candidates(records: list[dict[str, Any]], top: int) -> list[dict[str, Any]]:
-    """The top trials by the recommendation rule, fastest first."""
-    qualifying = [r for r in records if rec.recommend([r]) is not None]
-    return sorted(qualifying, key=lambda r: r["tokens_per_second"], reverse=True)[:top]
+    """The top trials by the recommendation's objective (learning speed), best first."""
+    qualifying = [r for r in records if rec.objective(r) > 0]
+    return sorted(qualifying, key=rec.objective, reverse=True)[:top]
 
 
 def confirmation_jobs(cands: list[dict[str, Any]], base_spec: dict[str, Any], seeds: int,
@@ -41,8 +42,12 @@ def confirmation_jobs(cands: list[dict[str, Any]], base_spec: dict[str, Any], se
 
 def _why(run: dict[str, Any]) -> str:
     if run["status"] == "ok":
-        progress = run.get("progress")
-        return f"seed {run['seed']}: ok but did not learn (progress {'-' if progress is None else f'{progress:+.3f}'})"
+        progress, p_value = run.get("progress"), run.get("progress_p_value")
+        if progress is None or p_value is None:
+            return f"seed {run['seed']}: ok, but too few steps to judge learning"
+        why = "trend not significant" if p_value >= ALPHA else "progress below the smallest that counts"
+        return (f"seed {run['seed']}: ok, but no learning shown (progress {progress:+.3f}, trend p={p_value:.2g}: "
+                f"{why})")
     where = f" at step {run['stopped_at_step']}" if run.get("stopped_at_step") else ""
     return f"seed {run['seed']}: {run['status']}{where}" + (f" ({run['reason']})" if run.get("reason") else "")
 

@@ -3,6 +3,7 @@ records every finished trial (MLflow + progress). The driver is the only MLflow 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import tempfile
 from pathlib import Path
@@ -10,7 +11,7 @@ from typing import Any
 
 from tuner.errors import TunerError
 from tuner.progress import Progress
-from tuner.trial import TrialSpec
+from tuner.trial import TrialResult, TrialSpec
 
 def _trainable(config: dict[str, Any]) -> None:
     """Runs inside a Ray worker: the trial itself runs in a child process of this worker."""
@@ -64,8 +65,8 @@ def callback_class():
     return DriverCallback
 
 
-SUMMARY_FIELDS = ("status", "reason", "stopped_at_step", "steps_run", "tokens_per_second", "samples_per_second",
-                   "progress", "progress_noise", "peak_memory_mb", "seconds_to_first_step", "wall_seconds", "guard_signal", "device")
+# Every field of a trial's result but its per-step history, which goes to MLflow as metrics.
+SUMMARY_FIELDS = tuple(f.name for f in dataclasses.fields(TrialResult) if f.name != "history")
 
 
 def init_ray(ray_address: str | None, gpus_per_trial: float):

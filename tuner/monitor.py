@@ -22,7 +22,7 @@ class StepMonitor(TrainerCallback):
     def __init__(self, trainer_name: str, fp16_mixed: bool, metrics_path=None, settings: GuardSettings | None = None,
                  fault=None):
         self.guard = Guard(trainer_name, fp16_mixed=fp16_mixed, settings=settings)
-        self.settings = self.guard.settings if hasattr(self.guard, "settings") else (settings or GuardSettings())
+        self.settings = self.guard.settings
         self.history: list[dict[str, Any]] = []
         self.verdict = None
         self.trainer = None  # set after the trainer exists: the scaler lives on its accelerator
@@ -41,12 +41,16 @@ class StepMonitor(TrainerCallback):
     def _params_changed(self, model) -> float:
         now = self._snapshot(model)
         changed = any(not a.equal(b) for a, b in zip(self._initial, now))
+        if changed:
+            self._initial = None  # moved once is enough: the no-update rule has its answer
         return 1.0 if changed else 0.0
 
     # -- callback events ---------------------------------------------------------------------
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
         self.train_started_at = time.perf_counter()
+        # The explosion rules tolerate a clipped spike: the guard needs the clipping the run really uses.
+        self.guard.max_grad_norm = args.max_grad_norm if args.max_grad_norm and args.max_grad_norm > 0 else None
         if model is not None:
             self._initial = self._snapshot(model)
 
@@ -54,8 +58,9 @@ class StepMonitor(TrainerCallback):
         step = state.global_step
         self.step_times.append((step, time.perf_counter()))
         extra: dict[str, Any] = {}
-        # Checking every tensor each step costs time; the no-update rule only needs the first steps.
-        if self._initial is not None and model is not None and step <= self.settings.no_update_steps:
+        # Compared each step until the weights first move (steps that rightly leave them alone, such as
+        # GradScaler skips or GRPO steps without reward spread, can delay that past the first steps).
+        if self._initial is not None and model is not None:
             extra["params_changed"] = self._params_changed(model)
         accelerator = getattr(self.trainer, "accelerator", None)
         scaler = getattr(accelerator, "scaler", None)

@@ -82,7 +82,7 @@ def _positive(value: Any) -> bool:
 
 def speed_vs_progress(records: list[dict[str, Any]], front: list[dict[str, Any]], recommended: dict[str, Any] | None):
     """Tokens/s (y) against progress (x) for every trial that measured both; the stable front as a line."""
-    from tuner.recommend import MIN_PROGRESS
+    from tuner.learning import MIN_EFFECT as MIN_PROGRESS
 
     fig = _figure(7, 4.5)
     ax = fig.add_subplot()
@@ -103,7 +103,7 @@ def speed_vs_progress(records: list[dict[str, Any]], front: list[dict[str, Any]]
         ax.scatter([recommended["progress"]], [recommended["tokens_per_second"]], marker="*", s=320,
                    facecolors="none", edgecolors="#1f4e9c", linewidths=1.5,
                    label=f"recommended (trial {recommended['number']})")
-    ax.axvline(MIN_PROGRESS, color="#999999", linestyle=":", linewidth=1, label=f"learned: progress > {MIN_PROGRESS}")
+    ax.axvline(MIN_PROGRESS, color="#999999", linestyle=":", linewidth=1, label=f"smallest progress that counts: {MIN_PROGRESS}")
     ax.set_xlabel("progress (higher learned more)")
     ax.set_ylabel("tokens/s")
     missing = len(records) - len(measured)

@@ -32,11 +32,13 @@ class Progress:
         speed = record.get("tokens_per_second")
         speed_text = f"{speed:8.0f} tok/s" if speed else "       - tok/s"
         progress = record.get("progress")
-        progress_text = f"progress {progress:+.3f}" if progress is not None else "progress    -  "
+        learned = "learned" if rec.learned(record) else "no trend"
+        progress_text = f"progress {progress:+.3f} {learned:<8}" if progress is not None else "progress    -           "
         where = f" at step {record['stopped_at_step']}" if record["status"] not in (STABLE, "invalid") else ""
         counts = " ".join(f"{s} {self.counts[s]}" for s in ("ok", "diverged", "collapsed", "crashed", "oom", "invalid")
                           if self.counts[s] or s in ("ok", "diverged", "crashed"))
-        best = f"trial {self.best['number']} ({self.best['tokens_per_second']:.0f} tok/s)" if self.best else "none yet"
+        best = (f"trial {self.best['number']} ({self.best['tokens_per_second']:.0f} tok/s, progress "
+                f"{self.best['progress']:+.3f})" if self.best else "none yet")
         elapsed = time.perf_counter() - self.started
         label = f"trial {record['number']:3d}" + (f" seed {record['seed']}" if "confirms" in record else "")
         self.echo(f"[{done:3d}/{self.total}] {label} {record['status']:<9}{where:<12} {speed_text}  "
@@ -61,11 +63,11 @@ def results_table(records: list[dict[str, Any]]) -> str:
     def fmt(v, spec):
         return "-" if v is None else format(v, spec)
 
-    rows = ["| trial | status | stopped at | tokens/s | progress | params | reason |",
-            "|---:|---|---:|---:|---:|---|---|"]
+    rows = ["| trial | status | stopped at | tokens/s | progress | learned | params | reason |",
+            "|---:|---|---:|---:|---:|---|---|---|"]
     for r in records:
         stopped = r.get("stopped_at_step") if r["status"] != STABLE else ""
         rows.append(f"| {r['number']} | {r['status']} | {stopped} | {fmt(r.get('tokens_per_second'), '.0f')} | "
-                    f"{fmt(r.get('progress'), '+.3f')} | {describe_params(r['params'])} | "
+                    f"{fmt(r.get('progress'), '+.3f')} | {'yes' if rec.learned(r) else 'no'} | {describe_params(r['params'])} | "
                     f"{(r.get('reason') or '')[:80]} |")
     return "\n".join(rows) + "\n"

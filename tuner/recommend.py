@@ -1,9 +1,10 @@
 """Choose the recommended config and write it as a YAML that TRL's own CLI accepts unchanged.
 
-The rule: among trials that finished every step with status ``ok`` and made learning progress
-(progress > MIN_PROGRESS), the one with the highest tokens/s. Never a diverged, collapsed,
-crashed or oom trial. If no trial qualifies, nothing is recommended and the most common
-failure reasons are shown instead.
+The objective: **learning speed = progress x tokens/s**, the learning effect of the trial (reward
+gained for GRPO, relative loss drop for the others; tuner.learning) times its measured training
+throughput. Only trials that stayed ``ok`` and learned (a significant trend, tuner.learning) score;
+the same number is told to Optuna, so the sampler optimises what is recommended. If no trial
+qualifies, nothing is recommended and the most common failure reasons are shown instead.
 """
 
 from __future__ import annotations
@@ -15,27 +16,34 @@ from typing import Any
 import yaml
 
 from tuner.errors import TunerError
+from tuner.learning import ALPHA, MIN_EFFECT
 from tuner.trainers import PRECISION_SETTINGS, lora_config_kwargs, precision_flags, split_params
 
-# A short trial that moved its loss or reward by less than 1% did not learn.
-MIN_PROGRESS = 0.01
-RULE = (f"fastest (tokens/s) trial with status ok that learned (progress > {MIN_PROGRESS} and > twice its noise) "
-        "and stayed ok on every confirmation seed; diverged, collapsed, crashed and oom trials are never recommended")
+RULE = (f"highest learning speed (progress x tokens/s) among trials that stayed ok and learned (a learning trend "
+        f"over all steps with one-sided p < {ALPHA:g} and progress >= {MIN_EFFECT:g}), confirmed ok and learning "
+        "on every confirmation seed; diverged, collapsed, crashed and oom trials are never recommended")
 
 
 def learned(trial: dict[str, Any]) -> bool:
-    """Progress above MIN_PROGRESS and above twice its own noise: a short trial's reward or loss
-    wanders by chance, and a config that only wandered did not learn."""
-    progress, noise = trial.get("progress"), trial.get("progress_noise")
-    return progress is not None and progress > max(MIN_PROGRESS, 2 * (noise or 0.0))
+    """The trial's own learning judgement (tuner.learning.judge_learning), as recorded."""
+    return bool(trial.get("learned"))
+
+
+def objective(trial: dict[str, Any]) -> float:
+    """Learning speed: progress x tokens/s for an ok trial that learned, else 0. A config twice as fast that
+    learns half as much per step scores the same: both get as far in the same wall time."""
+    speed, progress = trial.get("tokens_per_second"), trial.get("progress")
+    if trial.get("status") != "ok" or not learned(trial) or not speed or progress is None:
+        return 0.0
+    return float(progress) * float(speed)
 
 
 def recommend(trials: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The best trial record (``status``, ``params``, ``tokens_per_second``, ``progress`` ...), or None."""
-    candidates = [t for t in trials if t.get("status") == "ok" and learned(t) and t.get("tokens_per_second")]
+    candidates = [t for t in trials if objective(t) > 0]
     if not candidates:
         return None
-    return max(candidates, key=lambda t: t["tokens_per_second"])
+    return max(candidates, key=objective)
 
 
 def failure_summary(trials: list[dict[str, Any]], top: int = 3) -> str:
@@ -44,9 +52,9 @@ def failure_summary(trials: list[dict[str, Any]], top: int = 3) -> str:
     not_learning = sum(1 for t in trials if t.get("status") == "ok" and not learned(t))
     reasons = collections.Counter(
         (t.get("guard_signal") or t.get("status"), _reason_kind(t)) for t in trials if t.get("status") != "ok")
-    lines = [f"No stable config found in {len(trials)} trials: "
+    lines = [f"No stable config that learns found in {len(trials)} trials: "
              + ", ".join(f"{n} {s}" for s, n in statuses.most_common())
-             + (f" ({not_learning} ok but not learning)" if not_learning else "") + "."]
+             + (f" ({not_learning} ok but without a significant learning trend)" if not_learning else "") + "."]
     for (signal, example), n in reasons.most_common(top):
         lines.append(f"  {n} x {signal}: e.g. {example}")
     lines.append("Try a lower learning rate range, fp32 or bf16 precision, or more --trials.")

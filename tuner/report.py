@@ -18,16 +18,17 @@ from pathlib import Path
 from typing import Any, Callable
 
 from tuner.errors import TunerError
-from tuner.recommend import MIN_PROGRESS, learned
+from tuner.learning import MIN_EFFECT as MIN_PROGRESS
+from tuner.recommend import learned
 from tuner.space import PRECISIONS
 from tuner.trial import STABLE
 
 # The statuses a trial ends with, in the order the tables show them; "not learning" is a stable
-# trial whose progress stayed at or below MIN_PROGRESS: stable, but useless.
+# trial without a significant learning trend (tuner.learning): stable, but useless.
 FAILED = ("diverged", "collapsed", "crashed", "oom")
 BAD_OUTCOMES = ("diverged", "collapsed", "crashed", "oom", "not learning")
 _VERBS = {"diverged": "diverged", "collapsed": "collapsed", "crashed": "crashed", "oom": "ran out of memory",
-          "not learning": f"did not learn (status ok, progress <= {MIN_PROGRESS:g})"}
+          "not learning": "did not learn (status ok, no significant learning trend)"}
 
 MIN_HINT_TRIALS = 3  # a hint compares two groups; with fewer trials per side it would be an anecdote
 MIN_RATE_GAP = 0.5  # a failure hint needs the failure rates to differ by at least this much

@@ -1,7 +1,7 @@
 """Optuna inside Ray Tune: the sampler, the ask/tell searcher, and how a trial's outcome is told.
 
-Every trial is told as COMPLETE with its tokens/s and a constraint ("stable") that is violated
-for unstable trials. Told as FAIL they would vanish from TPE's model and it would keep sampling
+Every trial is told as COMPLETE with the recommendation's objective (learning speed = progress x
+tokens/s, tuner.recommend.objective) and a constraint ("stable") that is violated for unstable trials. Told as FAIL they would vanish from TPE's model and it would keep sampling
 the region that blows up; as infeasible they rank below every stable trial, so TPE steers away.
 """
 
@@ -71,11 +71,11 @@ def make_study(sampler_name: str, seed: int, n_trials: int, storage: str | None,
 
 
 def tell(study, trial, record: dict[str, Any]) -> None:
-    """Report a trial to Optuna: always COMPLETE, with its tokens/s and a constraint value."""
-    for key in ("status", "reason", "progress", "tokens_per_second", "stopped_at_step"):
+    """Report a trial to Optuna: always COMPLETE, with the recommendation's objective and a constraint value."""
+    for key in ("status", "reason", "progress", "learned", "tokens_per_second", "stopped_at_step"):
         trial.set_user_attr(key, record.get(key))
     trial.set_constraint("stable", constraint_of(record))
-    study.tell(trial, float(record.get("tokens_per_second") or 0.0))
+    study.tell(trial, rec.objective(record))
 
 
 def searcher_class():
@@ -91,7 +91,7 @@ def searcher_class():
 
         def __init__(self, study, space: SearchSpace, base_spec: dict[str, Any], timeout: float,
                      n_search: int, then=None, done: list[dict[str, Any]] = ()):
-            super().__init__(metric="tokens_per_second", mode="max")
+            super().__init__(metric="learning_speed", mode="max")
             self.study, self.space, self.base_spec, self.timeout = study, space, base_spec, timeout
             self.n_search, self.then = n_search, then
             self.asked: dict[str, Any] = {}  # Ray trial id -> (optuna.Trial, its params)

@@ -33,10 +33,11 @@ class Adapter:
     script: str  # TRL CLI script module whose parser must accept our exported YAML
     lora_task_type: str  # PEFT task type: reward models are sequence classifiers
     sequence_classifier: bool = False
+    progress_metric: str = "loss"  # what learning is judged on (tuner.learning): the loss, or GRPO's reward
 
 
 ADAPTERS: dict[str, Adapter] = {
-    "grpo": Adapter("GRPOConfig", "GRPOTrainer", "trl.scripts.grpo", "CAUSAL_LM"),
+    "grpo": Adapter("GRPOConfig", "GRPOTrainer", "trl.scripts.grpo", "CAUSAL_LM", progress_metric="reward"),
     "dpo": Adapter("DPOConfig", "DPOTrainer", "trl.scripts.dpo", "CAUSAL_LM"),
     "kto": Adapter("KTOConfig", "KTOTrainer", "trl.scripts.kto", "CAUSAL_LM"),
     "reward": Adapter("RewardConfig", "RewardTrainer", "trl.scripts.reward", "SEQ_CLS", sequence_classifier=True),

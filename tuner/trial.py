@@ -12,10 +12,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import os
 import signal
-import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +22,7 @@ from typing import Any
 import yaml
 
 from tuner.errors import TunerError
+from tuner.learning import judge_learning
 
 STATUSES = ("ok", "diverged", "collapsed", "crashed", "oom", "invalid")
 STABLE = "ok"
@@ -86,8 +85,9 @@ class TrialResult:
     steps_run: int = 0
     tokens_per_second: float | None = None
     samples_per_second: float | None = None
-    progress: float | None = None  # learning progress, higher is better; see learning_progress()
-    progress_noise: float | None = None  # its standard error; see progress_noise()
+    progress: float | None = None  # learning effect, higher is better: reward gained / relative loss drop (tuner.learning)
+    progress_p_value: float | None = None  # one-sided trend-test p-value behind it
+    learned: bool = False  # a significant learning trend of at least tuner.learning.MIN_EFFECT
     peak_memory_mb: float | None = None
     seconds_to_first_step: float | None = None
     wall_seconds: float | None = None
@@ -111,35 +111,6 @@ def load_trial_spec(path: str | os.PathLike) -> TrialSpec:
 
 
 # -- measurement ------------------------------------------------------------------------------
-
-# How far learning moved in a short trial, per trainer, higher is better. GRPO: reward gained;
-# the others: relative loss drop (the reward model's 0.693 = ln 2 plateau scores ~0).
-def learning_progress(trainer: str, history: list[dict[str, Any]]) -> float | None:
-    key = "reward" if trainer == "grpo" else "loss"
-    values = [row[key] for row in history if key in row and math.isfinite(row[key])]
-    if len(values) < 4:
-        return None
-    k = max(1, len(values) // 4)  # average a quarter at each end: single steps are noisy
-    first, last = statistics.fmean(values[:k]), statistics.fmean(values[-k:])
-    if trainer == "grpo":
-        return last - first
-    return (first - last) / max(abs(first), 1e-8)
-
-
-def progress_noise(trainer: str, history: list[dict[str, Any]]) -> float | None:
-    """Standard error of learning_progress (same units): the step-to-step noise of the quarters
-    it averages. A trial "learned" only if its progress clears twice this (see recommend.learned)."""
-    key = "reward" if trainer == "grpo" else "loss"
-    values = [row[key] for row in history if key in row and math.isfinite(row[key])]
-    k = len(values) // 4
-    if k < 2:
-        return None
-    first, last = values[:k], values[-k:]
-    error = math.sqrt(statistics.variance(first) / k + statistics.variance(last) / k)
-    if trainer == "grpo":
-        return error
-    return error / max(abs(statistics.fmean(first)), 1e-8)
-
 
 def throughput(history: list[dict[str, Any]], step_times: list[tuple[int, float]], warmup: int,
                samples_per_step: int) -> tuple[float | None, float | None]:
@@ -291,8 +262,10 @@ def run_trial(spec: TrialSpec, workdir: str | os.PathLike | None = None, metrics
     batch = int(spec.params.get("per_device_train_batch_size", 8)) * int(spec.params.get("gradient_accumulation_steps", 1))
     result.tokens_per_second, result.samples_per_second = throughput(
         monitor.history, monitor.step_times, spec.warmup_steps, batch)
-    result.progress = learning_progress(spec.trainer, monitor.history)
-    result.progress_noise = progress_noise(spec.trainer, monitor.history)
+    learning = judge_learning(spec.trainer, monitor.history)
+    result.progress, result.progress_p_value, result.learned = learning.effect, learning.p_value, learning.learned
+    if result.status == STABLE and monitor.guard.notes:
+        result.reason = "; ".join(monitor.guard.notes)  # e.g. the reward saturated: worth saying, not a failure
     return result
 
 
