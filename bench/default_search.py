@@ -1,0 +1,88 @@
+"""The embedded default, as a new user runs it: `tuner search` with no arguments, on N seeds.
+
+    python -m bench.default_search --seeds 10          # ~1-3 min per seed on 2 cores
+
+For each seed, in a fresh folder (so a fresh ./mlflow store): `tuner search --seed S` (the README's first
+command, plus the seed), then `tuner export --experiment grpo-tiny -o recommended.yaml`, then
+`trl grpo --config recommended.yaml` for 2 steps on the built-in data saved as jsonl. Reports per seed:
+exit code, wall time, the recommended trial, whether export and TRL ran; and the share of seeds with a
+confirmed recommendation. Writes the figures to bench/default_search.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+OUT = Path(__file__).with_name("default_search.json")
+
+
+def _run(command: list[str], cwd: Path, timeout: float) -> tuple[int, str, float]:
+    started = time.perf_counter()
+    done = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    return done.returncode, done.stdout + done.stderr, time.perf_counter() - started
+
+
+def one_seed(seed: int, folder: Path, timeout: float) -> dict:
+    from tuner.data import builtin_dataset
+
+    tuner = [sys.executable, "-m", "tuner.cli"]
+    code, output, seconds = _run([*tuner, "search", "--seed", str(seed)], folder, timeout)
+    picked = re.search(r"recommended: trial (\d+): (\d+) tokens/s, progress ([-+0-9.]+)", output)
+    row = {"seed": seed, "search_exit": code, "search_seconds": round(seconds, 1),
+           "recommended_trial": int(picked.group(1)) if picked else None,
+           "progress": float(picked.group(3)) if picked else None,
+           "statuses": dict(collections.Counter(re.findall(r"\] trial +\d+ (?:seed \d+ )?(\w+)", output))),
+           "tail": output.strip().splitlines()[-12:]}
+    if picked is None:
+        return row
+    code, output, _ = _run([*tuner, "export", "--experiment", "grpo-tiny", "-o", "recommended.yaml"], folder, 300)
+    row["export_exit"] = code
+    if code != 0:
+        row["export_output"] = output[-600:]
+        return row
+    data = folder / "data"
+    data.mkdir(exist_ok=True)
+    builtin_dataset("grpo").to_json(str(data / "train.jsonl"))
+    code, output, seconds = _run(["trl", "grpo", "--config", "recommended.yaml", "--dataset_name", str(data),
+                                  "--max_steps", "2", "--output_dir", str(folder / "trl-out"), "--report_to", "none"],
+                                 folder, 600)
+    row["trl_exit"], row["trl_seconds"] = code, round(seconds, 1)
+    if code != 0:
+        row["trl_output"] = output[-1200:]
+    return row
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seeds", type=int, default=10)
+    parser.add_argument("--first-seed", type=int, default=0)
+    parser.add_argument("--timeout", type=float, default=900.0, help="seconds per search")
+    parser.add_argument("--out", type=Path, default=OUT)
+    args = parser.parse_args(argv)
+    rows = []
+    for seed in range(args.first_seed, args.first_seed + args.seeds):
+        with tempfile.TemporaryDirectory(prefix=f"tuner-default-{seed}-") as folder:
+            row = one_seed(seed, Path(folder), args.timeout)
+        rows.append(row)
+        print(json.dumps({k: v for k, v in row.items() if k != "tail"}), flush=True)
+        args.out.write_text(json.dumps(rows, indent=1) + "\n")
+    recommended = [r for r in rows if r["recommended_trial"] is not None]
+    trained = [r for r in recommended if r.get("trl_exit") == 0]
+    seconds = sorted(r["search_seconds"] for r in rows)
+    print(f"recommended a confirmed config in {len(recommended)}/{len(rows)} seeds; export + trl grpo ran in "
+          f"{len(trained)}/{len(recommended)}; search wall time median {seconds[len(seconds) // 2]:.0f}s, "
+          f"max {seconds[-1]:.0f}s")
+
+
+if __name__ == "__main__":
+    main()
