@@ -9,7 +9,7 @@ from typing import Any, Callable
 from tuner import recommend as rec
 from tuner.trial import STABLE
 
-__all__ = ["Progress", "describe_params", "results_table"]
+__all__ = ["Progress", "describe_params", "results_table", "shorten", "stopped_at"]
 
 
 class Progress:
@@ -25,7 +25,8 @@ class Progress:
     def finished(self, record: dict[str, Any]) -> None:
         self.running = max(0, self.running - 1)
         self.counts[record["status"]] += 1
-        best = rec.recommend([r for r in (self.best, record) if r])
+        # Confirmation re-runs judge a candidate; they do not compete with the search's own trials.
+        best = rec.recommend([r for r in (self.best, record) if r and "confirms" not in r])
         if best is not None:
             self.best = best
         done = sum(self.counts.values())
@@ -34,7 +35,8 @@ class Progress:
         progress = record.get("progress")
         learned = "learned" if rec.learned(record) else "no trend"
         progress_text = f"progress {progress:+.3f} {learned:<8}" if progress is not None else "progress    -           "
-        where = f" at step {record['stopped_at_step']}" if record["status"] not in (STABLE, "invalid") else ""
+        where = stopped_at(record)
+        where = f" {where}" if where else ""
         counts = " ".join(f"{s} {self.counts[s]}" for s in ("ok", "diverged", "collapsed", "crashed", "oom", "invalid")
                           if self.counts[s] or s in ("ok", "diverged", "crashed"))
         best = (f"trial {self.best['number']} ({self.best['tokens_per_second']:.0f} tok/s, progress "
@@ -66,8 +68,31 @@ def results_table(records: list[dict[str, Any]]) -> str:
     rows = ["| trial | status | stopped at | tokens/s | progress | learned | params | reason |",
             "|---:|---|---:|---:|---:|---|---|---|"]
     for r in records:
-        stopped = r.get("stopped_at_step") if r["status"] != STABLE else ""
+        step = r.get("stopped_at_step")
+        stopped = "" if r["status"] in (STABLE, "invalid") else (step if step else "-")  # "-": before step 1
+        reason = shorten(r.get("reason") or "", REASON_WIDTH).replace("|", "\\|")  # a | would end the cell
         rows.append(f"| {r['number']} | {r['status']} | {stopped} | {fmt(r.get('tokens_per_second'), '.0f')} | "
                     f"{fmt(r.get('progress'), '+.3f')} | {'yes' if rec.learned(r) else 'no'} | {describe_params(r['params'])} | "
-                    f"{(r.get('reason') or '')[:80]} |")
+                    f"{reason} |")
     return "\n".join(rows) + "\n"
+
+
+REASON_WIDTH = 80  # characters of a trial's reason in the results table
+
+
+def shorten(text: str, width: int) -> str:
+    """``text`` in at most ``width`` characters, cut at a word boundary and marked with "…" when cut."""
+    text = " ".join(text.split())
+    if len(text) <= width:
+        return text
+    cut = text.rfind(" ", 0, width)  # the last space that leaves room for the "…"
+    head = text[:cut] if cut > 0 else text[:width - 1]
+    return head.rstrip(" ,;:-(") + "…"
+
+
+def stopped_at(record: dict[str, Any]) -> str:
+    """Where a trial that did not finish stopped: "at step 4", "before step 1", or "" (finished, or invalid)."""
+    if record.get("status") in (STABLE, "invalid"):
+        return ""
+    step = record.get("stopped_at_step")
+    return f"at step {step}" if step else "before step 1"
