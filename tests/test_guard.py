@@ -402,3 +402,15 @@ def test_a_clipped_grad_spike_is_tolerated_but_a_sustained_one_diverges():
 def test_catastrophic_loss_is_caught_while_the_baseline_is_still_filling():
     verdict = first_verdict("reward", steps({"loss": 0.69, "grad_norm": 1.0}, {"loss": 1e34, "grad_norm": 5.0}))
     assert (verdict.signal, verdict.step) == ("loss_explosion", 2)
+
+
+def test_a_loss_driven_to_zero_with_vanishing_gradients_is_solved_not_collapsed():
+    # A reward model that separates its pairs perfectly: loss -> ~0, and in low precision the gradient underflows.
+    falling = [{"loss": loss, "grad_norm": 1.0} for loss in (0.69, 0.5, 0.2, 0.05, 0.01)]
+    solved = {"loss": 1e-4, "grad_norm": 0.0}
+    guard = Guard("reward")
+    rows = steps(*falling, *[solved] * 5)
+    assert all(guard.observe(row["step"], row) is None for row in rows)
+    assert guard.notes and guard.notes[0].startswith("loss reached 0.0001 (from 0.69)")
+    # The same zero gradients at a loss that never moved are a collapse.
+    assert first_verdict("reward", steps(*[{"loss": 0.69, "grad_norm": 0.0}] * 4)).signal == "zero_grad"

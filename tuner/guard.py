@@ -103,6 +103,8 @@ class Guard:
         if trainer not in ADAPTERS:
             raise ValueError(f"trainer must be one of {', '.join(ADAPTERS)}, but got {trainer=}.")
         self.trainer = trainer
+        # GRPO's loss is ~0 by construction; a loss near 0 means "solved" only where learning lowers the loss.
+        self._learns_on_loss = ADAPTERS[trainer].progress_metric == "loss"
         self.fp16_mixed = fp16_mixed
         self.settings = settings if settings is not None else GuardSettings()
         # Trainer clips when max_grad_norm > 0; the logged grad_norm is the norm before clipping.
@@ -238,11 +240,22 @@ class Guard:
         self._zero_grad_streak = self._zero_grad_streak + 1 if grad_norm == 0.0 else 0
         if self._zero_grad_streak < self.settings.zero_grad_steps:
             return None
+        if self._loss_solved(metrics):
+            if not any(note.startswith("loss reached") for note in self.notes):
+                self.notes.append(f"loss reached {metrics['loss']:.3g} (from {self._loss_baseline[0]:.3g}) with zero "
+                                  f"gradients from step {step - self._zero_grad_streak + 1}: the task is solved")
+            return None
         reason = (
             f"grad_norm is 0.0 for {self._zero_grad_streak} steps in a row at step {step}: "
             "no gradient reaches the trainable parameters"
         )
         return Verdict("collapsed", reason, step, "zero_grad")
+
+    def _loss_solved(self, metrics: dict[str, float]) -> bool:
+        """The loss fell to ~0 (under 1% of its first steps): gradients vanish because nothing is left to learn."""
+        loss = metrics.get("loss")
+        return (self._learns_on_loss and loss is not None and len(self._loss_baseline) >= 1
+                and abs(loss) <= 0.01 * statistics.median(abs(v) for v in self._loss_baseline))
 
     def _zero_reward_std(self, step: int, metrics: dict[str, float]) -> Verdict | None:
         reward = metrics.get("reward")
