@@ -396,5 +396,20 @@ def test_export_of_a_real_cpu_search_on_the_users_data_loads_in_trl_without_harn
     # max_length measured on prefs.jsonl: fits 99% of its pairs, so it is not the trials' 64
     lengths = token_lengths(rows, tiny_model)
     assert args.max_length == exported["max_length"] and args.max_length >= lengths[int(0.99 * len(lengths)) - 1] > 64
-    assert f"# max_length: {args.max_length}: measured on prefs.jsonl with the model's tokenizer" in text
-    assert "the search's short trials used 64" in text and "# Not set: use_cpu." in text
+    (line,) = [line for line in text.splitlines() if line.startswith("# max_length: ")]
+    assert line.startswith(f"# max_length: {args.max_length}: measured on ") and "prefs.jsonl with the model's " \
+        "tokenizer: the 99th percentile" in line and "the search's short trials used 64" in line, line
+    assert "# Not set: use_cpu." in text
+
+
+def test_failure_advice_follows_from_the_failures_seen():
+    no_signal = {**record(0, status="collapsed", progress=None), "guard_signal": "zero_reward_std",
+                 "reason": "frac_reward_zero_std is 1.0 for 5 steps in a row at step 5"}
+    text = recommend.failure_summary([no_signal, {**no_signal, "number": 1}])
+    # A reward without spread is about the reward function, not the learning rate.
+    assert "reward gives GRPO no signal" in text and "learning rate" not in text
+    nan = {**record(2, status="diverged", progress=None), "guard_signal": "non_finite", "reason": "loss is nan at step 3"}
+    flat = record(3, progress=0.001, learned=False)
+    text = recommend.failure_summary([nan, nan, flat])
+    lines = [line for line in text.splitlines() if line.startswith("Advice:")]
+    assert "NaN/inf" in lines[0] and "did not learn" in lines[1]

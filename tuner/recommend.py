@@ -57,17 +57,43 @@ def failure_summary(trials: list[dict[str, Any]], top: int = 3) -> str:
              + (f" ({not_learning} ok but without a significant learning trend)" if not_learning else "") + "."]
     for (signal, example), n in reasons.most_common(top):
         lines.append(f"  {n} x {signal}: e.g. {example}")
-    lines.append("Try a lower learning rate range, fp32 or bf16 precision, or more --trials.")
+    causes = collections.Counter(t.get("guard_signal") or t.get("status") for t in trials if t.get("status") != "ok")
+    causes.update({"not_learning": not_learning} if not_learning else {})
+    advice = [ADVICE[cause] for cause, _ in causes.most_common() if cause in ADVICE]
+    for line in dict.fromkeys(advice):  # the most common cause's advice first, each once
+        lines.append(f"Advice: {line}")
     return "\n".join(lines)
+
+
+# What to change, per failure cause: advice follows from what the trials showed, never a generic guess.
+ADVICE = {
+    "non_finite": "numbers went NaN/inf: search lower learning rates, or fp32/bf16 instead of fp16 weights",
+    "loss_explosion": "the loss blew up: search lower learning rates or a smaller max_grad_norm",
+    "grad_explosion": "gradients blew up: search lower learning rates or a smaller max_grad_norm",
+    "skipped_steps": "fp16 gradients overflow every step: use bf16 or fp32",
+    "loss_scale_collapse": "the fp16 GradScaler collapsed: use bf16 or fp32",
+    "zero_grad": "no gradient reaches the trainable weights: check which parameters are trainable (LoRA targets)",
+    "zero_reward_std": ("every completion of a group got the same reward and it never rose: the reward gives GRPO no "
+                        "signal on this data; check the reward function on a few completions, or raise temperature / "
+                        "num_generations"),
+    "no_update": ("the optimizer moves no weight: updates are below bf16/fp16 weight precision (search higher "
+                  "learning rates or fp32/-mixed precision) or LoRA targets match no layer"),
+    "process_died": "trial processes died: see the crash reasons with tuner report (they rarely depend on the config)",
+    "crashed": "trials raised errors: see the crash reasons with tuner report (they rarely depend on the config)",
+    "oom": "out of memory: search smaller per_device_train_batch_size, activation_checkpointing on, or LoRA",
+    "invalid": "TRL rejected the combinations: see the reasons above and narrow the space",
+    "not_learning": "stable trials did not learn within the step budget: search higher learning rates or raise --max-steps",
+}
 
 
 def _reason_kind(trial: dict[str, Any]) -> str:
     return (trial.get("reason") or "").split(" at step")[0][:120]
 
 
-def trl_config(trainer: str, params: dict[str, Any], model: str, *, use_cpu: bool,
-               reward_funcs: list[str] | None = None, dataset: str | None = None) -> dict[str, Any]:
-    """TRL CLI config: TrainingArguments/trainer-config fields plus ModelConfig (+ script) fields."""
+def trl_config(trainer: str, params: dict[str, Any], model: str, *, reward_funcs: list[str] | None = None,
+               dataset: str | None = None) -> dict[str, Any]:
+    """TRL CLI config: TrainingArguments/trainer-config fields plus ModelConfig (+ script) fields. Never
+    ``use_cpu``: the file is for the machine the user trains on (tuner.export decides what else is left out)."""
     split = split_params(params)
     config: dict[str, Any] = {"model_name_or_path": model}
     if dataset:
@@ -85,8 +111,6 @@ def trl_config(trainer: str, params: dict[str, Any], model: str, *, use_cpu: boo
     config.update(split.config)
     # tuner measured with the nan/inf filter off; keep it off so a NaN loss stays visible.
     config["logging_nan_inf_filter"] = False
-    if use_cpu:
-        config["use_cpu"] = True  # the search ran on a CPU; TRL refuses bf16 on a CPU without it
     if trainer == "grpo":
         config["reward_funcs"] = list(reward_funcs or ["tuner.rewards.builtin_reward"])
     return {k: v for k, v in config.items() if v is not None}
