@@ -75,15 +75,16 @@ def build_parser() -> argparse.ArgumentParser:
                             formatter_class=argparse.RawDescriptionHelpFormatter, epilog=SEARCH_EXAMPLES,
                             description="Run many short real trials, stop each one that goes unstable, and "
                             "recommend the fastest stable config that learns.")
-    s.add_argument("--trainer", default="grpo", choices=["grpo", "dpo", "kto", "reward", "sft"],
-                   help="TRL trainer (default: grpo)")
+    s.add_argument("--trainer", choices=["grpo", "dpo", "kto", "reward", "sft"],
+                   help="TRL trainer (default: the --search-space file's trainer, else grpo)")
     s.add_argument("--model", default="tiny", help="local directory, hub id, alias (e.g. Qwen2.5-0.5B) or 'tiny', "
                    "the embedded 2-layer Qwen2-shaped model (default: tiny)")
     s.add_argument("--dataset", help="local .jsonl/.json/.parquet/.csv file or hub dataset id "
                    "(default: tuner's built-in tiny dataset for the trainer)")
     s.add_argument("--reward-func", action="append", dest="reward_funcs", metavar="NAME",
                    help="GRPO reward: a TRL built-in name (accuracy_reward, think_format_reward, ...) or "
-                   "module:function; repeat for several (default: tuner's built-in reward)")
+                   "module:function (module: e.g. a .py file in this folder); repeat for several (default: "
+                   "tuner's built-in reward, for the built-in data only: --dataset needs a --reward-func)")
     s.add_argument("--search-space", metavar="FILE", help="search-space YAML (default: search_spaces/<trainer>.yaml)")
     s.add_argument("--sampler", default="tpe", choices=["tpe", "random", "grid"],
                    help="tpe (default), random, or grid (every combination of an all-categorical space once)")
@@ -192,15 +193,9 @@ def cmd_search(args) -> int:
 def cmd_trial(args) -> int:
     import json
 
-    from tuner import trainers
-    from tuner.space import check_names
-    from tuner.trial import format_result, load_trial_spec, run_trial
+    from tuner.trial import format_result, prepare_trial_spec, run_trial
 
-    spec = load_trial_spec(args.config)
-    if spec.trainer not in trainers.ADAPTERS:
-        raise TunerError(f"{args.config}: trainer: unknown trainer {spec.trainer!r}; "
-                         f"choose one of {', '.join(trainers.ADAPTERS)}")
-    check_names(spec.params, trainers.config_fields(spec.trainer), spec.trainer, f"{args.config}: params")
+    spec = prepare_trial_spec(args.config)  # names, types, paths, and a probe of model, data and rewards
     result = run_trial(spec)
     for row in result.history:
         print(json.dumps(row))

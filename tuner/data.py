@@ -239,7 +239,45 @@ def _load_file(path: Path, split: str) -> datasets.Dataset:
         # A local file is one split; `split` only picks among the splits of hub datasets and save_to_disk folders.
         return datasets.load_dataset(loader, data_files={"train": str(path)}, split="train")
     except Exception as error:  # noqa: BLE001 - parser errors come in many types; all mean "this file is bad"
+        bad = _bad_json_place(path) if loader == "json" else None
+        if bad is not None:  # the datasets loader names no line ("An error occurred while generating the dataset")
+            raise TunerError(f"{path}: cannot be read as json ({bad}); fix that line") from error
         raise TunerError(f"{path}: cannot be read as {loader} ({_one_line(error)}); fix the file format") from error
+
+
+def _bad_json_place(path: Path) -> str | None:
+    """Where a .json/.jsonl file stops being JSON objects ("line 3, column 14: Expecting ','"), or None."""
+    import json
+
+    text = path.read_text(encoding="utf-8", errors="replace")
+    if text.lstrip().startswith("["):  # one JSON document: a list of objects
+        try:
+            rows = json.loads(text)
+        except json.JSONDecodeError as error:
+            return f"line {error.lineno}, column {error.colno}: {error.msg}"
+        lines = [(f"item {i}", row) for i, row in enumerate(rows)] if isinstance(rows, list) else []
+    else:  # JSON lines: one object per line
+        lines = []
+        for number, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                lines.append((f"line {number}", json.loads(line)))
+            except json.JSONDecodeError as error:
+                return f"line {number}, column {error.colno}: {error.msg}"
+    for place, row in lines:
+        if not isinstance(row, dict):
+            return f"{place}: expected a JSON object {{...}} with the columns as keys, got {type(row).__name__}"
+    return None
+
+
+def resolve_dataset_path(spec: str | os.PathLike | None) -> str | None:
+    """--dataset as the trials must see it: a local file or folder becomes absolute (trials run in other working
+    directories); None, "builtin" and hub ids stay as they are."""
+    if spec is None or spec == "builtin":
+        return spec
+    path = Path(os.fspath(spec)).expanduser()
+    return str(path.resolve()) if path.exists() else os.fspath(spec)
 
 
 def _load_folder(path: Path, split: str) -> datasets.Dataset:

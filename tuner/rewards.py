@@ -4,19 +4,22 @@
     resolve_reward_funcs(None)                     # [builtin_reward]
     resolve_reward_funcs(["think_format_reward"])  # a trl.rewards function, as `trl grpo --reward_funcs` names it
     resolve_reward_funcs(["my_rewards:length"])    # a function of yours ("module:function" or "module.function")
+    resolve_reward_paths(["my_rewards:length"])    # ["/abs/folder/my_rewards.py:length"]: what trials are given
     reward_func_spec("my_rewards:length")          # "my_rewards.length", as TRL's YAML `reward_funcs` wants it
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
-from tuner.errors import TunerError
+from tuner.errors import TunerError, describe_exception
 
-__all__ = ["BUILTIN", "TRL_REWARDS", "builtin_reward", "resolve_reward_funcs", "reward_func_spec"]
+__all__ = ["BUILTIN", "TRL_REWARDS", "builtin_reward", "resolve_reward_funcs", "resolve_reward_paths", "reward_func_spec"]
 
 BUILTIN = "builtin"  # the name that selects builtin_reward
 
@@ -82,6 +85,8 @@ def _resolve_one(spec: str) -> Callable:
         return function(**_SOFT_OVERLONG) if spec == "get_soft_overlong_punishment" else function
     module_name, function_name = _split(spec)
     fix = "check the name, or pass 'builtin' or one of: " + ", ".join(TRL_REWARDS)
+    if module_name.endswith(".py"):
+        return _from_file(spec, module_name, function_name, fix)
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())  # as trl/scripts/grpo.py does, so ./my_rewards.py is found
     try:
@@ -94,6 +99,54 @@ def _resolve_one(spec: str) -> Callable:
         raise TunerError(
             f"reward function {spec!r} cannot be imported: module {module_name!r} has no {function_name!r}; {fix}"
         )
+    if not callable(function):
+        raise TunerError(f"reward function {spec!r} is not callable (it is a {type(function).__name__}); {fix}")
+    return function
+
+
+def resolve_reward_paths(specs: list[str] | None) -> list[str] | None:
+    """--reward-func values as trials must see them: a module that is a .py file in this folder
+    ("my_rewards:length", "lib.scoring:length" for lib/scoring.py), or a path to one ("src/r.py:length"),
+    becomes "/abs/path/my_rewards.py:length", because trials run in other working directories."""
+    if not specs:
+        return specs
+    resolved = []
+    for spec in specs:
+        if spec == BUILTIN or spec in TRL_REWARDS:
+            resolved.append(spec)
+            continue
+        module_name, function_name = _split(spec)
+        file = Path(module_name if module_name.endswith(".py") else module_name.replace(".", os.sep) + ".py")
+        resolved.append(f"{file.expanduser().resolve()}:{function_name}" if file.expanduser().is_file() else spec)
+    return resolved
+
+
+_FILE_MODULES: dict[str, object] = {}
+
+
+def _from_file(spec: str, file: str, function_name: str, fix: str) -> Callable:
+    path = Path(file).expanduser().resolve()
+    if not path.is_file():
+        raise TunerError(f"reward function {spec!r} cannot be imported: no file {path}; {fix}")
+    module = _FILE_MODULES.get(str(path))
+    if module is None:
+        # its own name, so it never shadows (or is shadowed by) another module called like the file
+        name = f"tuner_reward_{path.stem}_{abs(hash(str(path))):x}"
+        if str(path.parent) not in sys.path:
+            sys.path.insert(0, str(path.parent))  # its own imports of modules beside it, as `trl grpo` finds them
+        loader_spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(loader_spec)
+        sys.modules[name] = module
+        try:
+            loader_spec.loader.exec_module(module)
+        except Exception as error:  # noqa: BLE001 - the module fails while importing
+            del sys.modules[name]
+            raise TunerError(f"reward function {spec!r} cannot be imported: {describe_exception(error)}; "
+                             "fix the module") from error
+        _FILE_MODULES[str(path)] = module
+    function = getattr(module, function_name, None)
+    if function is None:
+        raise TunerError(f"reward function {spec!r} cannot be imported: {path.name} has no {function_name!r}; {fix}")
     if not callable(function):
         raise TunerError(f"reward function {spec!r} is not callable (it is a {type(function).__name__}); {fix}")
     return function
@@ -119,4 +172,6 @@ def reward_func_spec(spec: str) -> str:
     if spec in TRL_REWARDS:
         return spec
     module_name, function_name = _split(spec)
+    if module_name.endswith(".py"):  # a file resolved by resolve_reward_paths: TRL imports it from the folder it runs in
+        module_name = Path(module_name).stem
     return f"{module_name}.{function_name}"

@@ -31,7 +31,7 @@ SAMPLERS = ("tpe", "random", "grid")
 
 @dataclass
 class SearchOptions:
-    trainer: str = "grpo"
+    trainer: str | None = None  # None: the search space's trainer, else grpo
     model: str = "tiny"
     dataset: str | None = None
     reward_funcs: list[str] | None = None
@@ -108,7 +108,7 @@ def prepare(options: SearchOptions) -> Prepared:
     Cheap checks run first, so a typo fails in a second instead of after importing TRL and torch;
     the local store is checked last because checking it creates its folder.
     """
-    from tuner import data, models, rewards, trainers, tracking
+    from tuner import data, models, probe, rewards, trainers, tracking, values
 
     o = options
     if o.sampler not in SAMPLERS:
@@ -129,10 +129,12 @@ def prepare(options: SearchOptions) -> Prepared:
         raise TunerError(f"--confirm-seeds {o.confirm_seeds}: must not be negative")
     if o.confirm_top < 1:
         raise TunerError(f"--confirm-top {o.confirm_top}: must be at least 1")
+    # A space's `trainer:` is the default trainer; an explicit --trainer must agree with it (load_space says so).
+    space = load_space(o.search_space, o.trainer or (None if o.search_space else "grpo"))
+    o = dataclasses.replace(o, trainer=space.trainer)
     trainers.adapter(o.trainer)
     if o.reward_funcs and o.trainer != "grpo":
         raise TunerError(f"--reward-func is for grpo only; {o.trainer} learns from its dataset's labels")
-    space = load_space(o.search_space, o.trainer)
     if o.sampler == "grid":
         space.grid()  # a float or int param cannot be a grid axis: say so before the slow checks
     if o.ray_address:
@@ -153,6 +155,7 @@ def prepare(options: SearchOptions) -> Prepared:
             raise TunerError(f"--gpus-per-trial {o.gpus_per_trial}: this machine has no CUDA GPU; drop the flag "
                              "to run on the CPU, or pass --ray-address of a cluster with GPUs")
     check_param_names(space, trainers.config_fields(o.trainer))
+    values.check_space_values(space, o.trainer)  # 2e-4 is a number; a value of the wrong type is refused here
 
     cannot = hardware_precisions(o.gpus_per_trial)
     dropped = [p for p in space.precisions() if p in cannot]
@@ -163,9 +166,23 @@ def prepare(options: SearchOptions) -> Prepared:
     n_trials = o.trials or (len(grid) if grid is not None else 12)
 
     model_path = models.resolve_model(o.model)
-    data.load_dataset_spec(o.dataset, o.trainer)
-    if o.trainer == "grpo":
-        rewards.resolve_reward_funcs(o.reward_funcs)
+    dataset = data.load_dataset_spec(o.dataset, o.trainer)
+    if o.trainer == "grpo" and o.dataset not in (None, "builtin") and not o.reward_funcs:
+        raise TunerError(f"--dataset {o.dataset}: grpo on your own data needs a reward for it (tuner's built-in reward "
+                         "only scores its built-in data); pass --reward-func NAME: a TRL reward such as accuracy_reward, "
+                         "or module:function of yours")
+    reward_paths = rewards.resolve_reward_paths(o.reward_funcs)  # a module in this folder: the file trials import
+    functions = rewards.resolve_reward_funcs(reward_paths) if o.trainer == "grpo" else None
+    label = o.dataset if o.dataset not in (None, "builtin") else f"the built-in {o.trainer} data"
+    probe.probe_inputs(o.trainer, dataset, label, model_path, o.reward_funcs, functions)
+    # The user's paths are resolved against this folder now: trials run in Ray's working directories, and the
+    # MLflow params, trial specs and trial.yaml files keep them absolute (so --resume works from anywhere).
+    local_model = Path(o.model).expanduser()
+    o = dataclasses.replace(
+        o, model=str(local_model.resolve()) if local_model.is_dir() else o.model,
+        dataset=data.resolve_dataset_path(o.dataset), reward_funcs=reward_paths,
+        search_space=str(Path(o.search_space).resolve()) if o.search_space else None)
+    space.source = o.search_space or space.source
 
     if not remote:
         tracking.check_tracking(uri, Path(o.store))

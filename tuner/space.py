@@ -21,6 +21,7 @@ from __future__ import annotations
 import difflib
 import itertools
 import math
+import re
 from collections.abc import Hashable
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
@@ -127,7 +128,26 @@ class SearchSpace(BaseModel):
         overlap = sorted(set(self.fixed) & set(self.params))
         if overlap:
             raise ValueError(f"fixed.{overlap[0]}: also declared under params; keep one")
+        self._check_lora()
         return self
+
+    def _check_lora(self) -> None:
+        # LoRA settings only reach a trial whose use_peft is true; without one they would be dropped silently.
+        lora = [(section, name) for section, names in (("params", self.params), ("fixed", self.fixed))
+                for name in names if name in TUNER_PARAMS and name.startswith("lora_")]
+        if not lora:
+            return
+        if "use_peft" in self.fixed:
+            peft = [self.fixed["use_peft"]]
+        elif "use_peft" in self.params and not isinstance(self.params["use_peft"], (FloatParam, IntParam)):
+            peft = _values(self.params["use_peft"])
+        else:
+            peft = []
+        if True not in peft:
+            section, name = lora[0]
+            state = "is never true" if peft else "is not set"
+            raise ValueError(f"{section}.{name}: LoRA settings need use_peft, which {state} in this space; add "
+                             f"use_peft: true under fixed (or use_peft as a categorical param), or remove {name}")
 
     # -- sampling -------------------------------------------------------------------------------
 
@@ -249,7 +269,7 @@ def load_space(path: str | Path | None = None, trainer: str | None = None) -> Se
     except (IsADirectoryError, PermissionError, UnicodeDecodeError) as e:
         raise TunerError(f"{where}: cannot read the search space file ({type(e).__name__}); pass a readable YAML file") from None
     try:
-        raw = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+        raw = load_yaml(text)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -278,6 +298,17 @@ class _UniqueKeyLoader(yaml.SafeLoader):
             if isinstance(key, Hashable):
                 seen.add(key)
         return super().construct_mapping(node, deep=deep)
+
+
+# YAML 1.1, which PyYAML follows, reads a number without a dot (2e-4, 1E5) as a string; YAML 1.2 and people
+# read it as a number.
+_UniqueKeyLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"), list("-+0123456789"))
+
+
+def load_yaml(text: str) -> Any:
+    """``yaml.safe_load``, except that a key given twice is an error and 2e-4 is a number (raises yaml.YAMLError)."""
+    return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
 
 
 def parse_space(raw: Any, where: str = "<memory>") -> SearchSpace:

@@ -11,17 +11,19 @@ SIGFPE/SIGSEGV/SIGKILL ends that trial as ``crashed`` instead of the caller.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
 import os
 import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError, field_validator
 
-from tuner.errors import TunerError
+from tuner.errors import TunerError, describe_exception
 from tuner.learning import judge_learning
 
 STATUSES = ("ok", "diverged", "collapsed", "crashed", "oom", "invalid")
@@ -52,29 +54,69 @@ class TrialSpec:
 
     @classmethod
     def from_mapping(cls, data: dict, where: str = "<trial>") -> "TrialSpec":
+        """A trial config's structure, checked by ``_TrialConfig``; the params' names and types are checked
+        against the trainer's TRL config by ``prepare_trial_spec`` (that needs TRL)."""
         if not isinstance(data, dict):
             raise TunerError(f"{where}: a trial config must be a YAML mapping with keys trainer and params")
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - names)
-        if unknown:
-            raise TunerError(f"{where}: {unknown[0]}: unknown key; known keys: {', '.join(sorted(names))}")
-        missing = [n for n in ("trainer", "params") if n not in data]
-        if missing:
-            raise TunerError(f"{where}: missing key {missing[0]!r}")
-        if not isinstance(data["params"], dict):
-            raise TunerError(f"{where}: params: must be a mapping of parameter names to values")
-        spec = cls(**data)
-        # bool is an int to Python, but `max_steps: true` is a typo, not "1 step".
-        for name, low in (("max_steps", 1), ("warmup_steps", 0), ("seed", 0)):
-            value = getattr(spec, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < low:
-                raise TunerError(f"{where}: {name}: must be a whole number >= {low}, got {value!r}")
-        if spec.fault is not None:
-            _parse_fault(spec.fault, f"{where}: fault")
-        return spec
+        try:
+            config = _TrialConfig.model_validate(data)
+        except ValidationError as error:
+            raise TunerError(f"{where}: {_describe(error)}") from None
+        if config.fault is not None:
+            _parse_fault(config.fault, f"{where}: fault")
+        return cls(**config.model_dump())
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+_DEFAULTS = {f.name: f.default for f in dataclasses.fields(TrialSpec) if f.default is not dataclasses.MISSING}
+
+
+class _TrialConfig(BaseModel):
+    """What a trial config may say: TrialSpec's fields, typed. Strict: `max_steps: true` is a typo, not 1."""
+
+    model_config = ConfigDict(extra="forbid")
+    trainer: Literal["grpo", "dpo", "kto", "reward", "sft"]
+    params: dict[str, Any]
+    model: StrictStr = _DEFAULTS["model"]
+    dataset: StrictStr | None = _DEFAULTS["dataset"]
+    reward_funcs: list[StrictStr] | None = _DEFAULTS["reward_funcs"]
+    max_steps: StrictInt = Field(_DEFAULTS["max_steps"], ge=1)
+    seed: StrictInt = Field(_DEFAULTS["seed"], ge=0)
+    warmup_steps: StrictInt = Field(_DEFAULTS["warmup_steps"], ge=0)
+    fault: StrictStr | None = _DEFAULTS["fault"]
+
+    @field_validator("reward_funcs", mode="before")
+    @classmethod
+    def _one_name(cls, value):
+        return [value] if isinstance(value, str) else value  # `reward_funcs: accuracy_reward` means a list of one
+
+
+def _describe(error) -> str:
+    """A trial config's first validation error as "key: what is wrong; how to fix"."""
+    errors = error.errors()
+    first = next((e for e in errors if e["type"] == "extra_forbidden"),
+                 next((e for e in errors if e["type"] == "missing"), errors[0]))
+    loc = [str(part) for part in first["loc"]]
+    key, kind, got = ".".join(loc), first["type"], first.get("input")
+    names = sorted(_TrialConfig.model_fields)
+    if kind == "extra_forbidden":
+        close = difflib.get_close_matches(loc[0], names, n=1)
+        hint = f"did you mean {close[0]!r}?" if close else f"known keys: {', '.join(names)}"
+        return f"{key}: unknown key; remove it or check its spelling ({hint})"
+    if kind == "missing":
+        return f"missing key {key!r}; a trial config needs trainer and params"
+    if loc == ["trainer"]:
+        return f"trainer: unknown trainer {got!r}; choose one of grpo, dpo, kto, reward, sft"
+    if loc == ["params"]:
+        return f"params: must be a mapping of parameter names to values (got {got!r})"
+    if loc[0] in ("max_steps", "seed", "warmup_steps"):
+        low = 1 if loc[0] == "max_steps" else 0
+        return f"{key}: must be a whole number >= {low}, got {got!r}"
+    if loc[0] == "reward_funcs":
+        return f"{key}: must be a list of reward function names (got {got!r})"
+    return f"{key}: must be a string (got {got!r})"
 
 
 @dataclass
@@ -100,14 +142,52 @@ class TrialResult:
 
 
 def load_trial_spec(path: str | os.PathLike) -> TrialSpec:
+    from tuner.space import load_yaml
+
     where = str(path)
     try:
-        raw = yaml.safe_load(Path(path).read_text())
+        raw = load_yaml(Path(path).read_text())  # 2e-4 is a number, a key given twice an error
     except FileNotFoundError:
         raise TunerError(f"{where}: trial config not found; pass an existing YAML file to --config") from None
     except yaml.YAMLError as e:
-        raise TunerError(f"{where}: malformed YAML: {getattr(e, 'problem', e)}") from None
+        mark = getattr(e, "problem_mark", None)
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise TunerError(f"{where}: malformed YAML{at}: {getattr(e, 'problem', e)}") from None
     return TrialSpec.from_mapping(raw, where)
+
+
+def prepare_trial_spec(path: str | os.PathLike) -> TrialSpec:
+    """``tuner trial --config``: the config read, every param's name and type checked against the trainer's
+    TRL config, paths resolved against this folder, and the model, data and rewards probed
+    (``tuner.probe``), before any training starts. Bad input is a TunerError."""
+    import logging
+
+    from tuner import data, models, probe, rewards, values
+
+    quiet_libraries()
+    logging.getLogger("datasets").setLevel(logging.CRITICAL)  # its log of a bad file: the error says it in one line
+    where = str(path)
+    spec = load_trial_spec(path)
+    spec.params = values.check_params(spec.params, spec.trainer, f"{where}: params")
+    if spec.reward_funcs and spec.trainer != "grpo":
+        raise TunerError(f"{where}: reward_funcs: for grpo only; {spec.trainer} learns from its dataset's labels; "
+                         "remove reward_funcs")
+    model_path = models.resolve_model(spec.model)
+    dataset = data.load_dataset_spec(spec.dataset, spec.trainer)
+    if spec.trainer == "grpo" and spec.dataset not in (None, "builtin") and not spec.reward_funcs:
+        raise TunerError(f"{where}: reward_funcs: grpo on your own dataset needs a reward for it (tuner's built-in "
+                         "reward only scores its built-in data); add reward_funcs: [NAME] with a TRL reward such as "
+                         "accuracy_reward, or module:function of yours")
+    reward_paths = rewards.resolve_reward_paths(spec.reward_funcs)  # a module in this folder: the file trials import
+    functions = rewards.resolve_reward_funcs(reward_paths) if spec.trainer == "grpo" else None
+    label = spec.dataset if spec.dataset not in (None, "builtin") else f"the built-in {spec.trainer} data"
+    probe.probe_inputs(spec.trainer, dataset, label, model_path, spec.reward_funcs, functions)
+    # The user's paths are the user's: absolute from here on (what the trial and its trial.yaml see).
+    local_model = Path(spec.model).expanduser()
+    spec.model = str(local_model.resolve()) if local_model.is_dir() else spec.model
+    spec.dataset = data.resolve_dataset_path(spec.dataset)
+    spec.reward_funcs = reward_paths
+    return spec
 
 
 # -- measurement ------------------------------------------------------------------------------
@@ -210,14 +290,18 @@ def run_trial(spec: TrialSpec, workdir: str | os.PathLike | None = None, metrics
     from tuner import data, models, rewards, trainers
     from tuner.monitor import StepMonitor
 
-    quiet_libraries()
     started = time.perf_counter()
-    workdir = Path(workdir or tempfile.mkdtemp(prefix="tuner-trial-"))
-    workdir.mkdir(parents=True, exist_ok=True)
-    model_path = models.resolve_model(spec.model)
-    dataset = data.load_dataset_spec(spec.dataset, spec.trainer)
-    reward_funcs = rewards.resolve_reward_funcs(spec.reward_funcs) if spec.trainer == "grpo" else None
-    split = trainers.split_params(spec.params)
+    try:
+        quiet_libraries()
+        workdir = Path(workdir or tempfile.mkdtemp(prefix="tuner-trial-"))
+        workdir.mkdir(parents=True, exist_ok=True)
+        model_path = models.resolve_model(spec.model)
+        dataset = data.load_dataset_spec(spec.dataset, spec.trainer)
+        reward_funcs = rewards.resolve_reward_funcs(spec.reward_funcs) if spec.trainer == "grpo" else None
+        split = trainers.split_params(spec.params)
+    except Exception as error:  # noqa: BLE001 - loading failed: this trial's crash, said in one line with its place
+        return TrialResult(status="crashed", reason=describe_exception(error), stopped_at_step=0,
+                           wall_seconds=time.perf_counter() - started)
     monitor = StepMonitor(spec.trainer, fp16_mixed=split.precision == "fp16-mixed", metrics_path=metrics_path,
                           fault=_fault_hook(spec))
     run = {"max_steps": spec.max_steps, "seed": spec.seed, "output_dir": str(workdir / "out"),
@@ -235,7 +319,7 @@ def run_trial(spec: TrialSpec, workdir: str | os.PathLike | None = None, metrics
         trainer.train()
     except Exception as e:  # noqa: BLE001 - any training failure is this trial's outcome, not the search's
         result.status = "oom" if _is_oom(e) else "crashed"
-        result.reason = f"{type(e).__name__}: {_first_line(e)}"
+        result.reason = describe_exception(e)
         if _NON_FINITE_SAMPLING in str(e):
             # GRPO samples from the policy: once its weights are NaN, sampling raises before any
             # loss is logged. That is the trial diverging, not the process crashing.
@@ -305,8 +389,13 @@ def _child(spec_dict: dict, workdir: str, environment: dict[str, str] | None = N
         for key in [key for key in os.environ if key.startswith("TUNER_") and key not in environment]:
             del os.environ[key]
         os.environ.update(environment)
-    spec = TrialSpec(**spec_dict)
-    result = run_trial(spec, workdir, metrics_path=Path(workdir) / "metrics.jsonl")
+    started = time.perf_counter()
+    try:
+        spec = TrialSpec(**spec_dict)
+        result = run_trial(spec, workdir, metrics_path=Path(workdir) / "metrics.jsonl")
+    except (Exception, SystemExit) as error:  # noqa: BLE001 - told as the trial's reason, not lost in Ray's logs
+        result = TrialResult(status="crashed", reason=describe_exception(error), stopped_at_step=0,
+                             wall_seconds=time.perf_counter() - started)
     (Path(workdir) / "result.json").write_text(json.dumps(result.summary(), allow_nan=True))
 
 
