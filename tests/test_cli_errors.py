@@ -349,3 +349,72 @@ def test_help_exits_0_and_shows_examples(args, tmp_path):
     assert "tuner search" in done.stdout
     assert "example" in done.stdout.lower()
     assert done.stderr == ""
+
+
+# -- --run-id must be a search of --experiment ---------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def two_searches(tmp_path_factory) -> tuple[Path, dict[str, str]]:
+    """A real MLflow store holding a search (parent run + one trial run) in each of experiments alpha and beta,
+    tagged as tuner tags them; the checks below fail before any artifact is read."""
+    from tuner import tracking
+
+    folder = tmp_path_factory.mktemp("two-searches")
+    client = tracking.client(tracking.default_tracking_uri(folder))
+    ids = {}
+    for name in ("alpha", "beta"):
+        experiment = client.create_experiment(name)
+        parent = client.create_run(experiment, run_name=f"search-{name}",
+                                   tags={"tuner.kind": "search", "tuner.study": f"search-{name}"}).info.run_id
+        trial_run = client.create_run(experiment, run_name="trial-000", tags={
+            "tuner.kind": "trial", "mlflow.parentRunId": parent, "tuner.trial_number": "0"}).info.run_id
+        for run_id in (trial_run, parent):
+            client.set_terminated(run_id)
+        ids[f"{name}-search"], ids[f"{name}-trial"] = parent, trial_run
+    return folder / "mlflow.db", ids
+
+
+@pytest.mark.parametrize("command", ["export", "report"])
+@pytest.mark.parametrize("which", ["other-experiment", "trial"])
+def test_run_id_must_be_a_search_of_the_experiment(command, which, two_searches, tmp_path, monkeypatch, capsys):
+    db, ids = two_searches
+    store = tmp_path / STORE
+    store.mkdir(parents=True)
+    (store / "mlflow.db").write_bytes(db.read_bytes())
+    before = _digest(store / "mlflow.db")
+    capsys.readouterr()
+    run_id = ids["beta-search"] if which == "other-experiment" else ids["alpha-trial"]
+    monkeypatch.chdir(tmp_path)
+    code = cli.main([command, "--store", STORE, "--experiment", "alpha", "--run-id", run_id])
+    out, err = capsys.readouterr()
+    lines = err.splitlines()
+    assert code == 2 and out == "" and len(lines) == 1 and lines[0].startswith("tuner: error: "), err
+    if which == "other-experiment":  # names both experiments, and what to pass instead
+        assert (f"--run-id {run_id} is a run of experiment 'beta', not of --experiment 'alpha'; pass --experiment "
+                "beta, or a search run id of 'alpha', or leave --run-id out") in lines[0]
+    else:  # says whose trial it is and which id to pass
+        assert (f"--run-id {run_id} is trial 0 of search search-alpha (run {ids['alpha-search']}) in 'alpha', not a "
+                f"search; pass --run-id {ids['alpha-search']}, or leave --run-id out") in lines[0]
+    assert _digest(store / "mlflow.db") == before  # nothing written: no report.md, no export
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tmp"]
+
+
+# -- exit codes of tuner trial ----------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_tuner_trial_exits_0_only_for_an_ok_trial(tmp_path, tiny_model, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    trial_yaml = ("trainer: sft\nmax_steps: 3\nparams: {learning_rate: 1.0e-4, per_device_train_batch_size: 2, "
+                  "max_length: 32}\n")
+    codes = {}
+    for name, extra in (("plain", ""), ("faulty", "fault: error@1\n")):  # error@1: the trial raises at step 1
+        (tmp_path / f"{name}.yaml").write_text(trial_yaml + extra)
+        code = cli.main(["trial", "--config", f"{name}.yaml"])
+        status = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("status:")).split()[1]
+        codes[name] = status, code
+        # the rule: 0 for an ok trial, EXIT_NO_TRIAL_OK for any other status
+        assert code == (cli.EXIT_OK if status == "ok" else cli.EXIT_NO_TRIAL_OK), (name, status, code)
+    # an sft step at lr 1e-4 trains cleanly (tests/test_reliability.py relies on it); the fault makes a crash
+    assert codes == {"plain": ("ok", 0), "faulty": ("crashed", 4)}

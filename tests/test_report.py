@@ -12,11 +12,12 @@ from tuner.report import breakdown, hints, importances, lr_band, pareto_front
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
-def trial(number, status="ok", step=None, tokens=1000.0, progress=0.2, **params):
+def trial(number, status="ok", step=None, tokens=1000.0, progress=0.2, reason="", **params):
     params = {"precision": "fp32", "learning_rate": 1e-3, "use_peft": False, **params}
-    return {"number": number, "params": params, "status": status, "reason": "", "stopped_at_step": step,
+    # "learned" is the trial's own learning judgement (tuner.learning); here: ok and clearly more than 1% progress
+    return {"number": number, "params": params, "status": status, "reason": reason, "stopped_at_step": step,
             "steps_run": step or 8, "tokens_per_second": tokens, "progress": progress if status == "ok" else None,
-            "max_steps": 8, "run_id": None}
+            "learned": status == "ok" and progress is not None and progress > 0.01, "max_steps": 8, "run_id": None}
 
 
 def rows_by(rows, dimension):
@@ -87,7 +88,7 @@ def precision_split(n_fp16, n_fp32, fp16_status="diverged"):
 
 def test_failure_hint_names_the_counts_and_the_remedy():
     found = hints(precision_split(3, 4))
-    assert "every fp16-pure trial diverged (3 of 3) and no fp32 trial did (0 of 4): use fp32" in found
+    assert "stability: every fp16-pure trial diverged (3 of 3) and no fp32 trial did (0 of 4): use fp32" in found
 
 
 def test_no_hint_without_enough_trials_on_each_side():
@@ -108,9 +109,9 @@ def test_progress_and_speed_hints_compare_medians_of_stable_trials():
     slow_clip = [trial(i, tokens=1000, progress=0.12, max_grad_norm=0.3) for i in range(5)]
     fast_clip = [trial(10 + i, tokens=1500, progress=0.17, max_grad_norm=1.0) for i in range(6)]
     found = hints(slow_clip + fast_clip)
-    assert ("stable trials with max_grad_norm 0.3 made 29% less progress than with max_grad_norm 1 "
+    assert ("learning: stable trials with max_grad_norm 0.3 made 29% less progress than with max_grad_norm 1 "
             "(median +0.120 vs +0.170, 5 vs 6 trials)") in found
-    assert ("stable trials with max_grad_norm 1 ran 50% faster than with max_grad_norm 0.3 "
+    assert ("speed: stable trials with max_grad_norm 1 ran 50% faster than with max_grad_norm 0.3 "
             "(median 1500 vs 1000 tokens/s, 6 vs 5 trials)") in found
     # one hint per finding: the faster side and the slower-learning side speak, not their mirrors
     assert len(found) == 2
@@ -126,8 +127,89 @@ def test_stable_but_not_learning_is_a_failure_hint_of_its_own():
     tiny_lr = [trial(i, learning_rate=1e-6, progress=0.001) for i in range(3)]
     good_lr = [trial(10 + i, learning_rate=1e-3, progress=0.2) for i in range(3)]
     (found,) = [h for h in hints(tiny_lr + good_lr) if "did not learn" in h]
-    assert found.startswith("every trial with learning_rate in 1e-6..1e-5 did not learn")
+    assert found.startswith("learning: every trial with learning_rate in 1e-6..1e-5 did not learn")
     assert "(3 of 3)" in found and "(0 of 3)" in found
+
+
+def test_a_value_that_fails_more_but_runs_faster_is_a_trade_off_never_avoid_beside_faster():
+    # The report: "avoid activation_checkpointing off" beside "activation_checkpointing off ran 38% faster".
+    off = [trial(i, tokens=1380, activation_checkpointing=False) for i in range(4)]
+    off += [trial(10 + i, "diverged", 3, activation_checkpointing=False) for i in range(4)]
+    on = [trial(20 + i, tokens=1000, activation_checkpointing=True) for i in range(5)]
+    found = hints(off + on)
+    assert found == [
+        "stability: 4 of 8 trials with activation_checkpointing off diverged and no trial with "
+        "activation_checkpointing on did (0 of 5): more stable with activation_checkpointing on, but "
+        "activation_checkpointing off ran faster (see speed)",
+        "speed: stable trials with activation_checkpointing off ran 38% faster than with activation_checkpointing on "
+        "(median 1380 vs 1000 tokens/s, 4 vs 5 trials)"]
+
+
+def test_hints_never_contradict_each_other(tmp_path):
+    # The rule, over many mixes of outcomes: each hint says what it is about; no hint says "avoid X" or "use Y"
+    # where another says X ran faster or Y failed.
+    import itertools
+    import random
+
+    rng = random.Random(0)
+    statuses = ["ok", "ok", "diverged", "crashed", "not learning"]
+    for case in range(300):
+        records = []
+        for i in range(rng.randint(6, 16)):
+            status = rng.choice(statuses)
+            fast = rng.random() < 0.5
+            records.append(trial(i, "ok" if status == "not learning" else status, 3, tokens=1500 if fast else 1000,
+                                 progress=0.001 if status == "not learning" else 0.2,
+                                 activation_checkpointing=rng.random() < 0.5, precision=rng.choice(["fp32", "bf16-pure"])))
+        found = hints(records)
+        assert all(h.split(": ", 1)[0] in ("stability", "learning", "speed") for h in found), found
+        faster = [h.split(" ran ")[0].removeprefix("speed: stable trials with ") for h in found if h.startswith("speed")]
+        for h, x in itertools.product(found, faster):
+            assert f"avoid {x}" not in h, (h, found)
+        names = {**{p: ("precision", p) for p in ("fp32", "bf16-pure")},
+                 **{f"activation_checkpointing {'on' if v else 'off'}": ("activation_checkpointing", v)
+                    for v in (True, False)}}
+        for h in found:
+            if ": use " in h:  # "use Y" only where every trial with Y learned: no other hint can say Y failed
+                key, value = names[h.rsplit(": use ", 1)[1]]
+                assert all(report.outcome(r) == "learned" for r in records if r["params"].get(key) == value), h
+
+
+def test_crash_reasons_are_counted_per_distinct_reason():
+    records = [trial(0, "crashed", 2, reason="process killed by SIGFPE (Floating point exception)"),
+               trial(1, "crashed", None, reason="process killed by SIGFPE (Floating point exception)"),
+               trial(2, "oom", 4, reason="OutOfMemoryError: CUDA out of memory at step 4"),
+               trial(3, "oom", 6, reason="OutOfMemoryError: CUDA out of memory at step 6"),
+               trial(4, "crashed", 1, reason="timed out after 1800 s (--trial-timeout)"),
+               trial(5, "diverged", 3, reason="loss is nan at step 3"), trial(6)]
+    assert report.crash_reasons(records) == [
+        (2, "crashed", "process killed by SIGFPE (Floating point exception)"),
+        (2, "oom", "OutOfMemoryError: CUDA out of memory"),
+        (1, "crashed", "timed out after 1800 s (--trial-timeout)")]
+    text = report.build_report({"trainer": "reward", "model": "tiny", "trials": records}).text()
+    section = text.split("Crash reasons\n-------------\n", 1)[1].split("\n\n", 1)[0]
+    assert section.splitlines() == ["- 2 trials crashed: process killed by SIGFPE (Floating point exception)",
+                                    "- 2 trials ran out of memory: OutOfMemoryError: CUDA out of memory",
+                                    "- 1 trial crashed: timed out after 1800 s (--trial-timeout)"]
+    assert "no trial crashed or ran out of memory" in report.build_report({"trials": [trial(0)]}).text()
+
+
+def test_results_table_never_says_none_and_cuts_reasons_at_a_word():
+    from tuner.progress import REASON_WIDTH, results_table
+
+    long = ("ValueError: the batch size per device (8) times the gradient accumulation steps (4) must be divisible "
+            "by num_generations (3) | see the docs")
+    records = [trial(0, "crashed", None, reason="process killed by SIGSEGV (Segmentation fault)"),
+               trial(1, "diverged", 4, reason="loss is nan at step 4"), trial(2, "invalid", None, reason=long),
+               trial(3)]
+    table = results_table(records)
+    assert "None" not in table
+    rows = {int(line.split("|")[1]): [c.strip() for c in line.split(" | ")] for line in table.splitlines()[2:]}
+    assert rows[0][2] == "-" and rows[1][2] == "4" and rows[2][2] == "" and rows[3][2] == ""
+    reason = table.splitlines()[4].rsplit(" | ", 1)[1].removesuffix(" |")
+    assert reason.endswith("…") and len(reason) <= REASON_WIDTH + 1  # the | in the reason is escaped as \|
+    cut = reason.removesuffix("…").replace("\\|", "|")
+    assert long.startswith(cut) and long[len(cut)] == " "  # cut where a word ends, never inside one
 
 
 # -- Pareto front and importances -------------------------------------------------------------------
@@ -282,7 +364,7 @@ def test_real_search_report_matches_trial_outcomes(real_search):
     fp16 = [r for r in records if r["params"]["precision"] == "fp16-pure"]
     if all(r["status"] == "diverged" for r in fp16):
         # 2 vs 2 trials: the hint speaks only because min_count was lowered to 2 for this grid
-        assert any(h.startswith("every fp16-pure trial diverged (2 of 2)") for h in rep.hints)
+        assert any(h.startswith("stability: every fp16-pure trial diverged (2 of 2)") for h in rep.hints)
     assert [r["number"] for r in rep.front] == [r["number"] for r in pareto_front(records)]
 
     for path in rendered.plots:

@@ -7,13 +7,20 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from pathlib import Path
 
 from tuner import __version__
 from tuner.errors import TunerError
 
-EXIT_USAGE = 2
+# Exit codes, for scripts (README "Exit codes"): 0 only when the command did what it says.
+EXIT_OK = 0  # search: a config is recommended; trial: the trial is ok; export/report/ui/sync: done
+EXIT_PENDING = 1  # sync: some kept writes could not be sent yet
+EXIT_USAGE = 2  # bad input: one line on stderr, nothing run or written
+EXIT_NOTHING_RECOMMENDED = 3  # search: it ran and some trial was ok, but none learned on every seed
+EXIT_NO_TRIAL_OK = 4  # search: every trial failed (diverged, collapsed, crashed, oom, invalid); trial: not ok
+EXIT_INTERRUPTED = 130  # Ctrl-C or SIGTERM (a search is left resumable)
 
 SEARCH_EXAMPLES = """examples:
   tuner search                                         # embedded default: tiny local model, grpo, 12 trials
@@ -125,6 +132,10 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--run-id", help="a specific search run (default: the latest search in the experiment)")
     e.add_argument("-o", "--output", metavar="FILE", help="write here (default: print)")
     e.add_argument("--format", default="yaml", choices=["yaml", "json"], help="yaml (default, for trl --config) or json")
+    e.add_argument("--max-length", type=_positive_int, metavar="N", help="max_length for your data (default: measured "
+                   "on the search's --dataset with the model's tokenizer, else TRL's default; the file says which)")
+    e.add_argument("--max-completion-length", type=_positive_int, metavar="N",
+                   help="grpo: tokens a completion may have (default: TRL's default)")
     _store_args(e)
 
     r = commands.add_parser("report", help="failures, what drives them, plots and hints for a finished search",
@@ -176,7 +187,7 @@ def _write(path: str, text: str) -> None:
 
 
 def cmd_search(args) -> int:
-    from tuner import recommend, search
+    from tuner import export, search
 
     _check_output(args.output)
     options = search.options_from(**vars(args))
@@ -185,9 +196,16 @@ def cmd_search(args) -> int:
     print(search.results_table(outcome.records))
     print(search.summary_text(outcome))
     if args.output and outcome.trl_config:
-        _write(args.output, recommend.render(outcome.trl_config, "yaml", header=recommend.RULE))
+        _write(args.output, export.render_export(outcome.search, outcome.experiment, outcome.parent_run_id))
         print(f"wrote {args.output}")
-    return 0
+    return search_exit_code(outcome.records, outcome.recommended)
+
+
+def search_exit_code(records: list[dict], recommended: dict | None) -> int:
+    """0: recommended; EXIT_NO_TRIAL_OK: no trial ended ok; EXIT_NOTHING_RECOMMENDED: some did, none qualified."""
+    if recommended is not None:
+        return EXIT_OK
+    return EXIT_NOTHING_RECOMMENDED if any(r.get("status") == "ok" for r in records) else EXIT_NO_TRIAL_OK
 
 
 def cmd_trial(args) -> int:
@@ -200,11 +218,11 @@ def cmd_trial(args) -> int:
     for row in result.history:
         print(json.dumps(row))
     print(format_result(result))
-    return 0
+    return EXIT_OK if result.status == "ok" else EXIT_NO_TRIAL_OK
 
 
 def cmd_export(args) -> int:
-    from tuner import recommend, tracking
+    from tuner import export, tracking
 
     _check_output(args.output)
     uri = args.tracking_uri or tracking.default_tracking_uri(Path(args.store))
@@ -225,10 +243,9 @@ def cmd_export(args) -> int:
         raise TunerError(f"search {run.info.run_id} recommended nothing: no trial was stable and learning; "
                          "see its results.md in tuner ui")
     best = search["recommended"]
-    header = (f"Recommended by tuner: experiment {args.experiment}, run {run.info.run_id}, trial {best['number']} "
-              f"({best['tokens_per_second']:.0f} tokens/s, progress {best['progress']:+.3f}).\n"
-              f"Rule: {search['rule']}.\nRun: trl {search['trainer']} --config THIS_FILE --dataset_name YOUR_DATASET")
-    text = recommend.render(search["trl_config"], args.format, header=header if args.format == "yaml" else "")
+    search = export.with_overrides(search, {"max_length": args.max_length,
+                                            "max_completion_length": args.max_completion_length})
+    text = export.render_export(search, args.experiment, run.info.run_id, args.format)
     if args.output:
         _write(args.output, text)
         print(f"wrote {args.output} (trial {best['number']} of run {run.info.run_id})", file=sys.stderr)
@@ -246,10 +263,36 @@ def cmd_ui(args) -> int:
     if not (store / "mlflow.db").exists():
         raise TunerError(f"no MLflow store at {store}/mlflow.db; run tuner search first or pass --store")
     uri = tracking.default_tracking_uri(store)
-    print(f"MLflow UI for {uri} on http://127.0.0.1:{args.port} (Ctrl-C to stop)")
-    return subprocess.call([sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri,
-                            "--host", "127.0.0.1", "--port", str(args.port),
-                            "--workers", "1"])  # one reviewer: one worker starts in seconds, four take a minute
+    print(f"MLflow UI for {uri} on http://127.0.0.1:{args.port} (Ctrl-C to stop)", flush=True)
+    # Its own process group, and the whole group stopped however tuner ui ends (Ctrl-C, SIGTERM, an error):
+    # the server's workers would otherwise keep running and keep the port.
+    server = subprocess.Popen([sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri,
+                               "--host", "127.0.0.1", "--port", str(args.port),
+                               "--workers", "1"],  # one reviewer: one worker starts in seconds, four take a minute
+                              start_new_session=True)
+    try:
+        return server.wait()
+    finally:
+        _stop_group(server)
+
+
+def _stop_group(leader, grace: float = 10.0) -> None:
+    """SIGTERM every process of ``leader``'s process group, then SIGKILL whatever is left after ``grace`` s."""
+    import time
+
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(leader.pid, sig)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            leader.poll()  # reap the leader, our child, so that the group can empty
+            try:
+                os.killpg(leader.pid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.1)
 
 
 def cmd_report(args) -> int:
@@ -272,7 +315,7 @@ def cmd_sync(args) -> int:
         raise TunerError("tuner sync needs --tracking-uri: the server the search was logging to")
     sent, left = tracking.sync_pending(args.tracking_uri, Path(args.store))
     print(f"sent {sent} kept writes to {args.tracking_uri}" + (f"; {left} still pending" if left else ""))
-    return 0 if not left else 1
+    return EXIT_OK if not left else EXIT_PENDING
 
 
 COMMANDS = {"sync": cmd_sync, "search": cmd_search, "trial": cmd_trial, "export": cmd_export, "report": cmd_report,
@@ -284,6 +327,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command is None:
         parser.error(f"choose a command: {', '.join(COMMANDS)}")
+    # SIGTERM ends a command like Ctrl-C: its cleanup runs (Ray stopped, the search run marked KILLED and left
+    # resumable, tuner ui's server stopped) instead of the process vanishing mid-write.
+    previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
         return COMMANDS[args.command](args)
     except TunerError as e:
@@ -293,7 +339,13 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("tuner: interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
 
 
 if __name__ == "__main__":

@@ -18,13 +18,17 @@ def _trainable(config: dict[str, Any]) -> None:
     import ray
     from ray import tune
 
+    from tuner.recommend import objective
     from tuner.trial import run_trial_isolated
 
     spec = TrialSpec(**config["spec"])
     workdir = tempfile.mkdtemp(prefix=f"tuner-trial-{config['number']:03d}-")
     result = run_trial_isolated(spec, workdir, timeout=config["timeout"])
     node = ray.get_runtime_context().get_node_id()
-    tune.report({**result.summary(), "history": result.history, "node_id": node, "number": config["number"]})
+    summary = result.summary()
+    # learning_speed: the searcher's metric (tuner.sampling), which Ray Tune requires in every result
+    tune.report({**summary, "learning_speed": objective(summary), "history": result.history, "node_id": node,
+                 "number": config["number"]})
 
 
 def callback_class():
@@ -69,26 +73,62 @@ def callback_class():
 SUMMARY_FIELDS = tuple(f.name for f in dataclasses.fields(TrialResult) if f.name != "history")
 
 
+_reaper = None  # the tuner.reaper of the local Ray this process started, if any
+
+
+def _children() -> set[int]:
+    import psutil
+
+    return {p.pid for p in psutil.Process().children()}
+
+
 def init_ray(ray_address: str | None, gpus_per_trial: float):
+    """Start Ray locally (or join ``ray_address``); end it with shutdown_ray(), also on errors."""
+    global _reaper
     import ray
+
+    from tuner import reaper
 
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
     os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")  # the driver logs to MLflow itself
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+    # Ctrl-C is KeyboardInterrupt, as SIGTERM is (tuner.cli): Tune's own handler would end the run quietly and
+    # the search would be recorded as finished with trials missing, instead of interrupted and resumable.
+    os.environ.setdefault("TUNE_DISABLE_SIGINT_HANDLER", "1")
     kwargs: dict[str, Any] = dict(include_dashboard=False, log_to_driver=False, logging_level="ERROR")
     if ray_address:
         kwargs["address"] = ray_address
     else:
         kwargs["num_cpus"] = os.cpu_count()
+    before = _children()
     try:
         ray.init(**kwargs)
     except (ConnectionError, RuntimeError) as e:
         raise TunerError(f"--ray-address {ray_address}: cannot join the Ray cluster ({e})") from None
+    started = sorted(_children() - before)  # a local Ray's processes: they must not outlive this one
+    if started:
+        _reaper = reaper.start(started)
     if gpus_per_trial > 0 and ray.cluster_resources().get("GPU", 0) < gpus_per_trial:
-        ray.shutdown()
+        gpus = ray.cluster_resources().get("GPU", 0)
+        shutdown_ray()
         raise TunerError(f"--gpus-per-trial {gpus_per_trial}: the Ray cluster has "
-                         f"{ray.cluster_resources().get('GPU', 0):.0f} GPUs; drop the flag or add GPU nodes")
+                         f"{gpus:.0f} GPUs; drop the flag or add GPU nodes")
     return ray
+
+
+def shutdown_ray() -> None:
+    """ray.shutdown(), then the reaper kills whatever of the local Ray outlived it (nothing, normally)."""
+    global _reaper
+    import ray
+
+    from tuner import reaper
+
+    try:
+        ray.shutdown()
+    finally:
+        if _reaper is not None:
+            reaper.stop(_reaper)
+            _reaper = None
 
 
 def run_trials(*, name: str, storage: str | os.PathLike, per_trial: dict[str, float], concurrency: int,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections
 import math
+import re
 import statistics
 import tempfile
 from dataclasses import dataclass, field
@@ -178,6 +179,17 @@ def breakdown_lines(rows: list[BreakdownRow]) -> list[str]:
     return [f"{dimension}: " + "; ".join(sentences) for dimension, sentences in lines.items()]
 
 
+def crash_reasons(records: list[dict[str, Any]]) -> list[tuple[int, str, str]]:
+    """(trials, status, reason) for each distinct reason of the crashed and oom trials, most common first. The
+    step a reason names ("at step 4") is left out, so one cause hitting trials at different steps counts once."""
+    counted: collections.Counter = collections.Counter()
+    for r in records:
+        if r.get("status") in ("crashed", "oom"):
+            reason = " ".join((r.get("reason") or "no reason recorded").split())
+            counted[(r["status"], re.sub(r",? (at|before) step \d+", "", reason))] += 1
+    return [(n, status, reason) for (status, reason), n in sorted(counted.items(), key=lambda kv: (-kv[1], kv[0]))]
+
+
 # -- Pareto front -----------------------------------------------------------------------------------
 
 
@@ -302,13 +314,16 @@ def _trials(dimension: str, value: str | None, count: str, plural: bool) -> str:
 
 
 def hints(records: list[dict[str, Any]], min_count: int = MIN_HINT_TRIALS) -> list[str]:
-    """Plain-language findings the trials support, each with its counts.
+    """Plain-language findings the trials support, each with its counts and what it is about: "stability:"
+    (diverged, collapsed, crashed, oom), "learning:" (stable but not learning, less progress) or "speed:".
 
     A hint compares the trials with one dimension value against the trials with the others, and
     needs at least ``min_count`` trials on each side: failure rates MIN_RATE_GAP apart, progress
-    medians MIN_PROGRESS_LOSS apart, tokens/s medians MIN_SPEED_GAIN apart.
+    medians MIN_PROGRESS_LOSS apart, tokens/s medians MIN_SPEED_GAIN apart. A value that fails more
+    often but runs faster when stable is a trade-off, said as one: never "avoid X" beside "X ran faster".
     """
     failure, progress, speed = [], [], []
+    compared, faster = [], set()
     for dimension, groups in dimensions(records).items():
         for value, members in groups.items():
             others = {v: g for v, g in groups.items() if v != value}
@@ -316,20 +331,23 @@ def hints(records: list[dict[str, Any]], min_count: int = MIN_HINT_TRIALS) -> li
             if len(members) < min_count or len(rest) < min_count:
                 continue
             other = next(iter(others)) if len(others) == 1 else None
-            found = _failure_hint(dimension, value, other, members, rest)
-            if found:
-                failure.append(found)
+            compared.append((dimension, value, other, members, rest))
             found = _progress_hint(dimension, value, other, members, rest, min_count)
             if found:
                 progress.append(found)
             found = _speed_hint(dimension, value, other, members, rest, min_count)
             if found:
                 speed.append(found)
+                faster.add((dimension, value))
+    for dimension, value, other, members, rest in compared:
+        found = _failure_hint(dimension, value, other, members, rest, (dimension, value) in faster)
+        if found:
+            failure.append(found)
     failure.sort(key=lambda item: -item[0])
     return [text for _, text in failure] + progress + speed
 
 
-def _failure_hint(dimension, value, other, members, rest) -> tuple[float, str] | None:
+def _failure_hint(dimension, value, other, members, rest, faster: bool = False) -> tuple[float, str] | None:
     counted = collections.Counter(outcome(r) for r in members)
     for bad in sorted(BAD_OUTCOMES, key=lambda o: -counted[o]):
         k, n = counted[bad], len(members)
@@ -342,9 +360,16 @@ def _failure_hint(dimension, value, other, members, rest) -> tuple[float, str] |
                  else f"{_trials(dimension, value, f'{k} of {n}', True)} {verb}")
         second = (f"and {_trials(dimension, other, 'no', False)} did (0 of {n_rest})" if k_rest == 0
                   else f"vs {_trials(dimension, other, f'{k_rest} of {n_rest}', True)}")
-        advice = f"use {_name(dimension, other)}" if other is not None and k_rest == 0 else \
-            f"avoid {_name(dimension, value)}"
-        return gap, f"{first} {second}: {advice}"
+        about = "learning" if bad == "not learning" else "stability"
+        if faster:  # its stable trials ran faster (a speed hint says so): a trade-off, not a value to avoid
+            better = _name(dimension, other) if other is not None else "the other values"
+            gain = "more stable" if about == "stability" else "learns more often"
+            advice = f"{gain} with {better}, but {_name(dimension, value)} ran faster (see speed)"
+        elif other is not None and all(outcome(r) == "learned" for r in rest):
+            advice = f"use {_name(dimension, other)}"
+        else:  # "use" only a value whose every trial learned: never "use X" beside a hint that X failed
+            advice = f"avoid {_name(dimension, value)}"
+        return gap, f"{about}: {first} {second}: {advice}"
     return None
 
 
@@ -372,7 +397,7 @@ def _progress_hint(dimension, value, other, members, rest, min_count) -> str | N
     if (theirs - mine) / scale < MIN_PROGRESS_LOSS:
         return None
     how = f"{(theirs - mine) / theirs:.0%} less progress" if theirs > 0 and mine > 0 else "less progress"
-    return (f"stable trials with {_name(dimension, value)} made {how} than {_rest(dimension, other)} "
+    return (f"learning: stable trials with {_name(dimension, value)} made {how} than {_rest(dimension, other)} "
             f"(median {mine:+.3f} vs {theirs:+.3f}, {n} vs {n_rest} trials)")
 
 
@@ -384,7 +409,7 @@ def _speed_hint(dimension, value, other, members, rest, min_count) -> str | None
     # Only the faster side speaks: that is the one to act on.
     if theirs <= 0 or mine / theirs - 1 < MIN_SPEED_GAIN:
         return None
-    return (f"stable trials with {_name(dimension, value)} ran {mine / theirs - 1:.0%} faster "
+    return (f"speed: stable trials with {_name(dimension, value)} ran {mine / theirs - 1:.0%} faster "
             f"than {_rest(dimension, other)} "
             f"(median {mine:.0f} vs {theirs:.0f} tokens/s, {n} vs {n_rest} trials)")
 
@@ -402,6 +427,7 @@ class Report:
     hints: list[str]
     front: list[dict[str, Any]]
     min_count: int = MIN_HINT_TRIALS
+    crashes: list[tuple[int, str, str]] = field(default_factory=list)  # crash_reasons()
 
     def text(self) -> str:
         """The terminal version: aligned tables."""
@@ -438,6 +464,13 @@ class Report:
             out += [""] + [f"- {line}" for line in breakdown_lines(self.breakdown)]
         else:
             out.append("every trial had the same values: nothing to break down")
+
+        out += heading("Crash reasons")
+        if self.crashes:
+            out += [f"- {n} {'trial' if n == 1 else 'trials'} {_VERBS[status]}: {reason}"
+                    for n, status, reason in self.crashes]
+        else:
+            out.append("no trial crashed or ran out of memory")
 
         out += heading("What drives stability and speed (parameter importance)")
         for imp in self.importances:
@@ -501,7 +534,7 @@ def build_report(search: dict[str, Any], title: str = "", min_count: int = MIN_H
     title = title or f"tuner report: {search.get('trainer', '?')} on {search.get('model', '?')}"
     return Report(title, records, search.get("recommended"), breakdown(records),
                   [importances(records, "is stable"), importances(records, "tokens/s")],
-                  hints(records, min_count), pareto_front(records), min_count)
+                  hints(records, min_count), pareto_front(records), min_count, crash_reasons(records))
 
 
 # -- MLflow: load, render, log ------------------------------------------------------------------------

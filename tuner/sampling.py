@@ -64,10 +64,47 @@ def make_study(sampler_name: str, seed: int, n_trials: int, storage: str | None,
     sampler = make_sampler(sampler_name, seed, n_trials)
     study = optuna.create_study(study_name=study_name, storage=storage, sampler=sampler, direction="maximize",
                                 load_if_exists=True)
+    if study.trials:
+        # Resumed: a sampler seeded as at the start would replay its first draws, proposing again the params
+        # of trials the study already holds. Seeded from the seed and the study's size, it draws new ones.
+        study.sampler = make_sampler(sampler_name, resumed_seed(seed, len(study.trials)), n_trials)
     if grid is not None and not study.trials:
         for point in grid:
             study.enqueue_trial(point, skip_if_exists=False)
     return study
+
+
+def resumed_seed(seed: int, trials_in_study: int) -> int:
+    """The sampler seed of a search resumed with ``trials_in_study`` trials: reproducible, and not ``seed``."""
+    import numpy as np
+
+    return int(np.random.SeedSequence([seed % 2**32, trials_in_study]).generate_state(1)[0])
+
+
+# How often a proposal equal to an earlier trial's params is drawn again before it is run anyway (the space
+# may have no new point left: a small categorical space, or a grid asked for more trials than it has).
+MAX_REDRAWS = 20
+
+
+def _grid_size(space: SearchSpace) -> int | None:
+    try:
+        return len(space.grid())
+    except Exception:  # noqa: BLE001 - a float or int param: the space has no end of new points
+        return None
+
+
+def _repeats_a_trial(study, trial, grid_size: int | None) -> bool:
+    """Whether the sampler proposed the params of a trial the study has run or is running. Enqueued trials
+    (grid points, in-flight trials re-run after a resume) are asked for on purpose and never count."""
+    import optuna
+
+    if "fixed_params" in study._storage.get_trial_system_attrs(trial._trial_id):
+        return False
+    states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.RUNNING)
+    others = [t.params for t in study.get_trials(deepcopy=False, states=states) if t.number != trial.number]
+    if grid_size is not None and len({repr(sorted(p.items())) for p in others}) >= grid_size:
+        return False  # every point has been tried: a repeat is all that is left
+    return trial.params in others
 
 
 def tell(study, trial, record: dict[str, Any]) -> None:
@@ -98,11 +135,27 @@ def searcher_class():
             self.suggested = 0
             self.finished: list[dict[str, Any]] = list(done)
             self.followups: list[dict[str, Any]] | None = None
+            self.grid_size = _grid_size(space)
+
+        def _ask(self):
+            """A new trial and its params; a proposal that repeats an earlier trial is drawn again (told FAIL
+            with the user attribute tuner.skipped, so the sampler ignores it and the study shows why)."""
+            import optuna
+
+            trial = self.study.ask()
+            params = self.space.suggest(trial)
+            for _ in range(MAX_REDRAWS):
+                if not _repeats_a_trial(self.study, trial, self.grid_size):
+                    break
+                trial.set_user_attr("tuner.skipped", "proposed the params of an earlier trial; drawn again")
+                self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
+                trial = self.study.ask()
+                params = self.space.suggest(trial)
+            return trial, params
 
         def suggest(self, trial_id: str):
             if self.suggested < self.n_search:
-                trial = self.study.ask()
-                params = self.space.suggest(trial)
+                trial, params = self._ask()
                 self.asked[trial_id] = (trial, params)
                 self.suggested += 1
                 spec = {**self.base_spec, "params": params}

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from tuner import export
 from tuner import recommend as rec
 from tuner.errors import TunerError
 from tuner.progress import Progress, describe_params, results_table
@@ -228,6 +229,7 @@ class SearchOutcome:
     trl_config: dict[str, Any] | None
     wall_seconds: float
     candidates: list[dict[str, Any]] = field(default_factory=list)  # confirmation verdicts
+    search: dict[str, Any] = field(default_factory=dict)  # what search.json holds: `tuner export` renders from it
 
 
 def run_search(prepared: Prepared, echo: Callable[[str], None] = print) -> SearchOutcome:
@@ -269,7 +271,7 @@ def run_search(prepared: Prepared, echo: Callable[[str], None] = print) -> Searc
                 }, {"tuner.study": run_name, "tuner.study_storage": storage})
         return _run(prepared, tracker, study, run_name, records, per_trial, concurrency, started, echo)
     finally:
-        ray.shutdown()
+        execution.shutdown_ray()  # also on errors and Ctrl-C/SIGTERM: no Ray process outlives the search
 
 
 def _run(prepared, tracker, study, run_name, records, per_trial, concurrency, started, echo) -> SearchOutcome:
@@ -340,25 +342,28 @@ def _finish(prepared: Prepared, tracker, records, cands, confirmations, started,
             echo(line)
     else:
         best = rec.recommend(records)
-    config = None
+    config, export_info = None, None
     use_cpu = all(r.get("device") in (None, "cpu") for r in records)
     if best is not None:
-        config = rec.trl_config(o.trainer, best["params"], prepared.model_path, use_cpu=use_cpu,
-                                reward_funcs=_export_reward_funcs(o), dataset=_hub_dataset(o.dataset))
-        tracker.log_artifact_text(rec.render(config, "yaml", header=f"tuner: trial {best['number']}; {rec.RULE}"),
+        # what the user will run: the search's choices and the user's own settings, lengths for the user's data
+        config, export_info = export.build(o.trainer, best["params"], prepared.model_path, space=prepared.space,
+                                           dataset=o.dataset, hub_dataset=_hub_dataset(o.dataset),
+                                           reward_funcs=_export_reward_funcs(o), on_cpu=use_cpu)
+    search = {"trainer": o.trainer, "model": o.model, "model_path": prepared.model_path, "use_cpu": use_cpu,
+              "reward_funcs": _export_reward_funcs(o), "dataset": o.dataset, "rule": rec.RULE,
+              "confirm_seeds": o.confirm_seeds, "recommended": best, "trl_config": config, "export": export_info,
+              "trials": records, "confirmations": confirmations, "candidates": verdicts}
+    if best is not None:
+        tracker.log_artifact_text(export.render_export(search, prepared.experiment, tracker.parent_id),
                                   "recommended.yaml")
         tracker.set_tags({"tuner.recommended_trial": str(best["number"]),
                           "tuner.recommended_run_id": best["run_id"] or ""})
-    search = {"trainer": o.trainer, "model": o.model, "model_path": prepared.model_path, "use_cpu": use_cpu,
-              "reward_funcs": _export_reward_funcs(o), "dataset": o.dataset, "rule": rec.RULE,
-              "confirm_seeds": o.confirm_seeds, "recommended": best, "trl_config": config, "trials": records,
-              "confirmations": confirmations, "candidates": verdicts}
     tracker.log_artifact_dict(search, "search.json")
     tracker.log_artifact_text(results_table(records), "results.md")
     counts = collections.Counter(r["status"] for r in records)
     tracker.set_tags({f"tuner.count.{s}": str(n) for s, n in counts.items()})
     return SearchOutcome(prepared.experiment, tracker.parent_id, records, best, config, time.perf_counter() - started,
-                         verdicts)
+                         verdicts, search)
 
 
 def _export_reward_funcs(o: SearchOptions) -> list[str] | None:
@@ -391,7 +396,8 @@ def summary_text(outcome: SearchOutcome) -> str:
         if best.get("confirmation"):
             lines += confirm.describe([best["confirmation"]])
     lines.append("review:  tuner ui          (MLflow UI on http://127.0.0.1:5000)")
-    lines.append(f"export:  tuner export --experiment {outcome.experiment} -o recommended.yaml")
+    if outcome.recommended is not None:  # with nothing recommended, tuner export has nothing to write
+        lines.append(f"export:  tuner export --experiment {outcome.experiment} -o recommended.yaml")
     return "\n".join(lines)
 
 

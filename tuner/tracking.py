@@ -107,14 +107,41 @@ def find_experiment(mlflow_client, name: str):
 
 
 def latest_search_run(mlflow_client, experiment_name: str, run_id: str | None = None):
+    """The latest search run of the experiment, or the search run ``run_id``, which must be one of its searches."""
     if run_id:
-        return mlflow_client.get_run(run_id)
+        return _search_run(mlflow_client, experiment_name, run_id)
     experiment = find_experiment(mlflow_client, experiment_name)
     runs = mlflow_client.search_runs([experiment.experiment_id], filter_string=f"tags.`{SEARCH_TAG}` = 'search'",
                                      order_by=["attributes.start_time DESC"], max_results=1)
     if not runs:
         raise TunerError(f"experiment {experiment_name!r} has no tuner search runs; run tuner search first")
     return runs[0]
+
+
+def _search_run(mlflow_client, experiment_name: str, run_id: str):
+    """--run-id: a search's parent run in --experiment; anything else is one line that names both and the fix.
+    An id MLflow does not know raises MlflowException: the command says so with the store's address."""
+    run = mlflow_client.get_run(run_id)
+    experiment = mlflow_client.get_experiment(run.info.experiment_id)
+    if experiment.name != experiment_name:
+        raise TunerError(f"--run-id {run_id} is a run of experiment {experiment.name!r}, not of --experiment "
+                         f"{experiment_name!r}; pass --experiment {experiment.name}, or a search run id of "
+                         f"{experiment_name!r}, or leave --run-id out for its latest search")
+    kind = run.data.tags.get(SEARCH_TAG)
+    if kind == "trial":
+        parent_id = run.data.tags.get("mlflow.parentRunId", "?")
+        try:
+            search = mlflow_client.get_run(parent_id).info.run_name
+        except Exception:  # noqa: BLE001 - the parent's name only makes the message friendlier
+            search = "?"
+        number = run.data.tags.get("tuner.trial_number", "?")
+        raise TunerError(f"--run-id {run_id} is trial {number} of search {search} (run {parent_id}) in "
+                         f"{experiment_name!r}, not a search; pass --run-id {parent_id}, or leave --run-id out for "
+                         "the latest search")
+    if kind != "search":
+        raise TunerError(f"--run-id {run_id} in {experiment_name!r} is not a tuner search run (tag {SEARCH_TAG} is "
+                         f"{kind!r}); pass a search's run id, or leave --run-id out for the latest search")
+    return run
 
 
 def _metric_value(value: float) -> float:

@@ -1,0 +1,90 @@
+"""Ray's processes die with the driver that started them, however the driver ends.
+
+``ray.init()`` without a cluster address starts Ray on this machine as children of the driver: the GCS, the
+raylet, the dashboard head, the log monitor and the autoscaler monitor; the raylet then starts a dashboard agent,
+a runtime-env agent and the workers (whose trial processes are theirs). ``ray.shutdown()`` stops all of them. A
+driver killed by SIGKILL (the kernel's OOM killer, ``kill -9``) never calls it: the GCS and raylet die with it
+(Ray ties them to their parent), the workers follow the raylet, but the two agents are re-parented to init and
+keep running, and so would anything else that missed the raylet's death.
+
+So the driver starts this reaper in its own session (a kill of the driver's process group does not reach it)
+with a pipe on its stdin. While the pipe is open it records every process the driver's Ray started (the
+children ``ray.init`` added, and all their descendants, polled); when the pipe closes, because the driver called
+``stop()`` after ``ray.shutdown()`` or because the driver died, it kills every recorded process still alive
+(checked by PID and start time, so a reused PID is never hit) and exits.
+
+    python -m tuner.reaper ROOT_PID...      # started by tuner.execution.init_ray; stops at end of stdin
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+
+POLL_SECONDS = 0.5
+
+
+def start(roots: list[int]) -> subprocess.Popen:
+    """Start a reaper for the processes ``roots`` and their descendants; ``stop()`` it after ray.shutdown()."""
+    return subprocess.Popen([sys.executable, "-m", "tuner.reaper", *map(str, roots)], stdin=subprocess.PIPE,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+
+
+def stop(reaper: subprocess.Popen, timeout: float = 30.0) -> None:
+    """Close the reaper's pipe: it kills what is left of the recorded processes, and exits."""
+    if reaper.stdin is not None:
+        reaper.stdin.close()
+    try:
+        reaper.wait(timeout)
+    except subprocess.TimeoutExpired:
+        reaper.kill()
+        reaper.wait()
+
+
+def _collect(roots: list[int], seen: dict[int, float]) -> None:
+    import psutil
+
+    for pid in [*roots, *seen]:
+        try:
+            process = psutil.Process(pid)
+            started = process.create_time()
+            if seen.setdefault(pid, started) != started:
+                continue  # the PID was reused by a process that is not ours
+            for child in process.children(recursive=True):
+                seen.setdefault(child.pid, child.create_time())
+        except psutil.Error:
+            continue
+
+
+def _kill(seen: dict[int, float]) -> None:
+    import psutil
+
+    alive = []
+    for pid, started in seen.items():
+        try:
+            process = psutil.Process(pid)
+            if process.create_time() == started:
+                process.kill()
+                alive.append(process)
+        except psutil.Error:
+            continue
+    psutil.wait_procs(alive, timeout=10)
+
+
+def main(argv: list[str]) -> int:
+    roots = [int(a) for a in argv]
+    seen: dict[int, float] = {}
+    closed = threading.Event()
+    threading.Thread(target=lambda: (sys.stdin.buffer.read(), closed.set()), daemon=True).start()
+    while True:
+        _collect(roots, seen)
+        if closed.wait(POLL_SECONDS):
+            break
+    _collect(roots, seen)  # anything started since the last poll by a process that is still alive
+    _kill(seen)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
