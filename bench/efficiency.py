@@ -21,7 +21,7 @@ import math
 import statistics
 from typing import Any
 
-from tuner import recommend as rec
+from tuner.learning import MIN_EFFECT
 from tuner.space import CategoricalParam, FixedParam, FloatParam, IntParam, SearchSpace
 
 UNSTABLE = ("diverged", "collapsed", "crashed", "oom")
@@ -61,10 +61,11 @@ class NearestMeasured:
 
 
 def targets(records: list[dict[str, Any]]) -> tuple[dict[str, Any] | None, list[int]]:
-    """(the best record by the recommendation rule, numbers of records within WITHIN of its tokens/s)."""
-    best = rec.recommend(records)
-    if best is None:
+    """(the fastest stable record that learned, numbers of records within WITHIN of its tokens/s)."""
+    qualifying = _qualifying(records)
+    if not qualifying:
         return None, []
+    best = max(qualifying, key=lambda r: r["tokens_per_second"])
     floor = (1.0 - WITHIN) * best["tokens_per_second"]
     return best, [r["number"] for r in _qualifying(records) if r["tokens_per_second"] >= floor]
 
@@ -77,7 +78,9 @@ def top_quartile(records: list[dict[str, Any]]) -> list[int]:
 
 
 def _qualifying(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [r for r in records if rec.recommend([r]) is not None]
+    # Records from before the trend test (bench/results.json) have no "learned": there, progress > 0.01 was the rule.
+    return [r for r in records if r["status"] == "ok" and r.get("tokens_per_second")
+            and r.get("learned", (r.get("progress") or 0.0) > MIN_EFFECT)]
 
 
 def simulate(space: SearchSpace, lookup: NearestMeasured, sampler: str, seed: int, budget: int,

@@ -23,7 +23,8 @@ SPACE = parse_space({
 
 def record(number, precision, lr, batch, status="ok", tps=100.0, progress=0.2, stopped=20):
     return {"number": number, "params": {"precision": precision, "learning_rate": lr, "per_device_train_batch_size": batch},
-            "status": status, "tokens_per_second": tps, "progress": progress, "stopped_at_step": stopped}
+            "status": status, "tokens_per_second": tps, "progress": progress, "learned": progress > 0.01,
+            "stopped_at_step": stopped}
 
 
 def test_first_nonfinite_step_sees_grad_norm_when_the_filter_hid_the_loss():

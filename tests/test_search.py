@@ -342,7 +342,8 @@ def synthetic_record(params: dict[str, Any]) -> dict[str, Any]:
         return {"status": "diverged", "stopped_at_step": 3, "max_steps": 20, "tokens_per_second": 5000.0,
                 "progress": None}
     speed = {"fp32": 1000.0, "bf16-pure": 1500.0}[params["precision"]] * (1.2 if params["use_peft"] else 1.0)
-    return {"status": "ok", "stopped_at_step": 20, "max_steps": 20, "tokens_per_second": speed, "progress": 0.3}
+    return {"status": "ok", "stopped_at_step": 20, "max_steps": 20, "tokens_per_second": speed, "progress": 0.3,
+            "learned": True}
 
 
 def proposals(sampler_name: str, seed: int, with_constraint: bool = True) -> list[bool]:
@@ -372,7 +373,7 @@ def test_unstable_trials_are_told_as_complete_and_infeasible():
     import optuna
 
     study = optuna.create_study(sampler=make_sampler("tpe", 0, 4), direction="maximize")
-    for record in ({"status": "ok", "progress": 0.3, "tokens_per_second": 900.0, "max_steps": 20},
+    for record in ({"status": "ok", "progress": 0.3, "learned": True, "tokens_per_second": 900.0, "max_steps": 20},
                    {"status": "ok", "progress": 0.0, "tokens_per_second": 900.0, "max_steps": 20},
                    {"status": "diverged", "stopped_at_step": 15, "tokens_per_second": 5000.0, "max_steps": 20},
                    {"status": "crashed", "stopped_at_step": 0, "tokens_per_second": None, "max_steps": 20}):
