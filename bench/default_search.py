@@ -53,9 +53,13 @@ def one_seed(seed: int, folder: Path, timeout: float) -> dict:
     data = folder / "data"
     data.mkdir(exist_ok=True)
     builtin_dataset("grpo").to_json(str(data / "train.jsonl"))
+    import torch
+
+    # The export carries no use_cpu (it is for the machine you train on); on this CPU machine say it, as a user would.
+    on_cpu = [] if torch.cuda.is_available() else ["--use_cpu", "true"]
     code, output, seconds = _run(["trl", "grpo", "--config", "recommended.yaml", "--dataset_name", str(data),
-                                  "--max_steps", "2", "--output_dir", str(folder / "trl-out"), "--report_to", "none"],
-                                 folder, 600)
+                                  "--max_steps", "2", "--output_dir", str(folder / "trl-out"), "--report_to", "none",
+                                  *on_cpu], folder, 600)
     row["trl_exit"], row["trl_seconds"] = code, round(seconds, 1)
     if code != 0:
         row["trl_output"] = output[-1200:]

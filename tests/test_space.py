@@ -271,3 +271,36 @@ def test_unknown_names_suggest_the_closest_field(section, name, suggestion):
     with pytest.raises(TunerError, match=rf"^x\.yaml: {section}\.{name}: unknown parameter for grpo; did you mean "
                        rf"'{suggestion}'\?$"):
         check_param_names(space, trainers.config_fields("grpo"))
+
+
+def test_pretrained_block_replaces_ranges_only_for_a_pretrained_model():
+    space = parse_space({"trainer": "dpo", "params": {
+        "learning_rate": {"type": "float", "low": 1e-3, "high": 0.3, "log": True},
+        "use_peft": {"type": "categorical", "choices": [True, False]},
+        "lora_r": {"type": "categorical", "choices": [4, 8], "when": {"use_peft": True}}},
+        "pretrained": {"learning_rate": {"type": "float", "low": 3e-7, "high": 1e-4, "log": True},
+                       "lora_r": {"type": "categorical", "choices": [16, 32]}}})
+    # The tiny demo model keeps the space as written; a pretrained model gets the replacements.
+    assert space.for_model(pretrained=False).params["learning_rate"].low == 1e-3
+    real = space.for_model(pretrained=True)
+    assert (real.params["learning_rate"].low, real.params["learning_rate"].high) == (3e-7, 1e-4)
+    # A replacement keeps the condition of the parameter it replaces.
+    assert real.params["lora_r"].choices == [16, 32] and real.params["lora_r"].when == {"use_peft": True}
+
+
+def test_pretrained_block_must_replace_a_declared_parameter():
+    with pytest.raises(TunerError, match=r"pretrained.beta: replaces a parameter that params does not declare"):
+        parse_space({"trainer": "dpo", "params": {"learning_rate": {"type": "float", "low": 1e-3, "high": 0.3}},
+                     "pretrained": {"beta": {"type": "fixed", "value": 0.1}}})
+
+
+@pytest.mark.parametrize("trainer", ["grpo", "dpo", "kto", "reward", "sft"])
+def test_shipped_spaces_search_below_trls_default_learning_rate_for_a_pretrained_model(trainer):
+    import dataclasses
+
+    from tuner.trainers import config_class
+
+    default = next(f.default for f in dataclasses.fields(config_class(trainer)) if f.name == "learning_rate")
+    learning_rate = load_space(None, trainer).for_model(pretrained=True).params["learning_rate"]
+    # TRL's own default sits inside the range, and the range reaches LoRA's ~10x higher rates.
+    assert learning_rate.low < default < learning_rate.high and learning_rate.high >= 10 * default

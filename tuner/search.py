@@ -133,6 +133,7 @@ def prepare(options: SearchOptions) -> Prepared:
     # A space's `trainer:` is the default trainer; an explicit --trainer must agree with it (load_space says so).
     space = load_space(o.search_space, o.trainer or (None if o.search_space else "grpo"))
     o = dataclasses.replace(o, trainer=space.trainer)
+    space = space.for_model(pretrained=o.model != models.TINY_MODEL)
     trainers.adapter(o.trainer)
     if o.reward_funcs and o.trainer != "grpo":
         raise TunerError(f"--reward-func is for grpo only; {o.trainer} learns from its dataset's labels")

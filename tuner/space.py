@@ -107,6 +107,9 @@ class SearchSpace(BaseModel):
     description: str = ""
     fixed: dict[str, Scalar] = Field(default_factory=dict)
     params: dict[str, Param] = Field(min_length=1)
+    # Replacements for some params when the model is pretrained (any model but the embedded tiny one): a random
+    # tiny model needs large steps to learn in 20 steps, a pretrained one is wrecked by them.
+    pretrained: dict[str, Param] = Field(default_factory=dict)
     source: str = Field(default="<memory>", exclude=True)
 
     @model_validator(mode="after")
@@ -125,6 +128,9 @@ class SearchSpace(BaseModel):
             unknown = [v for v in values if v not in PRECISIONS]
             if unknown:
                 raise ValueError(f"params.precision: unknown precision {unknown[0]!r}; choose from {', '.join(PRECISIONS)}")
+        unknown = sorted(set(self.pretrained) - set(self.params))
+        if unknown:
+            raise ValueError(f"pretrained.{unknown[0]}: replaces a parameter that params does not declare")
         overlap = sorted(set(self.fixed) & set(self.params))
         if overlap:
             raise ValueError(f"fixed.{overlap[0]}: also declared under params; keep one")
@@ -202,6 +208,18 @@ class SearchSpace(BaseModel):
 
     def searched_names(self) -> list[str]:
         return [n for n, p in self.params.items() if not isinstance(p, FixedParam)]
+
+    def for_model(self, pretrained: bool) -> "SearchSpace":
+        """The space a search on this model uses: ``pretrained:`` replacements applied for a pretrained model."""
+        if not pretrained or not self.pretrained:
+            return self
+        params = {name: self.pretrained.get(name, param) for name, param in self.params.items()}
+        for name, param in params.items():
+            if param.when is None and self.params[name].when is not None:
+                params[name] = param.model_copy(update={"when": self.params[name].when})
+        copy = self.model_copy(update={"params": params, "pretrained": {}})
+        copy.source = self.source
+        return copy
 
     def precisions(self) -> list[str]:
         p = self.params.get("precision")
