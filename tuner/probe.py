@@ -12,12 +12,15 @@ from __future__ import annotations
 import asyncio
 import inspect
 import math
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from tuner.errors import TunerError, describe_exception
 from tuner.rewards import TRL_REWARDS
 
-__all__ = ["SAMPLES", "check_rewards", "check_rows", "check_tokenizer", "probe_inputs"]
+__all__ = ["SAMPLES", "UserInputs", "check_rewards", "check_rows", "check_tokenizer", "check_user_inputs",
+           "probe_inputs"]
 
 SAMPLES = 4  # rows per probe: enough to catch a crash or a wrong count, cheap with any model
 
@@ -212,3 +215,33 @@ def _check_output(name: str, output, count: int, shape: str, fix: str) -> None:
         if not math.isfinite(number):
             raise TunerError(f"reward function {name!r} returned {number} for completion {index + 1} on {shape}; "
                              f"rewards must be finite numbers (or None to skip one); {fix}")
+
+
+@dataclass(frozen=True)
+class UserInputs:
+    """The user's model, data and rewards, checked and probed, with their paths made absolute: trials run in
+    Ray's working directories, and MLflow params, trial specs and trial.yaml keep what the trials opened."""
+
+    model_path: str  # the folder the model loads from
+    model: str  # as given, or its absolute path when it is a local folder
+    dataset: str | None  # as given, or its absolute path when it is a local file or folder
+    reward_funcs: list[str] | None  # a module in the user's folder as an absolute file path
+
+
+def check_user_inputs(trainer: str, model: str, dataset: str | None, reward_funcs: list[str] | None,
+                      missing_reward: str) -> UserInputs:
+    """Resolve and probe the inputs of a search or a trial; ``missing_reward`` is the one-line error for GRPO on
+    the user's own data without a reward (worded for the flag or the YAML key the user wrote)."""
+    from tuner import data, models, rewards
+
+    model_path = models.resolve_model(model)
+    loaded = data.load_dataset_spec(dataset, trainer)
+    if trainer == "grpo" and dataset not in (None, "builtin") and not reward_funcs:
+        raise TunerError(missing_reward)
+    reward_paths = rewards.resolve_reward_paths(reward_funcs)  # a module in this folder: the file trials import
+    functions = rewards.resolve_reward_funcs(reward_paths) if trainer == "grpo" else None
+    label = dataset if dataset not in (None, "builtin") else f"the built-in {trainer} data"
+    probe_inputs(trainer, loaded, label, model_path, reward_funcs, functions)
+    local_model = Path(model).expanduser()
+    return UserInputs(model_path, str(local_model.resolve()) if local_model.is_dir() else model,
+                      data.resolve_dataset_path(dataset), reward_paths)

@@ -109,7 +109,7 @@ def prepare(options: SearchOptions) -> Prepared:
     Cheap checks run first, so a typo fails in a second instead of after importing TRL and torch;
     the local store is checked last because checking it creates its folder.
     """
-    from tuner import data, models, probe, rewards, trainers, tracking, values
+    from tuner import models, probe, trainers, tracking, values
 
     o = options
     if o.sampler not in SAMPLERS:
@@ -167,22 +167,16 @@ def prepare(options: SearchOptions) -> Prepared:
     grid = space.grid() if o.sampler == "grid" else None
     n_trials = o.trials or (len(grid) if grid is not None else 12)
 
-    model_path = models.resolve_model(o.model)
-    dataset = data.load_dataset_spec(o.dataset, o.trainer)
-    if o.trainer == "grpo" and o.dataset not in (None, "builtin") and not o.reward_funcs:
-        raise TunerError(f"--dataset {o.dataset}: grpo on your own data needs a reward for it (tuner's built-in reward "
-                         "only scores its built-in data); pass --reward-func NAME: a TRL reward such as accuracy_reward, "
-                         "or module:function of yours")
-    reward_paths = rewards.resolve_reward_paths(o.reward_funcs)  # a module in this folder: the file trials import
-    functions = rewards.resolve_reward_funcs(reward_paths) if o.trainer == "grpo" else None
-    label = o.dataset if o.dataset not in (None, "builtin") else f"the built-in {o.trainer} data"
-    probe.probe_inputs(o.trainer, dataset, label, model_path, o.reward_funcs, functions)
+    inputs = probe.check_user_inputs(
+        o.trainer, o.model, o.dataset, o.reward_funcs,
+        missing_reward=f"--dataset {o.dataset}: grpo on your own data needs a reward for it (tuner's built-in reward "
+                       "only scores its built-in data); pass --reward-func NAME: a TRL reward such as accuracy_reward, "
+                       "or module:function of yours")
+    model_path = inputs.model_path
     # The user's paths are resolved against this folder now: trials run in Ray's working directories, and the
     # MLflow params, trial specs and trial.yaml files keep them absolute (so --resume works from anywhere).
-    local_model = Path(o.model).expanduser()
     o = dataclasses.replace(
-        o, model=str(local_model.resolve()) if local_model.is_dir() else o.model,
-        dataset=data.resolve_dataset_path(o.dataset), reward_funcs=reward_paths,
+        o, model=inputs.model, dataset=inputs.dataset, reward_funcs=inputs.reward_funcs,
         search_space=str(Path(o.search_space).resolve()) if o.search_space else None)
     space.source = o.search_space or space.source
 

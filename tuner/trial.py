@@ -162,7 +162,7 @@ def prepare_trial_spec(path: str | os.PathLike) -> TrialSpec:
     (``tuner.probe``), before any training starts. Bad input is a TunerError."""
     import logging
 
-    from tuner import data, models, probe, rewards, values
+    from tuner import probe, values
 
     quiet_libraries()
     logging.getLogger("datasets").setLevel(logging.CRITICAL)  # its log of a bad file: the error says it in one line
@@ -172,21 +172,14 @@ def prepare_trial_spec(path: str | os.PathLike) -> TrialSpec:
     if spec.reward_funcs and spec.trainer != "grpo":
         raise TunerError(f"{where}: reward_funcs: for grpo only; {spec.trainer} learns from its dataset's labels; "
                          "remove reward_funcs")
-    model_path = models.resolve_model(spec.model)
-    dataset = data.load_dataset_spec(spec.dataset, spec.trainer)
-    if spec.trainer == "grpo" and spec.dataset not in (None, "builtin") and not spec.reward_funcs:
-        raise TunerError(f"{where}: reward_funcs: grpo on your own dataset needs a reward for it (tuner's built-in "
-                         "reward only scores its built-in data); add reward_funcs: [NAME] with a TRL reward such as "
-                         "accuracy_reward, or module:function of yours")
-    reward_paths = rewards.resolve_reward_paths(spec.reward_funcs)  # a module in this folder: the file trials import
-    functions = rewards.resolve_reward_funcs(reward_paths) if spec.trainer == "grpo" else None
-    label = spec.dataset if spec.dataset not in (None, "builtin") else f"the built-in {spec.trainer} data"
-    probe.probe_inputs(spec.trainer, dataset, label, model_path, spec.reward_funcs, functions)
+    inputs = probe.check_user_inputs(
+        spec.trainer, spec.model, spec.dataset, spec.reward_funcs,
+        missing_reward=f"{where}: reward_funcs: grpo on your own dataset needs a reward for it (tuner's built-in "
+                       "reward only scores its built-in data); add reward_funcs: [NAME] with a TRL reward such as "
+                       "accuracy_reward, or module:function of yours")
     # The user's paths are the user's: absolute from here on (what the trial and its trial.yaml see).
-    local_model = Path(spec.model).expanduser()
-    spec.model = str(local_model.resolve()) if local_model.is_dir() else spec.model
-    spec.dataset = data.resolve_dataset_path(spec.dataset)
-    spec.reward_funcs = reward_paths
+    spec.model, spec.dataset = inputs.model, inputs.dataset
+    spec.reward_funcs = inputs.reward_funcs
     return spec
 
 
