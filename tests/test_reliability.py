@@ -343,20 +343,26 @@ def optuna_params(db: Path, numbers: list[int]) -> list[float]:
 
 # grid: the points in flight are re-run and the grid goes on; random: the sampler goes on drawing new points (it
 # used to restart, proposing again the params of the trials it had just re-run: 4 trials, 2 distinct configs).
-@pytest.mark.parametrize("sampler", ["grid", "random"])
-def test_driver_killed_mid_search_resumes_same_run_keeping_finished_trials(sampler, space_file, tmp_path, spawn):
+# SIGKILL of the driver alone, as the kernel's OOM killer does: what ray.init started must die with it (Ray's
+# dashboard and runtime-env agents used to outlive it); SIGTERM: the driver stops Ray itself, marks its run KILLED
+# and exits 130 (Ray's own SIGTERM handler used to abort it).
+@pytest.mark.parametrize(("sampler", "kill"), [("grid", signal.SIGKILL), ("random", signal.SIGTERM)],
+                         ids=["grid-sigkill", "random-sigterm"])
+def test_driver_killed_mid_search_resumes_same_run_keeping_finished_trials(sampler, kill, space_file, tmp_path,
+                                                                           spawn):
     store = tmp_path / "S"
     db = store / "mlflow.db"
     driver = spawn.start(search_args(space_file, store, "r1", 5, 4, "--sampler", sampler), "search")
     wait_for(lambda: len(finished_trial_rows(db, "r1")) >= 2 and running_optuna_trials(store / "optuna.db"),
              "2 finished trial runs and one in flight", process=driver)
-    # kill -9 of the driver alone, as the kernel's OOM killer does: what ray.init started must die with it (Ray's
-    # dashboard and runtime-env agents used to outlive it), with no kill_session from us.
     started = descendants(driver.pid)
     assert len(started) >= 5, started  # Ray's GCS, raylet, agents, workers ... and tuner's reaper
-    os.kill(driver.pid, signal.SIGKILL)
-    driver.wait(30)
-    try:
+    os.kill(driver.pid, kill)
+    code = driver.wait(60)
+    if kill == signal.SIGTERM:
+        assert code == 130 and "tuner: interrupted" in output_of(driver), output_of(driver)[-4000:]
+        assert runs_of(mlflow_client(local_uri(store)), "r1")[0][0].info.status == "KILLED"
+    try:  # no kill_session from us first: the search's processes end by themselves
         wait_for(lambda: not still_running(started), "every process the killed driver started to end", timeout=60)
     finally:
         kill_all(started)  # if the test fails, leave nothing behind either

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import signal
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -101,10 +103,16 @@ def init_ray(ray_address: str | None, gpus_per_trial: float):
     else:
         kwargs["num_cpus"] = os.cpu_count()
     before = _children()
+    on_sigterm = signal.getsignal(signal.SIGTERM)
     try:
         ray.init(**kwargs)
     except (ConnectionError, RuntimeError) as e:
         raise TunerError(f"--ray-address {ray_address}: cannot join the Ray cluster ({e})") from None
+    finally:
+        if on_sigterm is not None and threading.current_thread() is threading.main_thread():
+            # Ray's core worker installs a SIGTERM handler that aborts the process: no cleanup, no ray.shutdown.
+            # Keep this process's own (tuner's CLI: KeyboardInterrupt, so the search ends as interrupted).
+            signal.signal(signal.SIGTERM, on_sigterm)
     started = sorted(_children() - before)  # a local Ray's processes: they must not outlive this one
     if started:
         _reaper = reaper.start(started)
