@@ -486,10 +486,10 @@ def test_tracking_server_gone_mid_search_spools_then_sync_delivers_everything(sp
                                      "--tracking-uri", server.uri), "search")
     wait_for(lambda: finished_trial_rows(server.db, "remote"), "the first trial run on the server", process=driver)
     server.kill()
-    code = driver.wait(SEARCH_TIMEOUT)
+    search_code = driver.wait(SEARCH_TIMEOUT)
     out = output_of(driver)
     # the search did not depend on the server: it finished and said where its results wait
-    assert code in (0, 3), out[-4000:]  # every trial ok (checked below): recommended, or none qualified
+    assert search_code in (0, 3), out[-4000:]  # every trial ok (checked below): recommended, or none qualified
     assert out.count(f"warning: MLflow server {server.uri} is not answering") == 1, out[-4000:]
     spooled = list((store / "pending").glob("*.jsonl"))
     assert len(spooled) == 1, spooled
@@ -514,7 +514,7 @@ def test_tracking_server_gone_mid_search_spools_then_sync_delivers_everything(sp
         assert_trial_run_complete(client, run)
     _, search = load_search(server.uri, "remote")
     assert len(search["trials"]) == trials
-    assert code == expected_exit_code(search)
+    assert search_code == expected_exit_code(search)
 
 
 # -- 4. two searches on one local store at once ----------------------------------------------------------------
