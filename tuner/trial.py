@@ -464,7 +464,9 @@ def format_result(result: TrialResult) -> str:
 
     lines = [
         f"status:            {result.status}" + (f"  ({result.reason})" if result.reason else ""),
-        f"steps run:         {result.steps_run}" + (f", stopped at step {result.stopped_at_step}" if result.status != STABLE else ""),
+        f"steps run:         {result.steps_run}" + ("" if result.status in (STABLE, "invalid") else
+                                                     f", stopped at step {result.stopped_at_step}"
+                                                     if result.stopped_at_step else ", stopped before step 1"),
         f"tokens/s:          {fmt(result.tokens_per_second, '.1f')}",
         f"samples/s:         {fmt(result.samples_per_second, '.2f')}",
         f"progress:          {fmt(result.progress)}",
