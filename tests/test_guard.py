@@ -1,4 +1,4 @@
-"""The stability guard on recorded metric sequences: one test per failure in DESIGN.md and per rule."""
+"""The stability guard on recorded metric sequences: one test per failure in docs/failures.md and per rule."""
 
 import math
 
@@ -15,7 +15,7 @@ def steps(*records: dict) -> list[dict]:
     return [{"step": step, **record} for step, record in enumerate(records, start=1)]
 
 
-# --- the DESIGN.md table ---------------------------------------------------------------------------
+# --- the docs/failures.md table ---------------------------------------------------------------------------
 
 
 def test_fp16_weights_reward_model_stops_at_first_nan_grad_norm():

@@ -262,7 +262,7 @@ def kill_all(processes: dict[int, float]) -> None:
 # -- 1. trials whose process dies, inside a real search ------------------------------------------------------
 
 # The two ways a trial's process ends badly, one search each (about a minute apiece): killed by a signal (the
-# "Floating point exception (core dumped)" of DESIGN.md) is crashed, a raised out-of-memory error is oom.
+# "Floating point exception (core dumped)" of docs/failures.md) is crashed, a raised out-of-memory error is oom.
 # SIGSEGV and SIGKILL take the same path as SIGFPE here; test_trial.py kills an isolated trial with each.
 FAULTS = [("sigfpe", "crashed", "SIGFPE"), ("oom", "oom", "out of memory")]
 

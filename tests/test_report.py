@@ -323,7 +323,7 @@ def real_search(tmp_path_factory, tuner_cache_dir):
         mp.chdir(tmp)  # ./mlflow lands in tmp
         prepared = search.prepare(search.SearchOptions(
             trainer="reward", search_space=str(tmp / "space.yaml"), sampler="grid",
-            max_steps=8,  # short: fp16-pure at 0.3 goes NaN within 5 steps on the tiny model (DESIGN.md)
+            max_steps=8,  # short: fp16-pure at 0.3 goes NaN within 5 steps on the tiny model (docs/failures.md)
             store=str(tmp / "mlflow")))
         outcome = search.run_search(prepared, echo=lambda s: None)
     return tmp, outcome

@@ -120,11 +120,11 @@ def non_finite(value: float) -> bool:
 # Observed on the shared 2-core CPU (seed 0, batch 8, 20 steps; trial number = grid order):
 #   0 fp16-pure 1e-4  ok        progress +0.40
 #   1 fp16-pure 0.3   DIVERGED at step 3 (non_finite): loss 0.705, 0.807 (grad_norm 8.3), then loss nan and
-#                     grad_norm nan at step 3. DESIGN.md's LoRA repro goes NaN at step 5; this full fine-tune
+#                     grad_norm nan at step 3. docs/failures.md's LoRA repro goes NaN at step 5; this full fine-tune
 #                     goes NaN two steps sooner.
 #   2 bf16-pure 1e-4  ok        progress +0.31   <- recommended, and confirmed ok on seed 1
 #   3 bf16-pure 0.3   ok        progress +0.79, but its loss hit 9.2 and grad_norm 406 at step 7: it never went
-#                     NaN nor stuck at ln 2 (DESIGN.md's LoRA case), and stayed under the 20x loss guard
+#                     NaN nor stuck at ln 2 (docs/failures.md's LoRA case), and stayed under the 20x loss guard
 #   4 fp32      1e-4  ok        progress +0.39
 #   5 fp32      0.3   DIVERGED at step 6 (loss_explosion): loss 22.3 after a grad_norm of 175 at step 5
 # Which ok trial is recommended follows measured tokens/s, which on a shared CPU is mostly noise between

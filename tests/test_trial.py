@@ -1,4 +1,4 @@
-"""One trial: the DESIGN.md divergence reproduced on the tiny model, crashes isolated in a child process,
+"""One trial: the docs/failures.md divergence reproduced on the tiny model, crashes isolated in a child process,
 trial configs checked, `tuner trial` end to end, and the measurement functions on hand-made numbers."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 from tuner.errors import TunerError
 from tuner.trial import FAULT_ENV, TrialSpec, load_trial_spec, run_trial, run_trial_isolated, throughput
 
-# The DESIGN.md reproduction: a reward model at learning rate 0.3, batch 8, 20 steps.
+# The docs/failures.md reproduction: a reward model at learning rate 0.3, batch 8, 20 steps.
 DIVERGENCE = {"per_device_train_batch_size": 8, "learning_rate": 0.3}
 
 
@@ -21,7 +21,7 @@ def _finite(row: dict, key: str) -> bool:
     return math.isfinite(row.get(key, 0.0))
 
 
-# -- the divergence DESIGN.md describes --------------------------------------------------------------------
+# -- the divergence docs/failures.md describes --------------------------------------------------------------------
 
 
 @pytest.mark.slow
@@ -48,7 +48,7 @@ def test_bf16_pure_reward_model_at_same_learning_rate_never_goes_non_finite(tiny
     result = run_trial(spec, workdir=tmp_path)
     # bfloat16 has float32's exponent range, so the steps that overflow float16 stay finite: the loss jumps
     # (to 9.2 at step 7, grad_norm 406: 20x the baseline median of 20.6, under the guard's 100x rule) and comes
-    # back. DESIGN.md saw it stick at ln 2 on its tiny model; this one (seed 0, transformers 5) recovers and
+    # back. docs/failures.md saw it stick at ln 2 on its tiny model; this one (seed 0, transformers 5) recovers and
     # learns (loss 0.17, accuracy 1.0 by step 20, progress 0.79), so the guard rightly lets it run as "ok".
     assert result.guard_signal != "non_finite"
     assert all(_finite(row, "loss") and _finite(row, "grad_norm") for row in result.history)
