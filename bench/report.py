@@ -17,7 +17,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 PACKAGES = ("torch", "transformers", "trl", "peft", "accelerate", "datasets", "ray", "optuna", "mlflow")
-BAD_PICK = ("fp16-pure", 0.3)  # the DESIGN.md failure: fp16 weights at learning rate 0.3 go NaN
+BAD_PICK = ("fp16-pure", 0.3)  # the docs/failures.md failure: fp16 weights at learning rate 0.3 go NaN
 
 
 # -- the machine ----------------------------------------------------------------------------------

@@ -7,7 +7,7 @@
 
 The tiny model has random (seeded) weights and a word-level tokenizer over ``tuner.data.VOCABULARY``, so the
 built-in datasets tokenize without <unk> and every trainer runs on a CPU in seconds. It reproduces the
-precision failures the stability guard exists to catch (see DESIGN.md).
+precision failures the stability guard exists to catch (see docs/failures.md).
 """
 
 from __future__ import annotations
