@@ -462,7 +462,10 @@ def test_tuner_ui_stops_its_mlflow_server_and_workers_on_sigterm(tmp_path, spawn
     finally:
         kill_all(served)
     with socket.socket() as s:
-        s.bind(("127.0.0.1", port))  # the port is free again
+        # The port is free again: no listener holds it (SO_REUSEADDR lets closed connections in TIME_WAIT, left by
+        # the health checks above, not count, as any server restarting on it would).
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind(("127.0.0.1", port))
 
 
 def test_unreachable_tracking_server_is_one_line_exit_2_before_anything_runs(space_file, tmp_path, spawn):

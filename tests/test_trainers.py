@@ -9,7 +9,7 @@ import pytest
 
 from tuner.trial import TrialSpec, run_trial
 
-MAX_STEPS = 4  # for speed: enough for two timed steps after the 2 warm-up steps
+MAX_STEPS = 6  # for speed: two timed steps after the 2 warm-up steps, and the fewest the learning judgement reads
 
 # Small batches for speed; a learning rate high enough that 4 steps move the loss.
 COMMON = {"per_device_train_batch_size": 4, "learning_rate": 1e-3}
@@ -34,8 +34,9 @@ def _assert_trained(result) -> None:
     # One history row per optimizer step, in order: the guard saw every step.
     assert [row["step"] for row in result.history] == list(range(1, MAX_STEPS + 1))
     assert all(math.isfinite(row["loss"]) and math.isfinite(row["grad_norm"]) for row in result.history)
-    # The optimizer moved some trainable parameter from the first step on (the monitor checks steps 1-3).
-    assert [row.get("params_changed") for row in result.history[:3]] == [1.0, 1.0, 1.0]
+    # The optimizer moved some trainable parameter at the first step (the monitor checks until they first move).
+    assert result.history[0].get("params_changed") == 1.0
+    assert all("params_changed" not in row for row in result.history[1:])
     assert result.steps_run == MAX_STEPS and result.stopped_at_step == MAX_STEPS
     assert result.tokens_per_second is not None and result.tokens_per_second > 0
     assert result.samples_per_second is not None and result.samples_per_second > 0

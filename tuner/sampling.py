@@ -100,7 +100,8 @@ def _repeats_a_trial(study, trial, grid_size: int | None) -> bool:
 
     if "fixed_params" in study._storage.get_trial_system_attrs(trial._trial_id):
         return False
-    states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.RUNNING)
+    # WAITING: an enqueued trial (an in-flight trial to re-run after a resume) not yet handed out is as taken.
+    states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.RUNNING, optuna.trial.TrialState.WAITING)
     others = [t.params for t in study.get_trials(deepcopy=False, states=states) if t.number != trial.number]
     if grid_size is not None and len({repr(sorted(p.items())) for p in others}) >= grid_size:
         return False  # every point has been tried: a repeat is all that is left
@@ -144,14 +145,28 @@ def searcher_class():
 
             trial = self.study.ask()
             params = self.space.suggest(trial)
-            for _ in range(MAX_REDRAWS):
+            for attempt in range(MAX_REDRAWS + 1):
                 if not _repeats_a_trial(self.study, trial, self.grid_size):
                     break
                 trial.set_user_attr("tuner.skipped", "proposed the params of an earlier trial; drawn again")
                 self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
+                untried = self._untried_point() if attempt == MAX_REDRAWS - 1 else None
+                if untried is not None:
+                    # A finite space whose sampler keeps proposing taken points: take the first untried one.
+                    self.study.enqueue_trial(untried)
                 trial = self.study.ask()
                 params = self.space.suggest(trial)
             return trial, params
+
+        def _untried_point(self) -> dict[str, Any] | None:
+            if self.grid_size is None:
+                return None
+            import optuna
+
+            states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.RUNNING,
+                      optuna.trial.TrialState.WAITING)
+            taken = [t.params for t in self.study.get_trials(deepcopy=False, states=states)]
+            return next((point for point in self.space.grid() if point not in taken), None)
 
         def suggest(self, trial_id: str):
             if self.suggested < self.n_search:
