@@ -21,7 +21,7 @@ import pytest
 from tuner import recommend, search, tracking
 from tuner.sampling import constraint_of, make_sampler, tell
 from tuner.space import parse_space
-from tuner.trial import STATUSES
+from tuner.records import Status
 
 # The issue's anchor: the reward trainer on {fp16-pure, bf16-pure, fp32} x {1e-4, 0.3}.
 ANCHOR_SPACE = """\
@@ -188,7 +188,7 @@ def test_search_logs_one_parent_run_and_one_nested_run_per_trial(anchor):
     for run in trials:
         record = records[int(run.data.tags["tuner.trial_number"])]
         tags, params = run.data.tags, run.data.params
-        assert tags["tuner.status"] in STATUSES and tags["tuner.status"] == record["status"]
+        assert tags["tuner.status"] in set(Status) and tags["tuner.status"] == record["status"]
         assert tags["tuner.stopped_at_step"] == str(record["stopped_at_step"])
         assert float(params["learning_rate"]) == record["params"]["learning_rate"]
         assert params["precision"] == record["params"]["precision"]

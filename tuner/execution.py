@@ -3,7 +3,6 @@ records every finished trial (MLflow + progress). The driver is the only MLflow 
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import signal
 import tempfile
@@ -13,7 +12,8 @@ from typing import Any
 
 from tuner.errors import TunerError
 from tuner.progress import Progress
-from tuner.trial import TrialResult, TrialSpec
+from tuner.records import SUMMARY_FIELDS
+from tuner.trial import TrialSpec
 
 def _trainable(config: dict[str, Any]) -> None:
     """Runs inside a Ray worker: the trial itself runs in a child process of this worker."""
@@ -71,8 +71,6 @@ def callback_class():
     return DriverCallback
 
 
-# Every field of a trial's result but its per-step history, which goes to MLflow as metrics.
-SUMMARY_FIELDS = tuple(f.name for f in dataclasses.fields(TrialResult) if f.name != "history")
 
 
 _reaper = None  # the tuner.reaper of the local Ray this process started, if any

@@ -7,7 +7,7 @@ import time
 from typing import Any, Callable
 
 from tuner import recommend as rec
-from tuner.trial import STABLE
+from tuner.records import NO_STOP_STEP, Status
 
 __all__ = ["Progress", "describe_params", "results_table", "shorten", "stopped_at"]
 
@@ -69,7 +69,7 @@ def results_table(records: list[dict[str, Any]]) -> str:
             "|---:|---|---:|---:|---:|---|---|---|"]
     for r in records:
         step = r.get("stopped_at_step")
-        stopped = "" if r["status"] in (STABLE, "invalid") else (step if step else "-")  # "-": before step 1
+        stopped = "" if r["status"] in NO_STOP_STEP else (step if step else "-")  # "-": before step 1
         reason = shorten(r.get("reason") or "", REASON_WIDTH).replace("|", "\\|")  # a | would end the cell
         rows.append(f"| {r['number']} | {r['status']} | {stopped} | {fmt(r.get('tokens_per_second'), '.0f')} | "
                     f"{fmt(r.get('progress'), '+.3f')} | {'yes' if rec.learned(r) else 'no'} | {describe_params(r['params'])} | "
@@ -92,7 +92,7 @@ def shorten(text: str, width: int) -> str:
 
 def stopped_at(record: dict[str, Any]) -> str:
     """Where a trial that did not finish stopped: "at step 4", "before step 1", or "" (finished, or invalid)."""
-    if record.get("status") in (STABLE, "invalid"):
+    if record.get("status") in NO_STOP_STEP:
         return ""
     step = record.get("stopped_at_step")
     return f"at step {step}" if step else "before step 1"

@@ -22,7 +22,9 @@ from tuner.errors import TunerError
 from tuner.learning import MIN_EFFECT as MIN_PROGRESS
 from tuner.recommend import learned
 from tuner.space import PRECISIONS
-from tuner.trial import STABLE
+from tuner.records import Status
+
+STABLE = Status.OK
 
 # The statuses a trial ends with, in the order the tables show them; "not learning" is a stable
 # trial without a significant learning trend (tuner.learning): stable, but useless.

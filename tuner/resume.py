@@ -50,7 +50,7 @@ def resume_options(options) -> tuple[Any, str]:
 
 
 def record_from_run(client, run) -> dict[str, Any]:
-    from tuner.execution import SUMMARY_FIELDS
+    from tuner.records import SUMMARY_FIELDS
 
     folder = tempfile.mkdtemp(prefix="tuner-resume-")
     result = json.loads(Path(client.download_artifacts(run.info.run_id, "result.json", folder)).read_text())

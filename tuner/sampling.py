@@ -12,7 +12,7 @@ from typing import Any
 
 from tuner import recommend as rec
 from tuner.space import SearchSpace
-from tuner.trial import STABLE
+from tuner.records import Status
 
 __all__ = ["constraint_of", "make_sampler", "make_study", "searcher_class", "tell"]
 
@@ -20,7 +20,7 @@ __all__ = ["constraint_of", "make_sampler", "make_study", "searcher_class", "tel
 def constraint_of(record: dict[str, Any]) -> float:
     """Optuna constraint: <= 0 feasible. Unstable trials are infeasible, and more so the earlier
     they broke, so the sampler learns a gradient toward the stable region."""
-    if record.get("status") == STABLE:
+    if record.get("status") == Status.OK:
         return 0.0 if rec.learned(record) else 0.5
     steps = max(int(record.get("max_steps") or 1), 1)
     stopped = record.get("stopped_at_step") or 0

@@ -25,9 +25,8 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, Validat
 
 from tuner.errors import TunerError, describe_exception
 from tuner.learning import judge_learning
+from tuner.records import NO_STOP_STEP, Status, TrialResult
 
-STATUSES = ("ok", "diverged", "collapsed", "crashed", "oom", "invalid")
-STABLE = "ok"
 
 # Test hook for fault injection (documented in the README): "<kind>@<step>", e.g. "sigfpe@3".
 # The trial's own process then dies (or raises) at the end of that optimizer step; "nan" instead
@@ -117,28 +116,6 @@ def _describe(error) -> str:
     if loc[0] == "reward_funcs":
         return f"{key}: must be a list of reward function names (got {got!r})"
     return f"{key}: must be a string (got {got!r})"
-
-
-@dataclass
-class TrialResult:
-    status: str  # one of STATUSES
-    reason: str = ""
-    stopped_at_step: int | None = None  # the step the guard fired at, or the last step reached by a crash
-    steps_run: int = 0
-    tokens_per_second: float | None = None
-    samples_per_second: float | None = None
-    progress: float | None = None  # learning effect, higher is better: reward gained / relative loss drop (tuner.learning)
-    progress_p_value: float | None = None  # one-sided trend-test p-value behind it
-    learned: bool = False  # a significant learning trend of at least tuner.learning.MIN_EFFECT
-    peak_memory_mb: float | None = None
-    seconds_to_first_step: float | None = None
-    wall_seconds: float | None = None
-    guard_signal: str | None = None
-    device: str | None = None  # "cpu" or "cuda": the export sets use_cpu from it
-    history: list[dict[str, Any]] = field(default_factory=list)
-
-    def summary(self) -> dict[str, Any]:
-        return {k: v for k, v in dataclasses.asdict(self).items() if k != "history"}
 
 
 def load_trial_spec(path: str | os.PathLike) -> TrialSpec:
@@ -293,30 +270,30 @@ def run_trial(spec: TrialSpec, workdir: str | os.PathLike | None = None, metrics
         reward_funcs = rewards.resolve_reward_funcs(spec.reward_funcs) if spec.trainer == "grpo" else None
         split = trainers.split_params(spec.params)
     except Exception as error:  # noqa: BLE001 - loading failed: this trial's crash, said in one line with its place
-        return TrialResult(status="crashed", reason=describe_exception(error), stopped_at_step=0,
+        return TrialResult.crashed(describe_exception(error),
                            wall_seconds=time.perf_counter() - started)
     monitor = StepMonitor(spec.trainer, fp16_mixed=split.precision == "fp16-mixed", metrics_path=metrics_path,
                           fault=_fault_hook(spec))
     run = {"max_steps": spec.max_steps, "seed": spec.seed, "output_dir": str(workdir / "out"),
            "use_cpu": not _cuda_available()}
-    result = TrialResult(status=STABLE, device="cpu" if run["use_cpu"] else "cuda")
+    result = TrialResult(status=Status.OK, device="cpu" if run["use_cpu"] else "cuda")
     try:
         try:
             trainer = trainers.build_trainer(spec.trainer, model_path, spec.params, dataset, run,
                                              reward_funcs=reward_funcs, callbacks=[monitor])
         except (ValueError, TypeError) as e:
             # TRL's configs reject impossible combinations (batch not divisible by num_generations ...)
-            result.status, result.reason = "invalid", f"{type(e).__name__}: {_first_line(e)}"
+            result.status, result.reason = Status.INVALID, f"{type(e).__name__}: {_first_line(e)}"
             return result
         monitor.trainer = trainer
         trainer.train()
     except Exception as e:  # noqa: BLE001 - any training failure is this trial's outcome, not the search's
-        result.status = "oom" if _is_oom(e) else "crashed"
+        result.status = Status.OOM if _is_oom(e) else Status.CRASHED
         result.reason = describe_exception(e)
         if _NON_FINITE_SAMPLING in str(e):
             # GRPO samples from the policy: once its weights are NaN, sampling raises before any
             # loss is logged. That is the trial diverging, not the process crashing.
-            result.status, result.guard_signal = "diverged", "non_finite"
+            result.status, result.guard_signal = Status.DIVERGED, "non_finite"
             result.reason = f"sampling from the policy hit non-finite probabilities ({result.reason})"
     finally:
         monitor.close()
@@ -330,18 +307,18 @@ def run_trial(spec: TrialSpec, workdir: str | os.PathLike | None = None, metrics
     if monitor.verdict is not None:
         v = monitor.verdict
         result.status, result.reason, result.stopped_at_step, result.guard_signal = v.status, v.reason, v.step, v.signal
-    elif result.status == STABLE:
+    elif result.status == Status.OK:
         result.stopped_at_step = monitor.step_times[-1][0] if monitor.step_times else 0
-    if result.status in ("crashed", "oom") and monitor.step_times:
+    if result.status in (Status.CRASHED, Status.OOM) and monitor.step_times:
         result.stopped_at_step = monitor.step_times[-1][0]
-    elif result.status == "diverged" and monitor.verdict is None:  # failed inside the step after the last one
+    elif result.status == Status.DIVERGED and monitor.verdict is None:  # failed inside the step after the last one
         result.stopped_at_step = (monitor.step_times[-1][0] if monitor.step_times else 0) + 1
     batch = int(spec.params.get("per_device_train_batch_size", 8)) * int(spec.params.get("gradient_accumulation_steps", 1))
     result.tokens_per_second, result.samples_per_second = throughput(
         monitor.history, monitor.step_times, spec.warmup_steps, batch)
     learning = judge_learning(spec.trainer, monitor.history)
     result.progress, result.progress_p_value, result.learned = learning.effect, learning.p_value, learning.learned
-    if result.status == STABLE and monitor.guard.notes:
+    if result.status == Status.OK and monitor.guard.notes:
         result.reason = "; ".join(monitor.guard.notes)  # e.g. the reward saturated: worth saying, not a failure
     return result
 
@@ -387,7 +364,7 @@ def _child(spec_dict: dict, workdir: str, environment: dict[str, str] | None = N
         spec = TrialSpec(**spec_dict)
         result = run_trial(spec, workdir, metrics_path=Path(workdir) / "metrics.jsonl")
     except (Exception, SystemExit) as error:  # noqa: BLE001 - told as the trial's reason, not lost in Ray's logs
-        result = TrialResult(status="crashed", reason=describe_exception(error), stopped_at_step=0,
+        result = TrialResult.crashed(describe_exception(error),
                              wall_seconds=time.perf_counter() - started)
     (Path(workdir) / "result.json").write_text(json.dumps(result.summary(), allow_nan=True))
 
@@ -429,7 +406,7 @@ def run_trial_isolated(spec: TrialSpec, workdir: str | os.PathLike, timeout: flo
         result = TrialResult(**json.loads(result_path.read_text()))
         result.history = history
         return result
-    result = TrialResult(status="crashed", history=history, steps_run=len(history),
+    result = TrialResult.crashed("", history=history, steps_run=len(history),
                          wall_seconds=time.perf_counter() - started)
     result.stopped_at_step = history[-1]["step"] if history else 0
     if timed_out:
@@ -464,7 +441,7 @@ def format_result(result: TrialResult) -> str:
 
     lines = [
         f"status:            {result.status}" + (f"  ({result.reason})" if result.reason else ""),
-        f"steps run:         {result.steps_run}" + ("" if result.status in (STABLE, "invalid") else
+        f"steps run:         {result.steps_run}" + ("" if result.status in NO_STOP_STEP else
                                                      f", stopped at step {result.stopped_at_step}"
                                                      if result.stopped_at_step else ", stopped before step 1"),
         f"tokens/s:          {fmt(result.tokens_per_second, '.1f')}",

@@ -1,0 +1,112 @@
+"""A trial's outcome, defined once: its status, what one trial measures, and the record the driver keeps.
+
+    Status.DIVERGED in UNSTABLE                      # True: numbers blew up
+    TrialResult.crashed("process killed by SIGFPE")   # the one constructor of a crashed outcome
+    new_record(result.summary(), number=3, params={...}, max_steps=20, seed=0)
+
+A ``TrialResult`` is what one trial process returns. A ``TrialRecord`` is that result (without its per-step
+history) plus who the trial was: it crosses Ray (a result dict), Optuna (user attributes), MLflow (tags,
+result.json) and search.json, so it is a ``TypedDict``: a plain dict at run time, one typed declaration here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from dataclasses import dataclass, field
+from typing import Any, TypedDict
+
+
+class Status(enum.StrEnum):
+    """How a trial ended. A StrEnum: equal to its value, so records read back from JSON compare equal."""
+
+    OK = "ok"  # ran its steps with every number finite and no collapse (whether it learned is separate)
+    DIVERGED = "diverged"  # numbers blew up: NaN/inf, exploding loss or gradients, fp16 scaler collapse
+    COLLAPSED = "collapsed"  # numbers fine, nothing can be learned: no gradient, no reward spread, no update
+    CRASHED = "crashed"  # the trial raised or its process died (SIGFPE, SIGSEGV, timeout, lost worker)
+    OOM = "oom"  # out of GPU or host memory
+    INVALID = "invalid"  # TRL refused the config before training (e.g. batch not divisible by num_generations)
+
+
+# Trials that ran and failed: what the report counts as failures and the sampler steers away from.
+UNSTABLE = frozenset({Status.DIVERGED, Status.COLLAPSED, Status.CRASHED, Status.OOM})
+# Statuses with no step to report: the trial ran to the end, or never started.
+NO_STOP_STEP = frozenset({Status.OK, Status.INVALID})
+
+
+@dataclass
+class TrialResult:
+    """What one trial measured and how it ended (``tuner.trial`` fills it in its own process)."""
+
+    status: Status
+    reason: str = ""
+    stopped_at_step: int | None = None  # the step the guard fired at, or the last step reached by a crash
+    steps_run: int = 0
+    tokens_per_second: float | None = None
+    samples_per_second: float | None = None
+    progress: float | None = None  # learning effect, higher is better: reward gained / relative loss drop (tuner.learning)
+    progress_p_value: float | None = None  # one-sided trend-test p-value behind it
+    learned: bool = False  # a significant learning trend of at least tuner.learning.MIN_EFFECT
+    peak_memory_mb: float | None = None
+    seconds_to_first_step: float | None = None
+    wall_seconds: float | None = None
+    guard_signal: str | None = None
+    device: str | None = None  # "cpu" or "cuda": the export sets use_cpu from it
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+    def __post_init__(self):
+        self.status = Status(self.status)  # "ok" read back from result.json is Status.OK
+
+    @classmethod
+    def crashed(cls, reason: str, *, stopped_at_step: int = 0, **measured: Any) -> "TrialResult":
+        """A trial that raised or whose process died, ``reason`` saying why in one line."""
+        return cls(status=Status.CRASHED, reason=reason, stopped_at_step=stopped_at_step, **measured)
+
+    def summary(self) -> dict[str, Any]:
+        """Every field but the per-step history (which goes to MLflow as metrics)."""
+        return {k: v for k, v in dataclasses.asdict(self).items() if k != "history"}
+
+
+# Every field of a trial's result but its per-step history.
+SUMMARY_FIELDS = tuple(f.name for f in dataclasses.fields(TrialResult) if f.name != "history")
+
+
+class TrialRecord(TypedDict, total=False):
+    """A finished trial as the driver keeps it: TrialResult's summary fields plus who the trial was."""
+
+    number: int  # the Optuna trial number (confirmation re-runs keep their candidate's number)
+    params: dict[str, Any]
+    run_id: str | None  # its nested MLflow run
+    node_id: str | None  # the Ray node it ran on
+    max_steps: int
+    seed: int
+    confirms: int  # set on confirmation re-runs: the candidate trial's number
+    # TrialResult's summary fields:
+    status: Status
+    reason: str
+    stopped_at_step: int | None
+    steps_run: int
+    tokens_per_second: float | None
+    samples_per_second: float | None
+    progress: float | None
+    progress_p_value: float | None
+    learned: bool
+    peak_memory_mb: float | None
+    seconds_to_first_step: float | None
+    wall_seconds: float | None
+    guard_signal: str | None
+    device: str | None
+
+
+def new_record(result: dict[str, Any], *, number: int, params: dict[str, Any], max_steps: int, seed: int,
+               run_id: str | None = None, node_id: str | None = None, **extra: Any) -> TrialRecord:
+    """The driver's record of a finished trial, from its result summary (missing fields are None)."""
+    summary = {k: result.get(k) for k in SUMMARY_FIELDS}
+    summary["status"] = Status(summary["status"] or Status.CRASHED)
+    return TrialRecord(number=number, params=params, **summary, run_id=run_id, node_id=node_id,
+                       max_steps=max_steps, seed=seed, **extra)
+
+
+def is_ok(record: dict[str, Any] | TrialResult) -> bool:
+    status = record.status if isinstance(record, TrialResult) else record.get("status")
+    return status == Status.OK
