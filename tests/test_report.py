@@ -7,7 +7,7 @@ import collections
 import pytest
 
 from tuner import report
-from tuner.report import breakdown, hints, importances, lr_band, pareto_front
+from tuner.report_analysis import breakdown, hints, importances, lr_band, pareto_front
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 

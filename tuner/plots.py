@@ -3,6 +3,10 @@
     stability_map(records)                    learning rate (log) x precision, one marker per trial and status
     speed_vs_progress(records, front, best)   tokens/s vs progress, the stable Pareto front, the recommended trial
     curves(records, histories)                loss and grad norm per step, each trial's stop marked with an x
+    save_all(report, histories, "rep/plots")  all three as PNG files
+
+A trial's colour and marker say its outcome (tuner.report_analysis.outcome): its status, with ok
+trials split into learned and not learning.
 """
 
 from __future__ import annotations
@@ -10,20 +14,25 @@ from __future__ import annotations
 import math
 import statistics
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from tuner.report import Report, finite_number, outcome
+from tuner.learning import MIN_EFFECT as MIN_PROGRESS
+from tuner.records import Status
+from tuner.report_analysis import LEARNED, NOT_LEARNING, finite_number, outcome
 from tuner.space import PRECISIONS
+
+if TYPE_CHECKING:
+    from tuner.report_render import Report
 
 # outcome -> (colour, marker): failures loud, stable-but-useless muted, learned green.
 STYLE = {
-    "learned": ("#2a9d3a", "o"),
-    "not learning": ("#9a9a3a", "o"),
-    "diverged": ("#d62728", "X"),
-    "collapsed": ("#ff7f0e", "v"),
-    "crashed": ("#222222", "s"),
-    "oom": ("#9467bd", "D"),
-    "invalid": ("#aaaaaa", "P"),
+    LEARNED: ("#2a9d3a", "o"),
+    NOT_LEARNING: ("#9a9a3a", "o"),
+    Status.DIVERGED: ("#d62728", "X"),
+    Status.COLLAPSED: ("#ff7f0e", "v"),
+    Status.CRASHED: ("#222222", "s"),
+    Status.OOM: ("#9467bd", "D"),
+    Status.INVALID: ("#aaaaaa", "P"),
 }
 MAX_LABELLED = 20  # past this many trials, per-line trial numbers are clutter
 
@@ -77,13 +86,11 @@ def _spread(nth: int) -> float:
 
 
 def _positive(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+    return finite_number(value) and value > 0
 
 
 def speed_vs_progress(records: list[dict[str, Any]], front: list[dict[str, Any]], recommended: dict[str, Any] | None):
     """Tokens/s (y) against progress (x) for every trial that measured both; the stable front as a line."""
-    from tuner.learning import MIN_EFFECT as MIN_PROGRESS
-
     fig = _figure(7, 4.5)
     ax = fig.add_subplot()
     measured = [r for r in records if finite_number(r.get("progress")) and finite_number(r.get("tokens_per_second"))]
@@ -113,8 +120,6 @@ def speed_vs_progress(records: list[dict[str, Any]], front: list[dict[str, Any]]
     return fig
 
 
-
-
 def curves(records: list[dict[str, Any]], histories: dict[int, list[dict[str, Any]]]):
     """Loss (symlog y when something blew up) and grad norm (log y) per step, one line per trial coloured by outcome.
 
@@ -132,7 +137,7 @@ def curves(records: list[dict[str, Any]], histories: dict[int, list[dict[str, An
             rows = [row for row in histories.get(r["number"], []) if isinstance(row.get(key), (int, float))]
             if not rows:
                 continue
-            colour = STYLE.get(outcome(r), STYLE["crashed"])[0]
+            colour = STYLE.get(outcome(r), STYLE[Status.CRASHED])[0]
             finite = [(row["step"], row[key]) for row in rows if math.isfinite(row[key])
                       and (key != "grad_norm" or row[key] > 0)]
             bad = [row["step"] for row in rows if not math.isfinite(row[key])]
@@ -145,7 +150,7 @@ def curves(records: list[dict[str, Any]], histories: dict[int, list[dict[str, An
                 ax.annotate(str(r["number"]), finite[-1], fontsize=7, xytext=(3, 0), textcoords="offset points",
                             color=colour)
             stop = r.get("stopped_at_step")
-            if r.get("status") != "ok" and stop is not None:
+            if r.get("status") != Status.OK and stop is not None:
                 at = [row[key] for row in rows if row["step"] == stop]
                 if at and math.isfinite(at[0]) and (key != "grad_norm" or at[0] > 0):
                     ax.scatter([stop], [at[0]], marker="x", color=colour, s=60, linewidths=2, zorder=3)

@@ -3,531 +3,39 @@
     tuner report --experiment reward-tiny            # latest search: print it, log report.md + plots/
     tuner report --experiment reward-tiny --out rep  # also keep report.md and plots/*.png in ./rep
 
-Everything is computed by pure functions over the search's trial records (the ``trials`` of its
-``search.json``), so it is tested without MLflow; ``report_search`` only loads, renders and logs.
+    build_report(search).text()                      # the same from a search.json mapping, without MLflow
+
+Its parts, one idea each: ``tuner.report_analysis`` computes everything from the trial records
+(pure functions), ``tuner.report_render`` lays it out as text and markdown, ``tuner.plots`` draws
+the figures and ``tuner.report_store`` reads the search from MLflow and logs the report back.
+This module puts them together; the analysis functions are importable from here as well.
 """
 
 from __future__ import annotations
 
-import collections
-import math
-import re
-import statistics
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
+from tuner import plots, report_store
 from tuner.errors import TunerError
-from tuner.learning import MIN_EFFECT as MIN_PROGRESS
-from tuner.recommend import learned
-from tuner.space import PRECISIONS
-from tuner.records import Status
+from tuner.report_analysis import (MIN_HINT_TRIALS, BreakdownRow, Importance, breakdown, breakdown_lines,
+                                   crash_reasons, dimensions, hints, importances, lr_band, outcome, pareto_front)
+from tuner.report_render import Report
 
-STABLE = Status.OK
-
-# The statuses a trial ends with, in the order the tables show them; "not learning" is a stable
-# trial without a significant learning trend (tuner.learning): stable, but useless.
-FAILED = ("diverged", "collapsed", "crashed", "oom")
-BAD_OUTCOMES = ("diverged", "collapsed", "crashed", "oom", "not learning")
-_VERBS = {"diverged": "diverged", "collapsed": "collapsed", "crashed": "crashed", "oom": "ran out of memory",
-          "not learning": "did not learn (status ok, no significant learning trend)"}
-
-MIN_HINT_TRIALS = 3  # a hint compares two groups; with fewer trials per side it would be an anecdote
-MIN_RATE_GAP = 0.5  # a failure hint needs the failure rates to differ by at least this much
-MIN_SPEED_GAIN = 0.2  # a speed hint needs medians >= 20% apart: short CPU trials jitter by ~10%
-MIN_PROGRESS_LOSS = 0.25  # a progress hint needs medians >= 25% apart (and more than MIN_PROGRESS)
-MIN_IMPORTANCE_TRIALS = 4  # fANOVA's forest on fewer trials ranks noise
-MAX_DISCRETE_VALUES = 8  # a param with more distinct values is continuous: shown in decade bands
-
-
-# -- dimensions: which group a trial belongs to ---------------------------------------------------
-
-
-def lr_band(value: float) -> str:
-    """The decade a positive number falls in: 3e-4 -> "1e-4..1e-3" (a power of ten opens its decade)."""
-    exponent = math.floor(math.log10(value) + 1e-9)  # 1e-3 is 0.000999..9 in binary; keep it in its own decade
-    return f"1e{exponent}..1e{exponent + 1}"
-
-
-def _band_key(label: str) -> float:
-    return float(label.split("..")[0])
-
-
-def _label(value: Any) -> str:
-    if isinstance(value, bool):
-        return "on" if value else "off"
-    if isinstance(value, list):
-        return ",".join(map(str, value))
-    if isinstance(value, float):
-        return f"{value:g}"
-    return str(value)
-
-
-def dimensions(records: list[dict[str, Any]]) -> dict[str, dict[str, list[dict[str, Any]]]]:
-    """Trials grouped per dimension value: {"precision": {"fp16-pure": [records], ...}, "LoRA": {...}, ...}.
-
-    Only dimensions with at least two values among the trials are kept: a constant explains nothing.
-    ``use_peft`` is shown as "LoRA" on/off, and continuous params (learning_rate always) in decade bands.
-    Conditional params (lora_r ...) group only the trials that have them.
-    """
-    names: list[str] = []
-    for r in records:
-        names += [n for n in r.get("params", {}) if n not in names]
-    order = ["precision", "use_peft", "loss_type", "gradient_accumulation_steps", "learning_rate"]
-    names = [n for n in order if n in names or n == "use_peft"] + [n for n in names if n not in order]
-
-    grouped: dict[str, dict[str, list[dict[str, Any]]]] = {}
-    for name in names:
-        values = {n: r["params"][name] for n, r in enumerate(records) if name in r.get("params", {})}
-        if name == "use_peft":  # TRL trains without LoRA unless use_peft is set
-            values = {n: bool(r.get("params", {}).get("use_peft", False)) for n, r in enumerate(records)}
-        if not values or any(isinstance(v, dict) for v in values.values()):
-            continue
-        distinct = {repr(v) for v in values.values()}
-        positive = all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in values.values())
-        floats = all(isinstance(v, float) for v in values.values())
-        continuous = positive and floats and len(distinct) > MAX_DISCRETE_VALUES
-        banded = positive and (name == "learning_rate" or continuous)
-        groups: dict[str, list[dict[str, Any]]] = collections.defaultdict(list)
-        for n, v in values.items():
-            groups[lr_band(v) if banded else _label(v)].append(records[n])
-        if len(groups) < 2:
-            continue
-        if not banded and len(groups) > MAX_DISCRETE_VALUES:
-            continue  # strings or ints with many values (a seed, a path): no useful breakdown
-        ordered = sorted(groups.items(), key=_sort_key(name, banded, values))
-        grouped["LoRA" if name == "use_peft" else name] = dict(ordered)
-    return grouped
-
-
-def _sort_key(name: str, banded: bool, values: dict[int, Any]) -> Callable:
-    if banded:
-        return lambda item: _band_key(item[0])
-    if name == "precision":
-        return lambda item: PRECISIONS.index(item[0]) if item[0] in PRECISIONS else len(PRECISIONS)
-    numeric = {_label(v): v for v in values.values() if isinstance(v, (int, float)) and not isinstance(v, bool)}
-    return lambda item: (0, numeric[item[0]], "") if item[0] in numeric else (1, 0, item[0])
-
-
-def outcome(record: dict[str, Any]) -> str:
-    """The trial's status, with stable trials split into "learned" and "not learning"."""
-    status = record.get("status")
-    if status == STABLE:
-        return "learned" if learned(record) else "not learning"
-    return status or "crashed"
-
-
-# -- failure breakdown ------------------------------------------------------------------------------
+__all__ = ["Rendered", "Report", "build_report", "report_search",
+           # the analysis (tuner.report_analysis), for callers of the report:
+           "BreakdownRow", "Importance", "breakdown", "breakdown_lines", "crash_reasons", "dimensions", "hints",
+           "importances", "lr_band", "outcome", "pareto_front"]
 
 
 @dataclass
-class BreakdownRow:
-    dimension: str  # "precision", "LoRA", "learning_rate", ...
-    value: str  # "fp16-pure", "on", "1e-4..1e-3", ...
-    trials: int
-    statuses: dict[str, int]  # status -> trials that ended with it (ok, diverged, collapsed, crashed, oom, invalid)
-    learned: int  # ok trials that also learned
-    median_failed_step: float | None  # median stopped_at_step of the diverged/collapsed/crashed/oom trials
-
-    @property
-    def ok(self) -> int:
-        return self.statuses.get(STABLE, 0)
-
-    @property
-    def failed(self) -> int:
-        return sum(self.statuses.get(s, 0) for s in FAILED)
-
-    def sentence(self) -> str:
-        """'fp16-pure: 7 of 8 trials diverged (median step 4)'; 'bf16-mixed: 0 of 9 failed'."""
-        kinds = [(s, self.statuses[s]) for s in FAILED if self.statuses.get(s)]
-        step = _step(self.median_failed_step)
-        if not kinds:
-            text = f"{self.value}: 0 of {self.trials} failed"
-        elif len(kinds) == 1:
-            text = f"{self.value}: {self.failed} of {self.trials} trials {kinds[0][0]} (median step {step})"
-        else:
-            each = ", ".join(f"{n} {s}" for s, n in kinds)
-            text = f"{self.value}: {self.failed} of {self.trials} trials failed ({each}; median step {step})"
-        not_learning = self.ok - self.learned
-        return text + (f", {not_learning} stable but not learning" if not_learning else "")
-
-
-def _step(value: float | None) -> str:
-    if value is None:
-        return "-"
-    return f"{value:.0f}" if float(value).is_integer() else f"{value:.1f}"
-
-
-def breakdown(records: list[dict[str, Any]]) -> list[BreakdownRow]:
-    """One row per dimension value: how many trials ran with it and how each ended."""
-    rows = []
-    for dimension, groups in dimensions(records).items():
-        for value, members in groups.items():
-            statuses = collections.Counter(r.get("status") for r in members)
-            steps = [r["stopped_at_step"] for r in members
-                     if r.get("status") in FAILED and r.get("stopped_at_step") is not None]
-            rows.append(BreakdownRow(dimension, value, len(members), dict(statuses),
-                                     sum(1 for r in members if outcome(r) == "learned"),
-                                     statistics.median(steps) if steps else None))
-    return rows
-
-
-def breakdown_lines(rows: list[BreakdownRow]) -> list[str]:
-    """One line per dimension, its values' sentences joined: 'precision: fp16-pure: 7 of 8 ...; fp32: 0 of 9 failed'."""
-    lines: dict[str, list[str]] = collections.defaultdict(list)
-    for row in rows:
-        lines[row.dimension].append(row.sentence())
-    return [f"{dimension}: " + "; ".join(sentences) for dimension, sentences in lines.items()]
-
-
-def crash_reasons(records: list[dict[str, Any]]) -> list[tuple[int, str, str]]:
-    """(trials, status, reason) for each distinct reason of the crashed and oom trials, most common first. The
-    step a reason names ("at step 4") is left out, so one cause hitting trials at different steps counts once."""
-    counted: collections.Counter = collections.Counter()
-    for r in records:
-        if r.get("status") in ("crashed", "oom"):
-            reason = " ".join((r.get("reason") or "no reason recorded").split())
-            counted[(r["status"], re.sub(r",? (at|before) step \d+", "", reason))] += 1
-    return [(n, status, reason) for (status, reason), n in sorted(counted.items(), key=lambda kv: (-kv[1], kv[0]))]
-
-
-# -- Pareto front -----------------------------------------------------------------------------------
-
-
-def pareto_front(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The stable trials no other stable trial beats on both tokens/s and progress, fastest first."""
-    points = [r for r in records if r.get("status") == STABLE and finite_number(r.get("tokens_per_second"))
-              and finite_number(r.get("progress"))]
-    front = []
-    for r in points:
-        dominated = any(
-            o["tokens_per_second"] >= r["tokens_per_second"] and o["progress"] >= r["progress"]
-            and (o["tokens_per_second"] > r["tokens_per_second"] or o["progress"] > r["progress"])
-            for o in points)
-        if not dominated:
-            front.append(r)
-    return sorted(front, key=lambda r: (-r["tokens_per_second"], -r["progress"], r.get("number", 0)))
-
-
-def finite_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
-# -- parameter importances --------------------------------------------------------------------------
-
-
-@dataclass
-class Importance:
-    target: str  # "is stable" or "tokens/s"
-    values: dict[str, float] = field(default_factory=dict)  # param -> share of the target's variance, largest first
-    note: str = ""  # how it was computed, or why it was not
-
-
-def importances(records: list[dict[str, Any]], target: str) -> Importance:
-    """fANOVA importances (Optuna's evaluator, seeded) of each varied param for "is stable" (1/0) or "tokens/s".
-
-    The study is built in memory from the records; conditional params a trial lacks count as a
-    value of their own ("absent"), so lora_r is judged across LoRA and non-LoRA trials alike.
-    """
-    import optuna
-
-    if target == "is stable":
-        used = [r for r in records if r.get("status") != "invalid"]
-        values = [1.0 if r.get("status") == STABLE else 0.0 for r in used]
-    elif target == "tokens/s":
-        used = [r for r in records if finite_number(r.get("tokens_per_second")) and r["tokens_per_second"] > 0]
-        values = [float(r["tokens_per_second"]) for r in used]
-    else:
-        raise ValueError(f"target must be 'is stable' or 'tokens/s', but got {target=}.")
-    if len(used) < MIN_IMPORTANCE_TRIALS:
-        return Importance(target, note=f"not enough trials ({len(used)}; need {MIN_IMPORTANCE_TRIALS})")
-    if len(set(values)) < 2:
-        same = ("every trial was stable" if values[0] else "no trial was stable") if target == "is stable" \
-            else "every trial measured the same tokens/s"
-        return Importance(target, note=f"not enough variation: {same} ({len(used)} trials)")
-    distributions = _distributions(used)
-    if not distributions:
-        return Importance(target, note=f"not enough variation: every param was the same in all {len(used)} trials")
-
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = optuna.create_study(direction="maximize")
-    for r, value in zip(used, values):
-        params = {name: _optuna_value(r["params"].get(name)) for name in distributions}
-        study.add_trial(optuna.trial.create_trial(params=params, distributions=distributions, value=value))
-    scores = optuna.importance.get_param_importances(
-        study, evaluator=optuna.importance.FanovaImportanceEvaluator(seed=0))
-    return Importance(target, dict(scores), note=f"fANOVA over {len(used)} trials")
-
-
-def _optuna_value(value: Any) -> Any:
-    # Optuna choices are None/bool/int/float/str; a list (lora_target_modules) becomes one string.
-    return ",".join(map(str, value)) if isinstance(value, list) else value
-
-
-def _distributions(records: list[dict[str, Any]]) -> dict[str, Any]:
-    from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
-
-    names: list[str] = []
-    for r in records:
-        names += [n for n in r["params"] if n not in names]
-    distributions = {}
-    for name in names:
-        values = [_optuna_value(r["params"].get(name)) for r in records]
-        if any(isinstance(v, dict) for v in values):
-            continue
-        distinct = list(dict.fromkeys(values))
-        if len(distinct) < 2:
-            continue
-        numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
-        if numeric and (len(distinct) > MAX_DISCRETE_VALUES or name == "learning_rate"):
-            low, high = min(values), max(values)
-            log = low > 0 and high / low >= 100  # spans decades: the forest should split on its exponent
-            if all(isinstance(v, int) for v in values):
-                distributions[name] = IntDistribution(low, high, log=log)
-            else:
-                distributions[name] = FloatDistribution(float(low), float(high), log=log)
-        else:
-            choices = sorted(distinct, key=lambda v: (v is None, str(type(v)), str(v)))
-            distributions[name] = CategoricalDistribution(choices)
-    return distributions
-
-
-# -- hints ------------------------------------------------------------------------------------------
-
-
-def _name(dimension: str, value: str) -> str:
-    """A dimension value in a hint: 'fp16-pure', 'LoRA on', 'learning_rate in 1e-4..1e-3', 'max_grad_norm 0.3'."""
-    if dimension == "precision":
-        return value
-    if dimension == "LoRA":
-        return f"LoRA {value}"
-    return f"{dimension} in {value}" if ".." in value else f"{dimension} {value}"
-
-
-def _trials(dimension: str, value: str | None, count: str, plural: bool) -> str:
-    """'every fp16-pure trial', '3 of 4 trials with LoRA on', 'no other trial' (value None: the rest)."""
-    noun = "trials" if plural else "trial"
-    if value is None:
-        return f"{count} other {noun}"
-    if dimension == "precision":
-        return f"{count} {value} {noun}"
-    return f"{count} {noun} with {_name(dimension, value)}"
-
-
-def hints(records: list[dict[str, Any]], min_count: int = MIN_HINT_TRIALS) -> list[str]:
-    """Plain-language findings the trials support, each with its counts and what it is about: "stability:"
-    (diverged, collapsed, crashed, oom), "learning:" (stable but not learning, less progress) or "speed:".
-
-    A hint compares the trials with one dimension value against the trials with the others, and
-    needs at least ``min_count`` trials on each side: failure rates MIN_RATE_GAP apart, progress
-    medians MIN_PROGRESS_LOSS apart, tokens/s medians MIN_SPEED_GAIN apart. A value that fails more
-    often but runs faster when stable is a trade-off, said as one: never "avoid X" beside "X ran faster".
-    """
-    failure, progress, speed = [], [], []
-    compared, faster = [], set()
-    for dimension, groups in dimensions(records).items():
-        for value, members in groups.items():
-            others = {v: g for v, g in groups.items() if v != value}
-            rest = [r for g in others.values() for r in g]
-            if len(members) < min_count or len(rest) < min_count:
-                continue
-            other = next(iter(others)) if len(others) == 1 else None
-            compared.append((dimension, value, other, members, rest))
-            found = _progress_hint(dimension, value, other, members, rest, min_count)
-            if found:
-                progress.append(found)
-            found = _speed_hint(dimension, value, other, members, rest, min_count)
-            if found:
-                speed.append(found)
-                faster.add((dimension, value))
-    for dimension, value, other, members, rest in compared:
-        found = _failure_hint(dimension, value, other, members, rest, (dimension, value) in faster)
-        if found:
-            failure.append(found)
-    failure.sort(key=lambda item: -item[0])
-    return [text for _, text in failure] + progress + speed
-
-
-def _failure_hint(dimension, value, other, members, rest, faster: bool = False) -> tuple[float, str] | None:
-    counted = collections.Counter(outcome(r) for r in members)
-    for bad in sorted(BAD_OUTCOMES, key=lambda o: -counted[o]):
-        k, n = counted[bad], len(members)
-        k_rest, n_rest = sum(1 for r in rest if outcome(r) == bad), len(rest)
-        gap = k / n - k_rest / n_rest
-        if not k or gap < MIN_RATE_GAP:
-            continue
-        verb = _VERBS[bad]
-        first = (f"{_trials(dimension, value, 'every', False)} {verb} ({k} of {n})" if k == n
-                 else f"{_trials(dimension, value, f'{k} of {n}', True)} {verb}")
-        second = (f"and {_trials(dimension, other, 'no', False)} did (0 of {n_rest})" if k_rest == 0
-                  else f"vs {_trials(dimension, other, f'{k_rest} of {n_rest}', True)}")
-        about = "learning" if bad == "not learning" else "stability"
-        if faster:  # its stable trials ran faster (a speed hint says so): a trade-off, not a value to avoid
-            better = _name(dimension, other) if other is not None else "the other values"
-            gain = "more stable" if about == "stability" else "learns more often"
-            advice = f"{gain} with {better}, but {_name(dimension, value)} ran faster (see speed)"
-        elif other is not None and all(outcome(r) == "learned" for r in rest):
-            advice = f"use {_name(dimension, other)}"
-        else:  # "use" only a value whose every trial learned: never "use X" beside a hint that X failed
-            advice = f"avoid {_name(dimension, value)}"
-        return gap, f"{about}: {first} {second}: {advice}"
-    return None
-
-
-def _rest(dimension: str, other: str | None) -> str:
-    return "the others" if other is None else f"with {_name(dimension, other)}"
-
-
-def _medians(members, rest, key, min_count):
-    a = [r[key] for r in members if r.get("status") == STABLE and finite_number(r.get(key))]
-    b = [r[key] for r in rest if r.get("status") == STABLE and finite_number(r.get(key))]
-    if len(a) < min_count or len(b) < min_count:
-        return None
-    return statistics.median(a), statistics.median(b), len(a), len(b)
-
-
-def _progress_hint(dimension, value, other, members, rest, min_count) -> str | None:
-    found = _medians(members, rest, "progress", min_count)
-    if found is None:
-        return None
-    mine, theirs, n, n_rest = found
-    # Only the side that learned less speaks, so a two-valued dimension gives one hint, not a mirror pair.
-    if mine >= theirs or theirs - mine <= MIN_PROGRESS:
-        return None
-    scale = max(abs(theirs), MIN_PROGRESS)
-    if (theirs - mine) / scale < MIN_PROGRESS_LOSS:
-        return None
-    how = f"{(theirs - mine) / theirs:.0%} less progress" if theirs > 0 and mine > 0 else "less progress"
-    return (f"learning: stable trials with {_name(dimension, value)} made {how} than {_rest(dimension, other)} "
-            f"(median {mine:+.3f} vs {theirs:+.3f}, {n} vs {n_rest} trials)")
-
-
-def _speed_hint(dimension, value, other, members, rest, min_count) -> str | None:
-    found = _medians(members, rest, "tokens_per_second", min_count)
-    if found is None:
-        return None
-    mine, theirs, n, n_rest = found
-    # Only the faster side speaks: that is the one to act on.
-    if theirs <= 0 or mine / theirs - 1 < MIN_SPEED_GAIN:
-        return None
-    return (f"speed: stable trials with {_name(dimension, value)} ran {mine / theirs - 1:.0%} faster "
-            f"than {_rest(dimension, other)} "
-            f"(median {mine:.0f} vs {theirs:.0f} tokens/s, {n} vs {n_rest} trials)")
-
-
-# -- the report ---------------------------------------------------------------------------------------
-
-
-@dataclass
-class Report:
-    title: str
-    records: list[dict[str, Any]]
-    recommended: dict[str, Any] | None
-    breakdown: list[BreakdownRow]
-    importances: list[Importance]
-    hints: list[str]
-    front: list[dict[str, Any]]
-    min_count: int = MIN_HINT_TRIALS
-    crashes: list[tuple[int, str, str]] = field(default_factory=list)  # crash_reasons()
-
-    def text(self) -> str:
-        """The terminal version: aligned tables."""
-        return "\n".join(self._sections(fenced=False)) + "\n"
-
-    def markdown(self, plots: list[str] = ()) -> str:
-        """report.md: the same tables in code blocks, plus the plots."""
-        lines = self._sections(fenced=True)
-        if plots:
-            lines += ["", "## Plots", ""] + [f"![{Path(p).stem}]({p})" for p in plots]
-        return "\n".join(lines) + "\n"
-
-    def _sections(self, fenced: bool) -> list[str]:
-        def heading(text: str) -> list[str]:
-            return ["", f"## {text}", ""] if fenced else ["", text, "-" * len(text)]
-
-        def block(lines: list[str]) -> list[str]:
-            return ["```", *lines, "```"] if fenced else lines
-
-        counts = collections.Counter(outcome(r) for r in self.records)
-        order = ("learned", "not learning", *FAILED, "invalid")
-        out = [f"# {self.title}" if fenced else self.title,
-               "", f"{len(self.records)} trials: " + ", ".join(f"{counts[o]} {o}" for o in order if counts[o])]
-        if self.recommended:
-            best = self.recommended
-            out.append(f"recommended: trial {best['number']} ({best['tokens_per_second']:.0f} tokens/s, "
-                       f"progress {best['progress']:+.3f})")
-        else:
-            out.append("recommended: none (no trial was stable and learned)")
-
-        out += heading("Failures by dimension value")
-        if self.breakdown:
-            out += block(_breakdown_table(self.breakdown))
-            out += [""] + [f"- {line}" for line in breakdown_lines(self.breakdown)]
-        else:
-            out.append("every trial had the same values: nothing to break down")
-
-        out += heading("Crash reasons")
-        if self.crashes:
-            out += [f"- {n} {'trial' if n == 1 else 'trials'} {_VERBS[status]}: {reason}"
-                    for n, status, reason in self.crashes]
-        else:
-            out.append("no trial crashed or ran out of memory")
-
-        out += heading("What drives stability and speed (parameter importance)")
-        for imp in self.importances:
-            if imp.values:
-                width = max(len(name) for name in imp.values)
-                rows = [f"{name:<{width}}  {score:5.2f}  {'#' * round(score * 20)}".rstrip()
-                        for name, score in imp.values.items()]
-                out += [f"{imp.target} ({imp.note}):"] + block(rows)
-            else:
-                out.append(f"{imp.target}: {imp.note}")
-
-        out += heading("Stable Pareto front (tokens/s vs progress)")
-        if self.front:
-            out += block(_front_table(self.front, self.recommended))
-        else:
-            out.append("no stable trial with tokens/s and progress")
-
-        out += heading("Hints")
-        if self.hints:
-            out += [f"- {hint}" for hint in self.hints]
-        else:
-            out.append(f"none the trials support (a hint needs {self.min_count}+ trials on each side of a comparison "
-                       "and a clear gap)")
-        return out
-
-
-def _align(header: list[str], rows: list[list[str]], right: set[int]) -> list[str]:
-    widths = [max(len(str(c)) for c in column) for column in zip(header, *rows)]
-
-    def fmt(cells):
-        return "  ".join(str(c).rjust(w) if i in right else str(c).ljust(w)
-                         for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
-    return [fmt(header), *(fmt(r) for r in rows)]
-
-
-def _breakdown_table(rows: list[BreakdownRow]) -> list[str]:
-    extra = [s for s in ("oom", "invalid") if any(r.statuses.get(s) for r in rows)]
-    header = ["dimension", "value", "trials", "ok", "learned", "diverged", "collapsed", "crashed", *extra,
-              "median fail step"]
-    table, last = [], None
-    for r in rows:
-        name = r.dimension if r.dimension != last else ""
-        last = r.dimension
-        table.append([name, r.value, r.trials, r.ok, r.learned, *(r.statuses.get(s, 0) for s in
-                      ("diverged", "collapsed", "crashed", *extra)), _step(r.median_failed_step)])
-    return _align(header, table, right=set(range(2, len(header))))
-
-
-def _front_table(front: list[dict[str, Any]], recommended: dict[str, Any] | None) -> list[str]:
-    from tuner.search import describe_params
-
-    rows = [[r["number"], f"{r['tokens_per_second']:.0f}", f"{r['progress']:+.3f}",
-             "recommended" if recommended and r["number"] == recommended["number"] else "",
-             describe_params(r["params"])] for r in front]
-    return _align(["trial", "tokens/s", "progress", "", "params"], rows, right={0, 1, 2})
+class Rendered:
+    report: Report
+    run_id: str
+    folder: Path  # holds report.md and plots/*.png
+    plots: list[Path]
 
 
 def build_report(search: dict[str, Any], title: str = "", min_count: int = MIN_HINT_TRIALS) -> Report:
@@ -539,58 +47,17 @@ def build_report(search: dict[str, Any], title: str = "", min_count: int = MIN_H
                   hints(records, min_count), pareto_front(records), min_count, crash_reasons(records))
 
 
-# -- MLflow: load, render, log ------------------------------------------------------------------------
-
-
-@dataclass
-class Rendered:
-    report: Report
-    run_id: str
-    folder: Path  # holds report.md and plots/*.png
-    plots: list[Path]
-
-
-def load_histories(mlflow_client, records: list[dict[str, Any]]) -> dict[int, list[dict[str, Any]]]:
-    """Each trial's per-step history from its nested run's result.json, by trial number."""
-    import json
-
-    histories = {}
-    with tempfile.TemporaryDirectory(prefix="tuner-report-") as tmp:
-        for r in records:
-            if not r.get("run_id"):
-                continue
-            try:
-                path = mlflow_client.download_artifacts(r["run_id"], "result.json", tmp)
-            except Exception:  # noqa: BLE001 - a trial run without its result: plot what exists
-                continue
-            histories[r["number"]] = json.loads(Path(path).read_text()).get("history") or []
-    return histories
-
-
 def report_search(uri: str, experiment: str, run_id: str | None = None, out: str | Path | None = None,
                   min_count: int = MIN_HINT_TRIALS) -> Rendered:
     """Load a search from MLflow, build its report and plots, write them to ``out`` (or a temp
     folder) and log them on the search's parent run as report.md and plots/*.png."""
-    from mlflow.exceptions import MlflowException
-
-    from tuner import plots, tracking
-
-    if uri.startswith(("http://", "https://")):
-        tracking.check_tracking(uri)  # MLflow's client would retry an absent server for minutes
-    try:
-        run, search = tracking.load_search(uri, experiment, run_id)
-    except MlflowException as e:  # e.g. a --run-id that is not in this store
-        where = f"--run-id {run_id}" if run_id else f"--experiment {experiment}"
-        cause = " ".join(str(e.message).split())[:200]
-        raise TunerError(f"{where}: MLflow at {uri} says: {cause}; check the value, or leave --run-id out to "
-                         "report on the latest search") from None
-    parent = run.info.run_id
-    params = run.data.params
-    title = (f"tuner report: {search.get('trainer')} on {search.get('model')}, search {run.info.run_name} "
-             f"(run {parent}), {params.get('sampler', '?')} sampler, {params.get('max_steps', '?')} steps per trial")
+    stored = report_store.load_search(uri, experiment, run_id)
+    search, params = stored.search, stored.params
+    title = (f"tuner report: {search.get('trainer')} on {search.get('model')}, search {stored.run_name} "
+             f"(run {stored.run_id}), {params.get('sampler', '?')} sampler, {params.get('max_steps', '?')} steps "
+             "per trial")
     report = build_report(search, title, min_count)
-    mlflow_client = tracking.client(uri)
-    histories = load_histories(mlflow_client, report.records)
+    histories = report_store.load_histories(uri, report.records)
 
     folder = Path(out) if out else Path(tempfile.mkdtemp(prefix="tuner-report-"))
     try:
@@ -600,7 +67,5 @@ def report_search(uri: str, experiment: str, run_id: str | None = None, out: str
         raise TunerError(f"--out {out}: cannot write there ({e.strerror or e}); pass a writable folder") from None
     written = plots.save_all(report, histories, folder / "plots")
     (folder / "report.md").write_text(report.markdown([f"plots/{p.name}" for p in written]))
-    mlflow_client.log_artifact(parent, str(folder / "report.md"))
-    for path in written:
-        mlflow_client.log_artifact(parent, str(path), "plots")
-    return Rendered(report, parent, folder, written)
+    report_store.log_report(uri, stored.run_id, folder / "report.md", written)
+    return Rendered(report, stored.run_id, folder, written)
