@@ -6,14 +6,12 @@ import time
 
 import pytest
 
-from tuner.data import (
-    REQUIRED_COLUMNS,
-    TRAINERS,
-    VOCABULARY,
-    builtin_dataset,
-    check_columns,
-    load_dataset_spec,
-)
+from tuner.data import builtin_dataset, check_columns, load_dataset_spec
+from tuner.tiny_data import VOCABULARY
+from tuner.trainers import ADAPTERS
+
+TRAINERS = tuple(ADAPTERS)
+REQUIRED_COLUMNS = {name: [list(columns) for columns in a.columns] for name, a in ADAPTERS.items()}
 from tuner.errors import TunerError
 from tuner.rewards import TRL_REWARDS, builtin_reward, resolve_reward_funcs, reward_func_spec
 

@@ -19,7 +19,8 @@ import yaml
 
 from tuner import cli, recommend
 from tuner.space import PRECISIONS, load_space
-from tuner.trainers import ADAPTERS, PRECISION_SETTINGS
+from tuner.precision import PRECISIONS as PRECISION_ROWS
+from tuner.trainers import ADAPTERS
 
 TRAINERS = tuple(ADAPTERS)
 MODEL = "/models/tiny"  # TRL's parser does not open the model; any path reads back as written
@@ -89,7 +90,7 @@ def test_exported_yaml_parses_through_trls_own_parser_and_reads_back(trainer, us
             assert same(value, getattr(holder, key)), (key, value, type(holder).__name__, getattr(holder, key))
 
     # The precision means the run tuner measured: the weights' dtype, and autocast only for "-mixed".
-    assert model_args.dtype == PRECISION_SETTINGS[precision][0]
+    assert model_args.dtype == PRECISION_ROWS[precision].weight_dtype
     assert args.bf16 is (precision == "bf16-mixed")
     assert args.fp16 is (precision == "fp16-mixed")
     assert args.learning_rate == params["learning_rate"]
@@ -217,7 +218,7 @@ def test_tuner_export_yaml_and_json_after_a_real_search(anchor, tmp_path, monkey
     best = anchor.outcome.recommended["params"]
     assert args.learning_rate == best["learning_rate"]
     assert args.per_device_train_batch_size == 8 and args.max_length == 64
-    assert model_args.dtype == PRECISION_SETTINGS[best["precision"]][0]
+    assert model_args.dtype == PRECISION_ROWS[best["precision"]].weight_dtype
     assert args.bf16 is False and args.fp16 is False  # the anchor grid has only fp32 and "-pure" precisions
     assert model_args.model_name_or_path == anchor.prepared.model_path
     # no use_cpu from the CPU the search ran on: the file is for the machine the user trains on
@@ -288,7 +289,7 @@ def preference_rows(n: int) -> list[dict]:
     """Pairs in the built-in data's words, far longer than the shipped reward space's max_length of 64."""
     import random
 
-    from tuner.data import ANIMALS, COLOURS
+    from tuner.tiny_data import ANIMALS, COLOURS
 
     rng = random.Random(0)
     rows = []

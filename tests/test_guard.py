@@ -115,18 +115,18 @@ def test_fp16_mixed_calibration_skips_then_healthy_is_normal():
     calibrating = {"loss": 2.3, "grad_norm": INF, "step_skipped": 1.0, "loss_scale": 65536.0}
     healthy = {"loss": 2.2, "grad_norm": 1.5, "step_skipped": 0.0, "loss_scale": 8192.0}
     history = steps(calibrating, calibrating, calibrating, *[healthy] * 10)
-    assert first_verdict("sft", history, fp16_mixed=True) is None
+    assert first_verdict("sft", history, grad_scaler=True) is None
 
 
 def test_fp16_mixed_calibration_without_step_skipped_key_is_inferred():
     history = steps(*[{"loss": 2.3, "grad_norm": INF}] * 3, *[{"loss": 2.2, "grad_norm": 1.5}] * 5)
     # Non-finite grad norms with a finite loss in the first max_skipped_steps steps read as calibration.
-    assert first_verdict("sft", history, fp16_mixed=True) is None
+    assert first_verdict("sft", history, grad_scaler=True) is None
 
 
 def test_fp16_mixed_inferred_skip_ends_after_the_first_steps():
     history = steps(*[{"loss": 2.2, "grad_norm": 1.5}] * 6, {"loss": 2.2, "grad_norm": INF})
-    verdict = first_verdict("sft", history, fp16_mixed=True)
+    verdict = first_verdict("sft", history, grad_scaler=True)
     assert (verdict.signal, verdict.step) == ("non_finite", 7)
 
 
@@ -138,7 +138,7 @@ def test_inf_grad_norm_without_fp16_mixed_diverges_at_step_one():
 
 def test_fp16_mixed_many_consecutive_skipped_steps_diverge():
     skipped = {"loss": 2.3, "grad_norm": NAN, "step_skipped": 1.0}
-    verdict = first_verdict("sft", steps(*[skipped] * 8), fp16_mixed=True)
+    verdict = first_verdict("sft", steps(*[skipped] * 8), grad_scaler=True)
     # Five skips are tolerated, the sixth in a row fires.
     assert (verdict.status, verdict.signal, verdict.step) == ("diverged", "skipped_steps", 6)
 
@@ -147,20 +147,20 @@ def test_fp16_mixed_skip_streak_resets_on_a_real_step():
     skipped = {"loss": 2.3, "grad_norm": INF, "step_skipped": 1.0}
     healthy = {"loss": 2.2, "grad_norm": 1.5, "step_skipped": 0.0}
     history = steps(*[skipped] * 5, healthy, *[skipped] * 5, healthy)
-    assert first_verdict("sft", history, fp16_mixed=True) is None
+    assert first_verdict("sft", history, grad_scaler=True) is None
 
 
 def test_fp16_mixed_collapsing_loss_scale_diverges():
     scales = [65536.0, 4096.0, 64.0, 2.0, 0.5]
     history = steps(*[{"loss": 2.3, "grad_norm": 1.0, "step_skipped": 0.0, "loss_scale": scale} for scale in scales])
-    verdict = first_verdict("sft", history, fp16_mixed=True)
+    verdict = first_verdict("sft", history, grad_scaler=True)
     assert (verdict.status, verdict.signal, verdict.step) == ("diverged", "loss_scale_collapse", 5)
     assert "loss_scale is 0.5 at step 5" in verdict.reason
 
 
 def test_fp16_mixed_nan_loss_is_divergence_even_on_a_skipped_step():
     history = steps({"loss": NAN, "grad_norm": INF, "step_skipped": 1.0})
-    verdict = first_verdict("kto", history, fp16_mixed=True)
+    verdict = first_verdict("kto", history, grad_scaler=True)
     assert (verdict.signal, verdict.step) == ("non_finite", 1)
 
 
@@ -170,7 +170,7 @@ def test_fp16_mixed_skipped_step_does_not_count_as_grad_explosion():
         {"loss": 2.3, "grad_norm": 1e9, "step_skipped": 1.0},
         {"loss": 2.2, "grad_norm": 1.0, "step_skipped": 0.0},
     )
-    assert first_verdict("sft", history, fp16_mixed=True) is None
+    assert first_verdict("sft", history, grad_scaler=True) is None
 
 
 # --- collapse rules --------------------------------------------------------------------------------
@@ -368,7 +368,7 @@ def test_fp16_mixed_gradscaler_skips_do_not_trip_the_no_update_rule():
              "params_changed": 1.0}
     after = {key: value for key, value in moved.items() if key != "params_changed"}  # moved once: no longer checked
     history = steps(*[skipped] * 5, moved, after, after)
-    assert first_verdict("sft", history, fp16_mixed=True) is None
+    assert first_verdict("sft", history, grad_scaler=True) is None
 
 
 def test_warmup_steps_at_learning_rate_zero_do_not_use_up_the_no_update_patience():

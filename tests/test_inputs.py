@@ -20,7 +20,8 @@ import yaml
 from tuner import cli, search
 from tuner.data import builtin_dataset
 from tuner.errors import TunerError
-from tuner.trial import TrialSpec, _child, prepare_trial_spec, run_trial, run_trial_isolated
+from tuner.trial import TrialSpec, prepare_trial_spec, run_trial, run_trial_isolated
+from tuner.trial.isolation import _child
 
 STORE = "mlflow"  # relative: each test runs in its own tmp_path, so the store would appear there
 

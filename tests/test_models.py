@@ -6,7 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from tuner.data import TRAINERS, VOCABULARY, builtin_dataset
+from tuner.data import builtin_dataset
+from tuner.tiny_data import VOCABULARY
+from tuner.trainers import names as trainer_names
 from tuner.errors import TunerError
 from tuner.models import (
     ALIASES,
@@ -38,7 +40,7 @@ def empty_hub_cache(tmp_path, monkeypatch):
 
 def _builtin_texts() -> list[str]:
     texts = []
-    for trainer in TRAINERS:
+    for trainer in trainer_names():
         for row in builtin_dataset(trainer, size=32):
             texts += [value for value in row.values() if isinstance(value, str)]
     return texts

@@ -11,7 +11,9 @@ import sys
 import pytest
 
 from tuner.errors import TunerError
-from tuner.trial import FAULT_ENV, TrialSpec, load_trial_spec, run_trial, run_trial_isolated, throughput
+from tuner.trial import TrialSpec, load_trial_spec, run_trial, run_trial_isolated
+from tuner.trial.faults import FAULT_ENV
+from tuner.trial.measure import throughput
 
 # The docs/failures.md reproduction: a reward model at learning rate 0.3, batch 8, 20 steps.
 DIVERGENCE = {"per_device_train_batch_size": 8, "learning_rate": 0.3}

@@ -1,22 +1,11 @@
-"""Training data for trials: tiny built-in datasets per trainer, and user datasets with their columns checked.
+"""Training data for trials: the built-in dataset of a trainer, and user datasets with their columns checked.
 
     from tuner.data import builtin_dataset, load_dataset_spec
-    builtin_dataset("dpo", size=64)                       # deterministic, words from VOCABULARY only
+    builtin_dataset("dpo", size=64)                       # deterministic: the trainer entry's built-in rows
     load_dataset_spec("data/prefs.jsonl", "dpo")          # a local file, a save_to_disk folder, or a hub id
 
-The built-in data is made so that the embedded tiny model (random weights) visibly learns in 20 optimizer
-steps at batch 8 (measured with TRL 1.16: DPO and reward accuracy reach 1.0 at learning rate 5e-3, SFT loss
-falls from 6.0 to 3.4, KTO loss from 0.5 to 0.16, GRPO reward doubles at 1e-2). The preference trainers share
-one pattern, "colours are good, animals are bad":
-
-- grpo:   prompts such as "name red cat colours"; the default reward (``tuner.rewards.builtin_reward``) is
-          the fraction of completion words that are words of VOCABULARY; a random policy writes about one
-          in four (the rest are word fragments), so completions in a group get different rewards.
-- dpo, reward: chosen " yes good red blue green", rejected " no bad cat dog fox".
-- kto:    the same completions unpaired, labelled True (colours) / False (animals), half and half.
-- sft:    "text" lines from one small grammar: "the red cat sees four small dog".
-
-Completions start with a space because TRL joins standard-format prompt and completion as ``prompt + completion``.
+What a trainer reads (its column sets, its built-in rows) is its entry in ``tuner.trainers``; the tiny model's
+own task is ``tuner.tiny_data``.
 """
 
 from __future__ import annotations
@@ -26,134 +15,34 @@ import random
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tuner import trainers
 from tuner.errors import TunerError
 
 if TYPE_CHECKING:
     import datasets
 
 __all__ = [
-    "ANIMALS",
-    "COLOURS",
-    "REQUIRED_COLUMNS",
-    "TRAINERS",
-    "VOCABULARY",
     "builtin_dataset",
     "check_columns",
-    "check_trainer",
     "load_dataset_spec",
 ]
-
-TRAINERS = ("grpo", "dpo", "kto", "reward", "sft")
-
-DIGITS = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
-COLOURS = ["black", "blue", "brown", "gold", "gray", "green", "orange", "pink", "purple", "red", "white", "yellow"]
-ANIMALS = [
-    "bear", "bird", "cat", "cow", "dog", "duck", "fish", "fox", "frog",
-    "goat", "horse", "lion", "mouse", "owl", "pig", "sheep", "tiger", "wolf",
-]  # fmt: skip
-_VERBS = [
-    "are", "chase", "chases", "count", "do", "does", "eat", "eats", "find", "finds", "give", "has", "have",
-    "is", "like", "likes", "list", "make", "name", "say", "see", "sees", "take", "want", "wants",
-]  # fmt: skip
-_ANSWERS = ["bad", "false", "good", "maybe", "no", "right", "true", "wrong", "yes"]
-_ADJECTIVES = ["big", "cold", "fast", "happy", "hot", "new", "old", "sad", "slow", "small"]
-_NOUNS = [
-    "animal", "animals", "ball", "box", "car", "colour", "colours", "fire", "house",
-    "moon", "number", "numbers", "star", "sun", "tree", "water", "word", "words",
-]  # fmt: skip
-_FUNCTION_WORDS = [
-    "a", "an", "and", "i", "in", "it", "not", "of", "on", "or", "that", "the", "they",
-    "this", "to", "very", "we", "what", "which", "with", "you",
-]  # fmt: skip
-
-# Every word of every built-in dataset; the tiny model's tokenizer has exactly these words (plus special tokens),
-# so nothing built in is ever tokenized to <unk>. Sorted so token ids are stable.
-VOCABULARY: list[str] = sorted(
-    set(DIGITS + COLOURS + ANIMALS + _VERBS + _ANSWERS + _ADJECTIVES + _NOUNS + _FUNCTION_WORDS)
-)
-
-# Column sets each TRL 1.16 trainer accepts (any one set suffices), most explicit first. From the trainers'
-# `_prepare_dataset`: DPO and KTO extract a missing prompt from chosen/rejected, KTO unpairs chosen/rejected
-# into completion/label, the reward trainer takes an optional prompt, SFT converts from/value "conversations".
-REQUIRED_COLUMNS: dict[str, list[list[str]]] = {
-    "grpo": [["prompt"]],
-    "dpo": [["prompt", "chosen", "rejected"], ["chosen", "rejected"]],
-    "kto": [["prompt", "completion", "label"], ["prompt", "chosen", "rejected"], ["chosen", "rejected"]],
-    "reward": [["chosen", "rejected"], ["prompt", "chosen", "rejected"]],
-    "sft": [["text"], ["prompt", "completion"], ["messages"], ["conversations"]],
-}
 
 _FILE_LOADERS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
 
 
-def check_trainer(trainer: str) -> str:
-    """Return ``trainer`` if it is one tuner knows, else raise a TunerError listing the known ones."""
-    if trainer not in TRAINERS:
-        raise TunerError(f"unknown trainer {trainer!r}; choose one of: {', '.join(TRAINERS)}")
-    return trainer
-
-
 def builtin_dataset(trainer: str, size: int = 256, seed: int = 0) -> datasets.Dataset:
-    """A deterministic tiny dataset for ``trainer`` in TRL's standard (plain text) format.
+    """A deterministic dataset of the trainer entry's built-in rows, in TRL's standard (plain text) format.
 
-    The same ``(trainer, size, seed)`` always gives the same rows; all words come from VOCABULARY.
+    The same ``(trainer, size, seed)`` always gives the same rows.
     """
     from datasets import Dataset
 
-    check_trainer(trainer)
+    entry = trainers.adapter(trainer)
     if size < 1:
         raise TunerError(f"built-in dataset size must be at least 1, but got {size=}")
     rng = random.Random(f"{trainer}:{seed}")  # a string seed is hashed deterministically (not by PYTHONHASHSEED)
-    rows = [_BUILDERS[trainer](rng, i) for i in range(size)]
+    rows = [entry.tiny_rows(rng, i) for i in range(size)]
     return Dataset.from_dict({key: [row[key] for row in rows] for key in rows[0]})
-
-
-def _grpo_row(rng: random.Random, i: int) -> dict:
-    # Short prompts that mention colours and animals; the reward only looks at the completion, so the prompt
-    # gives the policy context to condition on without making the task depend on reading it.
-    verb = rng.choice(["name", "say", "list", "count"])
-    words = rng.sample(COLOURS, 1) + rng.sample(ANIMALS, 1)
-    rng.shuffle(words)
-    return {"prompt": " ".join([verb, *words, rng.choice(["colours", "words"])])}
-
-
-def _prompt(rng: random.Random) -> str:
-    return f"do you like the {rng.choice(COLOURS)} {rng.choice(ANIMALS)}"
-
-
-def _good(rng: random.Random) -> str:
-    return " " + " ".join(["yes", "good", *rng.sample(COLOURS, rng.randint(2, 4))])
-
-
-def _bad(rng: random.Random) -> str:
-    return " " + " ".join(["no", "bad", *rng.sample(ANIMALS, rng.randint(2, 4))])
-
-
-def _preference_row(rng: random.Random, i: int) -> dict:
-    return {"prompt": _prompt(rng), "chosen": _good(rng), "rejected": _bad(rng)}
-
-
-def _kto_row(rng: random.Random, i: int) -> dict:
-    # Alternating labels keep desirable and undesirable exactly balanced, so KTO's default weights fit.
-    desirable = i % 2 == 0
-    prompt = _prompt(rng)
-    return {"prompt": prompt, "completion": _good(rng) if desirable else _bad(rng), "label": desirable}
-
-
-def _sft_row(rng: random.Random, i: int) -> dict:
-    subject = f"the {rng.choice(COLOURS)} {rng.choice(ANIMALS)}"
-    verb = rng.choice(["sees", "likes", "finds", "chases", "eats"])
-    count = rng.choice(DIGITS[2:])
-    return {"text": f"{subject} {verb} {count} {rng.choice(_ADJECTIVES)} {rng.choice(ANIMALS)}"}
-
-
-_BUILDERS = {
-    "grpo": _grpo_row,
-    "dpo": _preference_row,
-    "kto": _kto_row,
-    "reward": _preference_row,
-    "sft": _sft_row,
-}
 
 
 def check_columns(dataset: datasets.Dataset, trainer: str, where: str) -> None:
@@ -161,11 +50,11 @@ def check_columns(dataset: datasets.Dataset, trainer: str, where: str) -> None:
 
     The message names ``where`` (a file or dataset id), the closest accepted set, what is missing and what is there.
     """
-    check_trainer(trainer)
+    entry = trainers.adapter(trainer)
     has = list(dataset.column_names)
-    accepted = REQUIRED_COLUMNS[trainer]
+    accepted = [list(columns) for columns in entry.columns]
     if any(set(columns) <= set(has) for columns in accepted):
-        _check_label_type(dataset, trainer, where)
+        _check_bool_columns(dataset, entry, where)
         return
     closest = min(accepted, key=lambda columns: len(set(columns) - set(has)))  # ties: the first, most explicit
     missing = [column for column in closest if column not in has]
@@ -178,16 +67,17 @@ def check_columns(dataset: datasets.Dataset, trainer: str, where: str) -> None:
     raise TunerError(message + "; rename or add the columns")
 
 
-def _check_label_type(dataset: datasets.Dataset, trainer: str, where: str) -> None:
+def _check_bool_columns(dataset: datasets.Dataset, entry, where: str) -> None:
     # KTO indexes with the label as a boolean mask; 0/1 integers or "yes"/"no" strings fail deep inside training.
-    if trainer != "kto" or "label" not in dataset.column_names or "completion" not in dataset.column_names:
-        return
-    dtype = getattr(dataset.features["label"], "dtype", type(dataset.features["label"]).__name__)
-    if dtype != "bool":
-        raise TunerError(
-            f"{where}: kto column 'label' must be true/false (desirable or not), but it holds {dtype}; "
-            "write it as JSON true/false or cast it with dataset.cast_column('label', Value('bool'))"
-        )
+    for column in entry.bool_columns:
+        if column not in dataset.column_names or "completion" not in dataset.column_names:
+            continue
+        dtype = getattr(dataset.features[column], "dtype", type(dataset.features[column]).__name__)
+        if dtype != "bool":
+            raise TunerError(
+                f"{where}: {entry.name} column {column!r} must be true/false (desirable or not), but it holds {dtype}; "
+                f"write it as JSON true/false or cast it with dataset.cast_column({column!r}, Value('bool'))"
+            )
 
 
 def load_dataset_spec(spec: str | os.PathLike | None, trainer: str, split: str = "train") -> datasets.Dataset:
@@ -197,7 +87,7 @@ def load_dataset_spec(spec: str | os.PathLike | None, trainer: str, split: str =
     A local directory written by ``save_to_disk``, or holding data files -> that dataset (its ``split``).
     Anything else is a Hugging Face Hub dataset id, loaded with ``datasets.load_dataset(spec, split=split)``.
     """
-    check_trainer(trainer)
+    trainers.adapter(trainer)
     if spec is None or spec == "builtin":
         return builtin_dataset(trainer)
     spec = os.fspath(spec)

@@ -28,3 +28,17 @@ def describe_exception(error: BaseException) -> str:
     depth = 0 if module in ("", "__main__") else len(module.split(".")) + (path.name == "__init__.py")
     shown = path.relative_to(path.parents[depth - 1]) if 0 < depth <= len(path.parents) else path
     return f"{text} ({shown}:{tb.tb_lineno} in {code.co_name})"
+
+
+def quiet_libraries() -> None:
+    """Keep library chatter off stderr, where a bad input's one line goes, and out of a search of hundreds of
+    trials: progress bars, load reports, and the datasets loader's own log of a file it cannot parse."""
+    import logging
+
+    import datasets
+    import transformers
+
+    datasets.disable_progress_bars()
+    transformers.logging.set_verbosity_error()
+    transformers.logging.disable_progress_bar()
+    logging.getLogger("datasets").setLevel(logging.CRITICAL)

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from tuner.errors import TunerError
+from tuner.trainers import adapter
 
 __all__ = ["LENGTH_FIELDS", "MEASURE_ROWS", "PERCENTILE", "build", "harness_lengths", "measure_max_length",
            "render_export", "with_overrides"]
@@ -95,11 +96,10 @@ def _join(prompt: Any, rest: Any, tokenizer) -> str:
 def _sequences(trainer: str, row: dict[str, Any], tokenizer) -> tuple[str, list[str]]:
     """(what is measured, the texts of one row whose longest is the row's length)."""
     prompt = row.get("prompt", "" if not isinstance(row.get("chosen", row.get("completion")), list) else [])
-    if trainer in ("dpo", "reward"):
-        return "prompt+chosen and prompt+rejected", [_join(prompt, row["chosen"], tokenizer),
-                                                     _join(prompt, row["rejected"], tokenizer)]
-    if trainer == "kto":
-        return "prompt+completion", [_join(prompt, row["completion"], tokenizer)]
+    pairs = adapter(trainer).length_pairs
+    if pairs:
+        return (" and ".join(f"{first}+{second}" for first, second in pairs),
+                [_join(row.get(first, prompt), row[second], tokenizer) for first, second in pairs])
     if "messages" in row:
         return "messages", [_text(row["messages"], tokenizer)]
     if "completion" in row:
@@ -150,7 +150,7 @@ def decide_lengths(trainer: str, params: dict[str, Any], *, space=None, dataset:
         if name in params and name not in harness:
             source = "your search space's fixed value" if name in user_fixed else "chosen by the search"
             decided.append({"name": name, "value": params[name], "why": f"{source} (every trial ran with it)"})
-        elif name == "max_length" and trainer != "grpo" and dataset:
+        elif name == "max_length" and adapter(trainer).length_pairs != () and dataset:
             try:
                 value, why = _measured(trainer, dataset, model_path)
             except Exception as e:  # noqa: BLE001 - the search is done: say what failed, do not lose the export
@@ -159,7 +159,7 @@ def decide_lengths(trainer: str, params: dict[str, Any], *, space=None, dataset:
                     f"{str(e).splitlines()[0][:120] if str(e) else ''}); set it with tuner export {_flag(name)} N{was}")})
             else:
                 decided.append({"name": name, "value": value, "why": why + was})
-        elif trainer == "grpo" and name == "max_completion_length":
+        elif adapter(trainer).uses_reward_funcs and name == "max_completion_length":
             decided.append({"name": name, "value": None, "why": (
                 f"TRL's default ({default}): completions are generated, so their length is not in the data; set it "
                 f"with tuner export {_flag(name)} N{was}")})

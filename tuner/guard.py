@@ -96,7 +96,7 @@ class Guard:
     are not failures (the reward saturated) are kept in ``notes``.
     """
 
-    def __init__(self, trainer: str, fp16_mixed: bool = False, settings: GuardSettings | None = None,
+    def __init__(self, trainer: str, grad_scaler: bool = False, settings: GuardSettings | None = None,
                  max_grad_norm: float | None = None):
         from tuner.trainers import ADAPTERS
 
@@ -105,7 +105,7 @@ class Guard:
         self.trainer = trainer
         # GRPO's loss is ~0 by construction; a loss near 0 means "solved" only where learning lowers the loss.
         self._learns_on_loss = ADAPTERS[trainer].progress_metric == "loss"
-        self.fp16_mixed = fp16_mixed
+        self.grad_scaler = grad_scaler
         self.settings = settings if settings is not None else GuardSettings()
         # Trainer clips when max_grad_norm > 0; the logged grad_norm is the norm before clipping.
         self.max_grad_norm = max_grad_norm if max_grad_norm and max_grad_norm > 0 else None
@@ -143,7 +143,7 @@ class Guard:
         return self.verdict
 
     def _is_skipped(self, step: int, metrics: dict[str, float]) -> bool:
-        if not self.fp16_mixed:
+        if not self.grad_scaler:
             return False
         if "step_skipped" in metrics:
             return metrics["step_skipped"] == 1.0
@@ -318,11 +318,11 @@ def _has_no_reward_spread(metrics: dict[str, float]) -> bool:
 
 
 def first_verdict(
-    trainer: str, steps: list[dict], fp16_mixed: bool = False, settings: GuardSettings | None = None,
+    trainer: str, steps: list[dict], grad_scaler: bool = False, settings: GuardSettings | None = None,
     max_grad_norm: float | None = None,
 ) -> Verdict | None:
     """Replay a recorded sequence (the rows the monitor writes: a "step" key plus metrics) through a Guard."""
-    guard = Guard(trainer, fp16_mixed, settings, max_grad_norm=max_grad_norm)
+    guard = Guard(trainer, grad_scaler, settings, max_grad_norm=max_grad_norm)
     for record in steps:
         metrics = {key: value for key, value in record.items() if key != "step"}
         verdict = guard.observe(record["step"], metrics)

@@ -5,7 +5,7 @@
     resolve_model("Qwen2.5-0.5B")    # alias -> "Qwen/Qwen2.5-0.5B", checked to be cached or reachable
     resolve_model("./my-model")      # a local folder with config.json
 
-The tiny model has random (seeded) weights and a word-level tokenizer over ``tuner.data.VOCABULARY``, so the
+The tiny model has random (seeded) weights and a word-level tokenizer over ``tuner.tiny_data.VOCABULARY``, so the
 built-in datasets tokenize without <unk> and every trainer runs on a CPU in seconds. It reproduces the
 precision failures the stability guard exists to catch (see docs/failures.md).
 """
@@ -232,7 +232,7 @@ def build_tiny_tokenizer():
     from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    from tuner.data import VOCABULARY
+    from tuner.tiny_data import VOCABULARY
 
     specials = [PAD_TOKEN, EOS_TOKEN, *CHAT_TOKENS]
     prefixes = sorted(

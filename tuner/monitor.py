@@ -19,9 +19,9 @@ _PARAM_SAMPLE = 4096
 
 
 class StepMonitor(TrainerCallback):
-    def __init__(self, trainer_name: str, fp16_mixed: bool, metrics_path=None, settings: GuardSettings | None = None,
+    def __init__(self, trainer_name: str, grad_scaler: bool, metrics_path=None, settings: GuardSettings | None = None,
                  fault=None):
-        self.guard = Guard(trainer_name, fp16_mixed=fp16_mixed, settings=settings)
+        self.guard = Guard(trainer_name, grad_scaler=grad_scaler, settings=settings)
         self.settings = self.guard.settings
         self.history: list[dict[str, Any]] = []
         self.verdict = None

@@ -18,20 +18,12 @@ from typing import Any
 
 from tuner.errors import TunerError, describe_exception
 from tuner.rewards import TRL_REWARDS
+from tuner.trainers import adapter
 
 __all__ = ["SAMPLES", "UserInputs", "check_rewards", "check_rows", "check_tokenizer", "check_user_inputs",
            "probe_inputs"]
 
 SAMPLES = 4  # rows per probe: enough to catch a crash or a wrong count, cheap with any model
-
-# The columns each trainer reads (the others are passed through, e.g. to GRPO rewards as keyword arguments).
-READS: dict[str, tuple[str, ...]] = {
-    "grpo": ("prompt",),
-    "dpo": ("prompt", "chosen", "rejected"),
-    "kto": ("prompt", "completion", "chosen", "rejected"),
-    "reward": ("prompt", "chosen", "rejected"),
-    "sft": ("text", "prompt", "completion", "messages"),
-}
 
 # What the probe pretends the policy wrote: a plain answer and one in the think format TRL's rewards look for.
 COMPLETIONS = ("the answer is 4", "<think>\ntwo and two\n</think>\nthe answer is 4")
@@ -48,7 +40,7 @@ def probe_inputs(trainer: str, dataset, where: str, model_path: str | None = Non
     formats = check_rows(dataset, trainer, where)
     if model_path is not None:
         check_tokenizer(dataset, trainer, where, model_path, formats)
-    if trainer == "grpo" and reward_funcs:
+    if adapter(trainer).uses_reward_funcs and reward_funcs:
         check_rewards(reward_specs, reward_funcs, dataset, where)
 
 
@@ -89,7 +81,7 @@ def _kind(value) -> str:
 def check_rows(dataset, trainer: str, where: str) -> dict[str, str]:
     """Each column ``trainer`` reads holds text or {role, content} messages in every row, all columns in one
     format, with no null; returns column -> format ("text" or "messages")."""
-    columns = [c for c in READS[trainer] if c in dataset.column_names]
+    columns = [c for c in adapter(trainer).reads if c in dataset.column_names]
     formats: dict[str, str] = {}
     for column in columns:
         found = _format(dataset.features[column])
@@ -236,10 +228,11 @@ def check_user_inputs(trainer: str, model: str, dataset: str | None, reward_func
 
     model_path = models.resolve_model(model)
     loaded = data.load_dataset_spec(dataset, trainer)
-    if trainer == "grpo" and dataset not in (None, "builtin") and not reward_funcs:
+    online = adapter(trainer).uses_reward_funcs
+    if online and dataset not in (None, "builtin") and not reward_funcs:
         raise TunerError(missing_reward)
     reward_paths = rewards.resolve_reward_paths(reward_funcs)  # a module in this folder: the file trials import
-    functions = rewards.resolve_reward_funcs(reward_paths) if trainer == "grpo" else None
+    functions = rewards.resolve_reward_funcs(reward_paths) if online else None
     label = dataset if dataset not in (None, "builtin") else f"the built-in {trainer} data"
     probe_inputs(trainer, loaded, label, model_path, reward_funcs, functions)
     local_model = Path(model).expanduser()

@@ -17,7 +17,8 @@ import yaml
 
 from tuner.errors import TunerError
 from tuner.learning import ALPHA, MIN_EFFECT
-from tuner.trainers import PRECISION_SETTINGS, lora_config_kwargs, precision_flags, split_params
+from tuner.precision import PRECISIONS
+from tuner.trainers import adapter, lora_config_kwargs, split_params
 
 RULE = (f"highest learning speed (progress x tokens/s) among trials that stayed ok and learned (a learning trend "
         f"over all steps with one-sided p < {ALPHA:g} and progress >= {MIN_EFFECT:g}), confirmed ok and learning "
@@ -98,7 +99,7 @@ def trl_config(trainer: str, params: dict[str, Any], model: str, *, reward_funcs
     config: dict[str, Any] = {"model_name_or_path": model}
     if dataset:
         config["dataset_name"] = dataset
-    config["dtype"] = PRECISION_SETTINGS[split.precision][0]
+    config["dtype"] = PRECISIONS[split.precision].weight_dtype
     if split.use_peft:
         lora = lora_config_kwargs(trainer, split.lora)
         config.update(use_peft=True, lora_r=lora["r"], lora_alpha=lora["lora_alpha"],
@@ -107,11 +108,11 @@ def trl_config(trainer: str, params: dict[str, Any], model: str, *, reward_funcs
         config["lora_target_modules"] = [targets] if isinstance(targets, str) else list(targets)
     # Both flags, always: TRL's configs turn bf16 on when it is left out, so an fp32 or "-pure"
     # export would otherwise train under bf16 autocast, which is not the run tuner measured.
-    config.update(precision_flags(split.precision))
+    config.update(PRECISIONS[split.precision].flags)
     config.update(split.config)
     # tuner measured with the nan/inf filter off; keep it off so a NaN loss stays visible.
     config["logging_nan_inf_filter"] = False
-    if trainer == "grpo":
+    if adapter(trainer).uses_reward_funcs:
         config["reward_funcs"] = list(reward_funcs or ["tuner.rewards.builtin_reward"])
     return {k: v for k, v in config.items() if v is not None}
 

@@ -27,17 +27,17 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from tuner import precision, trainers
 from tuner.errors import TunerError
 
-SPACES_DIR = Path(__file__).resolve().parent.parent / "search_spaces"
-TRAINERS = ("grpo", "dpo", "kto", "reward", "sft")
+TRAINERS = trainers.names()  # every entry of the trainer table (tuner.trainers)
 
 # Precision is one dimension: where the weights live and whether autocast runs on top.
 # "-pure" loads the weights in that dtype (the bug reports' "torch_dtype half" case);
 # "-mixed" keeps fp32 weights under autocast (fp16-mixed adds a GradScaler).
-PRECISIONS = ("fp32", "bf16-mixed", "fp16-mixed", "bf16-pure", "fp16-pure")
+PRECISIONS = precision.NAMES
 
 # tuner's own dimensions; every other param name must be a field of the trainer's TRL config.
 TUNER_PARAMS = ("precision", "use_peft", "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules")
@@ -103,7 +103,7 @@ class SearchSpace(BaseModel):
     """A validated search space: which trainer, what every trial fixes, and what is searched."""
 
     model_config = ConfigDict(extra="forbid")
-    trainer: Literal["grpo", "dpo", "kto", "reward", "sft"]
+    trainer: str  # an entry of the trainer table (checked below)
     description: str = ""
     fixed: dict[str, Scalar] = Field(default_factory=dict)
     params: dict[str, Param] = Field(min_length=1)
@@ -111,6 +111,13 @@ class SearchSpace(BaseModel):
     # tiny model needs large steps to learn in 20 steps, a pretrained one is wrecked by them.
     pretrained: dict[str, Param] = Field(default_factory=dict)
     source: str = Field(default="<memory>", exclude=True)
+
+    @field_validator("trainer")
+    @classmethod
+    def _known_trainer(cls, trainer: str) -> str:
+        if trainer not in trainers.ADAPTERS:
+            raise ValueError(f"unknown trainer {trainer!r}; choose one of {', '.join(trainers.ADAPTERS)}")
+        return trainer
 
     @model_validator(mode="after")
     def _check_conditions(self):
@@ -269,14 +276,12 @@ def _from_optuna(value, choices: list):
 
 
 def shipped_space_path(trainer: str) -> Path:
-    return SPACES_DIR / f"{trainer}.yaml"
+    return trainers.adapter(trainer).default_space
 
 
 def load_space(path: str | Path | None = None, trainer: str | None = None) -> SearchSpace:
     """Read and validate a space file; ``None`` means the shipped space for ``trainer``."""
     if path is None:
-        if trainer not in TRAINERS:
-            raise TunerError(f"unknown trainer {trainer!r}; choose one of {', '.join(TRAINERS)}")
         path = shipped_space_path(trainer)
     path = Path(path)
     where = str(path)
@@ -367,8 +372,6 @@ def _describe(error: ValidationError) -> str:
         message = f"unknown key; remove it or check its spelling ({hint})"
     elif kind in ("union_tag_invalid", "union_tag_not_found"):
         message = "type must be one of float, int, categorical, fixed"
-    elif kind == "literal_error" and loc == ["trainer"]:
-        message = f"unknown trainer {first.get('input')!r}; choose one of {', '.join(TRAINERS)}"
     elif scalar:
         message = f"must be a number, string, true/false, null or a list of strings (got {first['input']!r})"
     elif kind in ("model_attributes_type", "dict_type"):

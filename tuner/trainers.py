@@ -1,48 +1,95 @@
-"""Per-trainer adapters: a trial's sampled params -> a TRL config, a model, and a TRL trainer.
+"""The trainer table: one entry per TRL trainer, and how a trial's params become that trainer.
 
-One plain dict, ``ADAPTERS``, maps a trainer name to what differs between trainers; everything
-else (precision, LoRA, logging every step with the nan/inf filter off) is shared.
+    adapter("dpo").config_class                 # "DPOConfig": what a search space may set
+    adapter("grpo").progress_metric             # "reward": what learning is judged on
+    build_trainer("sft", model_path, params, dataset, run)
+
+Everything that differs between trainers is a field of its ``Adapter`` in ``ADAPTERS``; every other module
+asks the entry instead of naming trainers. Adding a trainer is one entry here plus its search space YAML
+(CONTRIBUTING.md). What all trainers share (precision, LoRA, logging every step with the nan/inf filter off)
+is below the table.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import importlib
+import random
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, Callable
 
+from tuner import precision as precisions
+from tuner import tiny_data
 from tuner.errors import TunerError
 
 LORA_PARAMS = ("lora_r", "lora_alpha", "lora_dropout", "lora_target_modules")
+SPACES_DIR = Path(__file__).resolve().parent.parent / "search_spaces"
 
-# precision -> (weight dtype, TrainingArguments flag turned on). "-pure" is the weights' own
-# dtype with no autocast (the "torch_dtype half" reports); "-mixed" keeps fp32 weights.
-PRECISION_SETTINGS = {
-    "fp32": ("float32", None),
-    "bf16-mixed": ("float32", "bf16"),
-    "fp16-mixed": ("float32", "fp16"),
-    "bf16-pure": ("bfloat16", None),
-    "fp16-pure": ("float16", None),
-}
+Row = Callable[[random.Random, int], dict]  # (seeded rng, row index) -> one built-in row
 
 
 @dataclass(frozen=True)
 class Adapter:
-    config_class: str  # name in `trl`
+    """One TRL trainer, as tuner needs to know it."""
+
+    name: str  # the --trainer value
+    config_class: str  # name in `trl`: its dataclass fields are what a search space may set
     trainer_class: str  # name in `trl`
     script: str  # TRL CLI script module whose parser must accept our exported YAML
     lora_task_type: str  # PEFT task type: reward models are sequence classifiers
+    # Column sets the trainer accepts (any one suffices), most explicit first; from its `_prepare_dataset`.
+    columns: tuple[tuple[str, ...], ...]
+    reads: tuple[str, ...]  # the columns it reads when present (others pass through, e.g. to GRPO rewards)
+    tiny_rows: Row  # the built-in data's rows for the embedded tiny model (tuner.tiny_data)
     sequence_classifier: bool = False
     progress_metric: str = "loss"  # what learning is judged on (tuner.learning): the loss, or GRPO's reward
+    # Online: generates its completions and learns from reward functions (GRPO), not from labelled data.
+    uses_reward_funcs: bool = False
+    # How the export measures max_length on the user's rows: (prompt column, completion column) pairs whose
+    # joined texts must fit; None: by the row's own shape (text, messages or prompt+completion); () not measured.
+    length_pairs: tuple[tuple[str, str], ...] | None = None
+    bool_columns: tuple[str, ...] = ()  # columns that must hold true/false (KTO indexes with its label)
+    space_file: str = ""  # the shipped search space (default: search_spaces/<name>.yaml)
+
+    @property
+    def default_space(self) -> Path:
+        return SPACES_DIR / (self.space_file or f"{self.name}.yaml")
 
 
-ADAPTERS: dict[str, Adapter] = {
-    "grpo": Adapter("GRPOConfig", "GRPOTrainer", "trl.scripts.grpo", "CAUSAL_LM", progress_metric="reward"),
-    "dpo": Adapter("DPOConfig", "DPOTrainer", "trl.scripts.dpo", "CAUSAL_LM"),
-    "kto": Adapter("KTOConfig", "KTOTrainer", "trl.scripts.kto", "CAUSAL_LM"),
-    "reward": Adapter("RewardConfig", "RewardTrainer", "trl.scripts.reward", "SEQ_CLS", sequence_classifier=True),
-    "sft": Adapter("SFTConfig", "SFTTrainer", "trl.scripts.sft", "CAUSAL_LM"),
-}
+def _entries(*adapters: Adapter) -> dict[str, Adapter]:
+    return {a.name: a for a in adapters}
+
+
+ADAPTERS: dict[str, Adapter] = _entries(
+    Adapter("grpo", "GRPOConfig", "GRPOTrainer", "trl.scripts.grpo", "CAUSAL_LM",
+            columns=(("prompt",),), reads=("prompt",), tiny_rows=tiny_data.grpo_row,
+            progress_metric="reward", uses_reward_funcs=True, length_pairs=()),
+    Adapter("dpo", "DPOConfig", "DPOTrainer", "trl.scripts.dpo", "CAUSAL_LM",
+            # DPO extracts a missing prompt from chosen/rejected.
+            columns=(("prompt", "chosen", "rejected"), ("chosen", "rejected")),
+            reads=("prompt", "chosen", "rejected"), tiny_rows=tiny_data.preference_row,
+            length_pairs=(("prompt", "chosen"), ("prompt", "rejected"))),
+    Adapter("kto", "KTOConfig", "KTOTrainer", "trl.scripts.kto", "CAUSAL_LM",
+            # KTO unpairs chosen/rejected into completion/label.
+            columns=(("prompt", "completion", "label"), ("prompt", "chosen", "rejected"), ("chosen", "rejected")),
+            reads=("prompt", "completion", "chosen", "rejected"), tiny_rows=tiny_data.kto_row,
+            length_pairs=(("prompt", "completion"),), bool_columns=("label",)),
+    Adapter("reward", "RewardConfig", "RewardTrainer", "trl.scripts.reward", "SEQ_CLS",
+            # The reward trainer takes an optional prompt.
+            columns=(("chosen", "rejected"), ("prompt", "chosen", "rejected")),
+            reads=("prompt", "chosen", "rejected"), tiny_rows=tiny_data.preference_row, sequence_classifier=True,
+            length_pairs=(("prompt", "chosen"), ("prompt", "rejected"))),
+    Adapter("sft", "SFTConfig", "SFTTrainer", "trl.scripts.sft", "CAUSAL_LM",
+            # SFT converts from/value "conversations".
+            columns=(("text",), ("prompt", "completion"), ("messages",), ("conversations",)),
+            reads=("text", "prompt", "completion", "messages"), tiny_rows=tiny_data.sft_row),
+)
+DEFAULT_TRAINER = "grpo"  # `tuner search` with neither --trainer nor a space file
+
+
+def names() -> tuple[str, ...]:
+    return tuple(ADAPTERS)
 
 
 def adapter(trainer: str) -> Adapter:
@@ -72,17 +119,10 @@ class SplitParams:
 
 def split_params(params: dict[str, Any]) -> SplitParams:
     params = dict(params)
-    precision = params.pop("precision", "fp32")
-    if precision not in PRECISION_SETTINGS:
-        raise TunerError(f"unknown precision {precision!r}; choose one of {', '.join(PRECISION_SETTINGS)}")
+    precision = precisions.precision(params.pop("precision", precisions.DEFAULT)).name
     use_peft = bool(params.pop("use_peft", False))
     lora = {k: params.pop(k) for k in LORA_PARAMS if k in params}
     return SplitParams(precision, use_peft, lora, params)
-
-
-def precision_flags(precision: str) -> dict[str, bool]:
-    _, flag = PRECISION_SETTINGS[precision]
-    return {"bf16": flag == "bf16", "fp16": flag == "fp16"}
 
 
 def lora_config_kwargs(trainer: str, lora: dict[str, Any]) -> dict[str, Any]:
@@ -114,7 +154,7 @@ def build_trainer(trainer: str, model_path: str, params: dict[str, Any], dataset
     split = split_params(params)
     args = {
         **split.config,
-        **precision_flags(split.precision),
+        **precisions.PRECISIONS[split.precision].flags,
         **run,
         "logging_steps": 1,
         "logging_nan_inf_filter": False,
@@ -125,7 +165,7 @@ def build_trainer(trainer: str, model_path: str, params: dict[str, Any], dataset
     }
     config = getattr(trl, a.config_class)(**args)
 
-    dtype = getattr(torch, PRECISION_SETTINGS[split.precision][0])
+    dtype = getattr(torch, precisions.PRECISIONS[split.precision].weight_dtype)
     # Trainer seeds itself only after the model exists, and a reward model's score head is newly
     # initialised at load: seed first, or the same trial spec trains a different model every run.
     set_seed(config.seed)
@@ -146,7 +186,7 @@ def build_trainer(trainer: str, model_path: str, params: dict[str, Any], dataset
 
     kwargs = dict(model=model, args=config, train_dataset=dataset, processing_class=tokenizer,
                   peft_config=peft_config, callbacks=callbacks)
-    if trainer == "grpo":
+    if a.uses_reward_funcs:
         kwargs["reward_funcs"] = reward_funcs
     built = getattr(trl, a.trainer_class)(**kwargs)
     # With tqdm off, Trainer prints every log dict; tuner reports progress itself.

@@ -1,0 +1,71 @@
+"""Precision modes, one row each: how a trial loads and trains, what it needs, what TRL flags it exports.
+
+    PRECISIONS["fp16-mixed"].grad_scaler          # True: fp32 weights, fp16 autocast, a GradScaler
+    PRECISIONS["bf16-pure"].weight_dtype          # "bfloat16": the weights themselves are half ("torch_dtype half")
+    unsupported(on_gpu=False)                     # {"fp16-mixed": "fp16 mixed precision ... needs a CUDA GPU"}
+
+"-pure" is the weights' own dtype with no autocast (the reports of a model loaded in half precision);
+"-mixed" keeps fp32 weights and autocasts the forward pass. Adding a mode is one row here (and the
+spaces that search it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tuner.errors import TunerError
+
+__all__ = ["DEFAULT", "NAMES", "PRECISIONS", "Precision", "precision", "unsupported"]
+
+
+@dataclass(frozen=True)
+class Precision:
+    name: str
+    weight_dtype: str  # torch dtype the model is loaded in (TRL's ModelConfig.dtype in the export)
+    autocast_dtype: str | None  # the dtype of the autocast forward pass, None: no autocast
+    grad_scaler: bool  # fp16 autocast scales the loss (torch GradScaler): skipped steps are normal while it calibrates
+    needs_cuda: bool  # not a real training mode on a CPU
+    trl_flags: tuple[tuple[str, bool], ...]  # TrainingArguments flags, all of them (an unset bf16 defaults to on)
+
+    @property
+    def flags(self) -> dict[str, bool]:
+        return dict(self.trl_flags)
+
+    @property
+    def uses_bfloat16(self) -> bool:
+        return "bfloat16" in (self.weight_dtype, self.autocast_dtype)
+
+
+def _row(name: str, weights: str, autocast: str | None = None, *, needs_cuda: bool = False) -> Precision:
+    flags = (("bf16", autocast == "bfloat16"), ("fp16", autocast == "float16"))
+    return Precision(name, weights, autocast, grad_scaler=autocast == "float16", needs_cuda=needs_cuda, trl_flags=flags)
+
+
+PRECISIONS: dict[str, Precision] = {p.name: p for p in (
+    _row("fp32", "float32"),
+    _row("bf16-mixed", "float32", "bfloat16"),
+    # On a CPU, autocast + GradScaler in float16 is not a real training mode: torch's CPU GradScaler exists,
+    # but fp16 mixed precision is a GPU feature users never run on a CPU.
+    _row("fp16-mixed", "float32", "float16", needs_cuda=True),
+    _row("bf16-pure", "bfloat16"),
+    _row("fp16-pure", "float16"),
+)}
+DEFAULT = "fp32"  # a trial whose params name no precision
+NAMES = tuple(PRECISIONS)  # in the table's order: how reports and plots list them
+
+
+def precision(name: str) -> Precision:
+    if name not in PRECISIONS:
+        raise TunerError(f"unknown precision {name!r}; choose one of {', '.join(PRECISIONS)}")
+    return PRECISIONS[name]
+
+
+def unsupported(on_gpu: bool, bf16_supported: bool = True) -> dict[str, str]:
+    """Precisions this hardware cannot run, each with why: dropped with one warning, never run as something else."""
+    cannot = {}
+    for p in PRECISIONS.values():
+        if p.needs_cuda and not on_gpu:
+            cannot[p.name] = f"{p.name} ({p.autocast_dtype} autocast + GradScaler) needs a CUDA GPU"
+        elif on_gpu and p.uses_bfloat16 and not bf16_supported:
+            cannot[p.name] = "this GPU has no bfloat16 support"
+    return cannot

@@ -1,0 +1,71 @@
+"""Fault injection, a test hook documented in the README: make a trial die, raise or go NaN at a given step.
+
+    TUNER_FAULT=sigfpe@3 tuner trial --config trial.yaml     # the trial's process dies of SIGFPE after step 3
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import yaml
+
+from tuner.errors import TunerError
+
+# Test hook for fault injection (documented in the README): "<kind>@<step>", e.g. "sigfpe@3".
+# The trial's own process then dies (or raises) at the end of that optimizer step; "nan" instead
+# poisons the trainable weights, a real divergence for the guard to catch on the next step.
+# TUNER_FAULT_WHEN="key=value[,key=value]" limits it to trials whose params (or seed) match.
+FAULT_ENV = "TUNER_FAULT"
+FAULT_WHEN_ENV = "TUNER_FAULT_WHEN"
+_FAULTS = {"sigfpe": signal.SIGFPE, "sigsegv": signal.SIGSEGV, "sigkill": signal.SIGKILL}
+
+
+def parse_fault(fault: str, where: str) -> tuple[str, int]:
+    kind, _, at = str(fault).partition("@")
+    known = (*_FAULTS, "oom", "error", "nan")
+    if kind not in known or not (at or "1").isdigit() or int(at or 1) < 1:
+        raise TunerError(f"{where}: fault must be '<kind>@<step>' with kind one of {', '.join(known)} "
+                         f"and step >= 1, got {fault!r}")
+    return kind, int(at or 1)
+
+
+def _fault_applies(spec, when: str) -> bool:
+    values = {**spec.params, "seed": spec.seed, "trainer": spec.trainer}
+    for condition in filter(None, when.split(",")):
+        key, _, expected = condition.partition("=")
+        if key.strip() not in values or values[key.strip()] != yaml.safe_load(expected):
+            return False
+    return True
+
+
+def fault_hook(spec):
+    fault = spec.fault
+    where = "fault" if fault else FAULT_ENV
+    fault = fault or os.environ.get(FAULT_ENV)
+    if not fault or not _fault_applies(spec, os.environ.get(FAULT_WHEN_ENV, "")):
+        return None
+    kind, at_step = parse_fault(fault, where)
+
+    def fire(step: int, model=None):
+        if step != at_step:
+            return
+        if kind == "nan":
+            import torch
+
+            with torch.no_grad():
+                for p in model.parameters():
+                    if p.requires_grad:
+                        p.fill_(float("nan"))
+        elif kind in _FAULTS:
+            os.kill(os.getpid(), _FAULTS[kind])
+        elif kind == "oom":
+            import torch
+
+            raise torch.OutOfMemoryError("injected: CUDA out of memory. Tried to allocate 20.00 GiB")
+        else:
+            raise RuntimeError(f"injected fault {kind!r}")
+
+    return fire
+
+

@@ -1,0 +1,45 @@
+"""What a trial measures besides its metrics: throughput after warm-up, peak memory, out-of-memory errors.
+
+    throughput(history, step_times, warmup=2, samples_per_step=8)   # (tokens/s, samples/s)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+def throughput(history: list[dict[str, Any]], step_times: list[tuple[int, float]], warmup: int,
+               samples_per_step: int) -> tuple[float | None, float | None]:
+    """tokens/s and samples/s over the steps after warm-up (TRL logs cumulative ``num_tokens``)."""
+    times = dict(step_times)
+    tokens = {row["step"]: row["num_tokens"] for row in history if "num_tokens" in row}
+    steps = sorted(s for s in times if s > warmup)
+    if len(steps) < 2:
+        steps = sorted(times)
+    if len(steps) < 2:
+        return None, None
+    first, last = steps[0], steps[-1]
+    seconds = times[last] - times[first]
+    if seconds <= 0:
+        return None, None
+    samples = samples_per_step * (last - first) / seconds
+    if first in tokens and last in tokens:
+        return (tokens[last] - tokens[first]) / seconds, samples
+    return None, samples
+
+
+def peak_memory_mb() -> float:
+    import resource
+
+    import torch
+
+    if torch.cuda.is_available() and torch.cuda.max_memory_allocated() > 0:
+        return torch.cuda.max_memory_allocated() / 2**20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
+
+
+def is_oom(error: BaseException) -> bool:
+    import torch
+
+    return isinstance(error, (torch.OutOfMemoryError, MemoryError)) or "out of memory" in str(error).lower()
+
+

@@ -1,0 +1,125 @@
+"""Running one trial in this process: build the real TRL trainer, train under the guard, measure, classify.
+
+    result = run_trial(TrialSpec(trainer="sft", params={"learning_rate": 1e-3}, max_steps=6))
+    print(format_result(result))
+
+Bad configs come back as ``invalid``, exceptions as ``crashed``/``oom``; only a dying process escapes
+(``tuner.trial.isolation`` runs a trial in a child process for that).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from tuner.errors import describe_exception, quiet_libraries
+from tuner.learning import judge_learning
+from tuner.records import NO_STOP_STEP, Status, TrialResult
+from tuner.trial.faults import fault_hook
+from tuner.trial.measure import is_oom, peak_memory_mb, throughput
+from tuner.trial.spec import TrialSpec
+
+_NON_FINITE_SAMPLING = "probability tensor contains either `inf`, `nan` or element < 0"
+
+
+def run_trial(spec: TrialSpec, workdir: str | os.PathLike | None = None, metrics_path=None) -> TrialResult:
+    """Train one trial in this process and classify it. Bad configs come back as ``invalid``,
+    exceptions as ``crashed``/``oom``; only a dying process escapes (see run_trial_isolated)."""
+    import tempfile
+
+    from tuner import data, models, rewards, trainers
+    from tuner import precision as precisions
+    from tuner.monitor import StepMonitor
+
+    started = time.perf_counter()
+    try:
+        quiet_libraries()
+        workdir = Path(workdir or tempfile.mkdtemp(prefix="tuner-trial-"))
+        workdir.mkdir(parents=True, exist_ok=True)
+        model_path = models.resolve_model(spec.model)
+        dataset = data.load_dataset_spec(spec.dataset, spec.trainer)
+        reward_funcs = rewards.resolve_reward_funcs(spec.reward_funcs) if trainers.adapter(spec.trainer).uses_reward_funcs else None
+        split = trainers.split_params(spec.params)
+    except Exception as error:  # noqa: BLE001 - loading failed: this trial's crash, said in one line with its place
+        return TrialResult.crashed(describe_exception(error),
+                           wall_seconds=time.perf_counter() - started)
+    monitor = StepMonitor(spec.trainer, grad_scaler=precisions.PRECISIONS[split.precision].grad_scaler, metrics_path=metrics_path,
+                          fault=fault_hook(spec))
+    run = {"max_steps": spec.max_steps, "seed": spec.seed, "output_dir": str(workdir / "out"),
+           "use_cpu": not _cuda_available()}
+    result = TrialResult(status=Status.OK, device="cpu" if run["use_cpu"] else "cuda")
+    try:
+        try:
+            trainer = trainers.build_trainer(spec.trainer, model_path, spec.params, dataset, run,
+                                             reward_funcs=reward_funcs, callbacks=[monitor])
+        except (ValueError, TypeError) as e:
+            # TRL's configs reject impossible combinations (batch not divisible by num_generations ...)
+            result.status, result.reason = Status.INVALID, f"{type(e).__name__}: {_first_line(e)}"
+            return result
+        monitor.trainer = trainer
+        trainer.train()
+    except Exception as e:  # noqa: BLE001 - any training failure is this trial's outcome, not the search's
+        result.status = Status.OOM if is_oom(e) else Status.CRASHED
+        result.reason = describe_exception(e)
+        if _NON_FINITE_SAMPLING in str(e):
+            # GRPO samples from the policy: once its weights are NaN, sampling raises before any
+            # loss is logged. That is the trial diverging, not the process crashing.
+            result.status, result.guard_signal = Status.DIVERGED, "non_finite"
+            result.reason = f"sampling from the policy hit non-finite probabilities ({result.reason})"
+    finally:
+        monitor.close()
+        result.history = monitor.history
+        result.steps_run = len(monitor.step_times)
+        result.wall_seconds = time.perf_counter() - started
+        if monitor.step_times:
+            result.seconds_to_first_step = monitor.step_times[0][1] - started
+        result.peak_memory_mb = peak_memory_mb()
+
+    if monitor.verdict is not None:
+        v = monitor.verdict
+        result.status, result.reason, result.stopped_at_step, result.guard_signal = v.status, v.reason, v.step, v.signal
+    elif result.status == Status.OK:
+        result.stopped_at_step = monitor.step_times[-1][0] if monitor.step_times else 0
+    if result.status in (Status.CRASHED, Status.OOM) and monitor.step_times:
+        result.stopped_at_step = monitor.step_times[-1][0]
+    elif result.status == Status.DIVERGED and monitor.verdict is None:  # failed inside the step after the last one
+        result.stopped_at_step = (monitor.step_times[-1][0] if monitor.step_times else 0) + 1
+    batch = int(spec.params.get("per_device_train_batch_size", 8)) * int(spec.params.get("gradient_accumulation_steps", 1))
+    result.tokens_per_second, result.samples_per_second = throughput(
+        monitor.history, monitor.step_times, spec.warmup_steps, batch)
+    learning = judge_learning(spec.trainer, monitor.history)
+    result.progress, result.progress_p_value, result.learned = learning.effect, learning.p_value, learning.learned
+    if result.status == Status.OK and monitor.guard.notes:
+        result.reason = "; ".join(monitor.guard.notes)  # e.g. the reward saturated: worth saying, not a failure
+    return result
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return text[0][:300] if text else ""
+
+
+def _cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def format_result(result: TrialResult) -> str:
+    """Human-readable summary for ``tuner trial``."""
+    def fmt(v, spec=".4g"):
+        return "-" if v is None else format(v, spec)
+
+    lines = [
+        f"status:            {result.status}" + (f"  ({result.reason})" if result.reason else ""),
+        f"steps run:         {result.steps_run}" + ("" if result.status in NO_STOP_STEP else
+                                                     f", stopped at step {result.stopped_at_step}"
+                                                     if result.stopped_at_step else ", stopped before step 1"),
+        f"tokens/s:          {fmt(result.tokens_per_second, '.1f')}",
+        f"samples/s:         {fmt(result.samples_per_second, '.2f')}",
+        f"progress:          {fmt(result.progress)}",
+        f"peak memory (MB):  {fmt(result.peak_memory_mb, '.0f')}",
+        f"to first step (s): {fmt(result.seconds_to_first_step, '.1f')}",
+    ]
+    return "\n".join(lines)
