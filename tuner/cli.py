@@ -6,6 +6,7 @@ Heavy libraries are imported by the commands that need them, so ``tuner --help``
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import signal
 import sys
@@ -13,6 +14,8 @@ from pathlib import Path
 
 from tuner import __version__
 from tuner.errors import TunerError
+from tuner.options import AT_LEAST_1, Rule, flag, help_text, option_fields, value_type
+from tuner.records import Status
 
 # Exit codes, for scripts (README "Exit codes"): 0 only when the command did what it says.
 EXIT_OK = 0  # search: a config is recommended; trial: the trial is ok; export/report/ui/sync: done
@@ -49,24 +52,44 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"tuner: error: {message} (see {self.prog} --help)\n")
 
 
-def _number(kind, ok, rule: str, noun: str = "number"):
-    """An argparse type: parse with ``kind`` and keep values for which ``ok`` holds (nan never does)."""
+def _number(kind, rule: Rule, noun: str = "number"):
+    """An argparse type: parse with ``kind`` and keep values ``rule`` allows (nan and inf never)."""
     def parse(text: str):
         try:
             value = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected a {noun}, got {text!r}") from None
-        if not ok(value) or value == float("inf"):
-            raise argparse.ArgumentTypeError(f"{rule}, got {text}")
+        if not rule.allows(value):
+            raise argparse.ArgumentTypeError(f"{rule.text}, got {text}")
         return value
     return parse
 
 
-_positive_int = _number(int, lambda v: v >= 1, "must be at least 1", "whole number")
-_non_negative_int = _number(int, lambda v: v >= 0, "must not be negative", "whole number")
-_port = _number(int, lambda v: 1 <= v <= 65535, "must be between 1 and 65535", "port number")
-_positive_float = _number(float, lambda v: v > 0, "must be positive")
-_non_negative_float = _number(float, lambda v: v >= 0, "must not be negative")
+_positive_int = _number(int, AT_LEAST_1, "whole number")
+_port = _number(int, Rule("must be between 1 and 65535", lambda v: 1 <= v <= 65535), "port number")
+
+
+def _add_options(p: argparse.ArgumentParser, *names: str) -> None:
+    """One argument per SearchOptions field (all of them, or ``names``), generated from its declaration in
+    tuner.options: flag, type and rule, default, choices, metavar, and help with "(default: X)"."""
+    for f in option_fields():
+        if names and f.name not in names:
+            continue
+        meta = f.metadata
+        kind = value_type(f)
+        kwargs = {"dest": f.name, "help": help_text(f).replace("%", "%%")}
+        if meta.get("action"):
+            kwargs["action"] = meta["action"]
+        else:
+            kwargs["default"] = None if f.default is dataclasses.MISSING else f.default
+        if meta.get("rule") is not None:
+            kwargs["type"] = _number(kind, meta["rule"], "whole number" if kind is int else "number")
+        elif kind is not str:
+            kwargs["type"] = kind  # argparse's own "invalid int value: 'x'"
+        for key in ("choices", "metavar"):
+            if meta.get(key) is not None:
+                kwargs[key] = meta[key]
+        p.add_argument(flag(f), **kwargs)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -82,38 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
                             formatter_class=argparse.RawDescriptionHelpFormatter, epilog=SEARCH_EXAMPLES,
                             description="Run many short real trials, stop each one that goes unstable, and "
                             "recommend the fastest stable config that learns.")
-    s.add_argument("--trainer", choices=["grpo", "dpo", "kto", "reward", "sft"],
-                   help="TRL trainer (default: the --search-space file's trainer, else grpo)")
-    s.add_argument("--model", default="tiny", help="local directory, hub id, alias (e.g. Qwen2.5-0.5B) or 'tiny', "
-                   "the embedded 2-layer Qwen2-shaped model (default: tiny)")
-    s.add_argument("--dataset", help="local .jsonl/.json/.parquet/.csv file or hub dataset id "
-                   "(default: tuner's built-in tiny dataset for the trainer)")
-    s.add_argument("--reward-func", action="append", dest="reward_funcs", metavar="NAME",
-                   help="GRPO reward: a TRL built-in name (accuracy_reward, think_format_reward, ...) or "
-                   "module:function (module: e.g. a .py file in this folder); repeat for several (default: "
-                   "tuner's built-in reward, for the built-in data only: --dataset needs a --reward-func)")
-    s.add_argument("--search-space", metavar="FILE", help="search-space YAML (default: search_spaces/<trainer>.yaml)")
-    s.add_argument("--sampler", default="tpe", choices=["tpe", "random", "grid"],
-                   help="tpe (default), random, or grid (every combination of an all-categorical space once)")
-    s.add_argument("--trials", type=_positive_int, help="number of trials (default: 12; grid: every point)")
-    s.add_argument("--max-steps", type=_positive_int, default=20, help="optimizer steps per trial (default: 20)")
-    s.add_argument("--seed", type=int, default=0, help="sampler and training seed: with random/grid the same seed gives the same configs; with tpe "
-                   "also with --concurrency 1, while measured speeds rank the same (default: 0)")
-    s.add_argument("--concurrency", type=_positive_int, help="trials at once (default: as many as resources allow)")
-    s.add_argument("--cpus-per-trial", type=_positive_float, default=1.0, help="CPUs reserved per trial (default: 1)")
-    s.add_argument("--gpus-per-trial", type=_non_negative_float, default=0.0, help="GPUs per trial (default: 0)")
-    s.add_argument("--ray-address", help="join an existing Ray cluster (default: start Ray locally)")
-    _store_args(s)
-    s.add_argument("--experiment", help="MLflow experiment name (default: <trainer>-<model>)")
-    s.add_argument("--trial-timeout", type=_positive_float, default=1800.0,
-                   help="seconds before a trial is killed (default: 1800)")
-    s.add_argument("--confirm-seeds", type=_non_negative_int, default=2, metavar="N",
-                   help="re-run the top candidates on N more seeds; recommend one only if every seed is stable "
-                   "(default: 2; 0 turns confirmation off)")
-    s.add_argument("--confirm-top", type=_positive_int, default=2, metavar="K",
-                   help="how many top candidates to confirm (default: 2)")
-    s.add_argument("--resume", metavar="EXPERIMENT", help="continue the unfinished search of EXPERIMENT (its own "
-                   "options are reused; completed trials are kept)")
+    _add_options(s)
     s.add_argument("-o", "--output", metavar="FILE", help="also write the recommended TRL config to FILE")
 
     t = commands.add_parser("trial", help="run one trial in this process, without Ray",
@@ -154,13 +146,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     u = commands.add_parser("ui", help="serve the MLflow UI for the store on 127.0.0.1")
     u.add_argument("--port", type=_port, default=5000, help="port (default: 5000)")
-    u.add_argument("--store", default="mlflow", help="local store folder (default: ./mlflow)")
+    _add_options(u, "store")
     return parser
 
 
 def _store_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--store", default="mlflow", help="local MLflow store folder (default: ./mlflow)")
-    p.add_argument("--tracking-uri", help="MLflow tracking URI, e.g. http://127.0.0.1:5000 (default: the local store)")
+    _add_options(p, "store", "tracking_uri")
 
 
 def _check_output(path: str | None) -> None:
@@ -205,7 +196,7 @@ def search_exit_code(records: list[dict], recommended: dict | None) -> int:
     """0: recommended; EXIT_NO_TRIAL_OK: no trial ended ok; EXIT_NOTHING_RECOMMENDED: some did, none qualified."""
     if recommended is not None:
         return EXIT_OK
-    return EXIT_NOTHING_RECOMMENDED if any(r.get("status") == "ok" for r in records) else EXIT_NO_TRIAL_OK
+    return EXIT_NOTHING_RECOMMENDED if any(r.get("status") == Status.OK for r in records) else EXIT_NO_TRIAL_OK
 
 
 def cmd_trial(args) -> int:
@@ -218,7 +209,7 @@ def cmd_trial(args) -> int:
     for row in result.history:
         print(json.dumps(row))
     print(format_result(result))
-    return EXIT_OK if result.status == "ok" else EXIT_NO_TRIAL_OK
+    return EXIT_OK if result.status == Status.OK else EXIT_NO_TRIAL_OK
 
 
 def cmd_export(args) -> int:

@@ -22,36 +22,11 @@ from typing import Any, Callable
 from tuner import export
 from tuner import recommend as rec
 from tuner.errors import TunerError
+from tuner.options import SAMPLERS, SearchOptions, check_options, options_from  # noqa: F401 - re-exported
 from tuner.progress import Progress, describe_params, results_table
 from tuner.sampling import make_study, searcher_class
 from tuner.space import SearchSpace, check_param_names, load_space
 from tuner.trial import TrialSpec
-
-SAMPLERS = ("tpe", "random", "grid")
-
-
-@dataclass
-class SearchOptions:
-    trainer: str | None = None  # None: the search space's trainer, else grpo
-    model: str = "tiny"
-    dataset: str | None = None
-    reward_funcs: list[str] | None = None
-    search_space: str | None = None  # None: search_spaces/<trainer>.yaml
-    sampler: str = "tpe"
-    trials: int | None = None  # None: 12, or every grid point for --sampler grid
-    max_steps: int = 20
-    seed: int = 0
-    concurrency: int | None = None  # None: as many as the CPUs/GPUs allow
-    cpus_per_trial: float = 1.0
-    gpus_per_trial: float = 0.0
-    ray_address: str | None = None
-    store: str = "mlflow"
-    tracking_uri: str | None = None
-    experiment: str | None = None  # None: "<trainer>-<model name>"
-    trial_timeout: float = 1800.0
-    resume: str | None = None  # experiment whose unfinished search to continue
-    confirm_seeds: int = 2  # extra seeds each top candidate must survive before it is recommended
-    confirm_top: int = 2  # how many top candidates are confirmed
 
 
 @dataclass
@@ -112,24 +87,7 @@ def prepare(options: SearchOptions) -> Prepared:
     from tuner import models, probe, trainers, tracking, values
 
     o = options
-    if o.sampler not in SAMPLERS:
-        raise TunerError(f"--sampler {o.sampler}: unknown sampler; choose one of {', '.join(SAMPLERS)}")
-    if o.trials is not None and o.trials < 1:
-        raise TunerError(f"--trials {o.trials}: must be at least 1")
-    if o.max_steps < 1:
-        raise TunerError(f"--max-steps {o.max_steps}: must be at least 1")
-    if o.concurrency is not None and o.concurrency < 1:
-        raise TunerError(f"--concurrency {o.concurrency}: must be at least 1")
-    if not o.cpus_per_trial > 0:
-        raise TunerError(f"--cpus-per-trial {o.cpus_per_trial}: must be positive")
-    if not o.gpus_per_trial >= 0:
-        raise TunerError(f"--gpus-per-trial {o.gpus_per_trial}: must not be negative")
-    if not o.trial_timeout > 0:
-        raise TunerError(f"--trial-timeout {o.trial_timeout}: must be positive")
-    if o.confirm_seeds < 0:
-        raise TunerError(f"--confirm-seeds {o.confirm_seeds}: must not be negative")
-    if o.confirm_top < 1:
-        raise TunerError(f"--confirm-top {o.confirm_top}: must be at least 1")
+    check_options(o)  # choices and ranges, as the command line checks them
     # A space's `trainer:` is the default trainer; an explicit --trainer must agree with it (load_space says so).
     space = load_space(o.search_space, o.trainer or (None if o.search_space else "grpo"))
     o = dataclasses.replace(o, trainer=space.trainer)
@@ -394,11 +352,6 @@ def summary_text(outcome: SearchOutcome) -> str:
     if outcome.recommended is not None:  # with nothing recommended, tuner export has nothing to write
         lines.append(f"export:  tuner export --experiment {outcome.experiment} -o recommended.yaml")
     return "\n".join(lines)
-
-
-def options_from(**kwargs) -> SearchOptions:
-    names = {f.name for f in dataclasses.fields(SearchOptions)}
-    return SearchOptions(**{k: v for k, v in kwargs.items() if k in names and v is not None})
 
 
 def prepare_resume(options: SearchOptions) -> Prepared:
