@@ -8,7 +8,8 @@ import yaml
 
 from tuner import trainers
 from tuner.errors import TunerError
-from tuner.space import TRAINERS, check_param_names, load_space, parse_space
+from tuner.space import check_param_names, load_space, parse_space
+from tuner.trainers import names as trainer_names
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -51,7 +52,7 @@ def random_sampler(seed: int):
 # -- the shipped spaces ------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("trainer", TRAINERS)
+@pytest.mark.parametrize("trainer", trainer_names())
 def test_shipped_space_loads_and_names_only_real_config_fields(trainer):
     space = load_space(None, trainer)
     assert space.trainer == trainer

@@ -12,6 +12,7 @@ from typing import Any
 
 from tuner import recommend as rec
 from tuner.learning import ALPHA
+from tuner.records import is_ok
 
 __all__ = ["candidates", "confirmation_jobs", "judge"]
 
@@ -41,7 +42,7 @@ def confirmation_jobs(cands: list[dict[str, Any]], base_spec: dict[str, Any], se
 
 
 def _why(run: dict[str, Any]) -> str:
-    if run["status"] == "ok":
+    if is_ok(run):
         progress, p_value = run.get("progress"), run.get("progress_p_value")
         if progress is None or p_value is None:
             return f"seed {run['seed']}: ok, but too few steps to judge learning"
@@ -65,7 +66,7 @@ def judge(cands: list[dict[str, Any]], confirmations: list[dict[str, Any]]
     verdicts, recommended = [], None
     for c in cands:
         reruns = sorted((r for r in confirmations if r.get("confirms") == c["number"]), key=lambda r: r["seed"])
-        failed = [r for r in reruns if r["status"] != "ok" or not rec.learned(r)]
+        failed = [r for r in reruns if not is_ok(r) or not rec.learned(r)]
         runs = [c, *reruns]
         verdict = {
             "number": c["number"],

@@ -1,5 +1,11 @@
-"""Running trials on Ray: the trainable each Ray worker runs, and the driver-side callback that
-records every finished trial (MLflow + progress). The driver is the only MLflow writer."""
+"""Running trials on Ray: the trainable each Ray worker runs, the searcher that hands out Optuna's proposals
+(``OptunaSearcher``), and the driver-side callback that records every finished trial (MLflow + progress).
+The driver is the only MLflow writer. Everything Ray is here; ``tuner.sampling`` is pure Optuna.
+
+    run_trials(name=..., storage="mlflow/ray", per_trial={"cpu": 1, "gpu": 0}, concurrency=2,
+               callback=DriverCallback(tracker, progress, records), searcher=OptunaSearcher(study, space, ...),
+               num_samples=12)
+"""
 
 from __future__ import annotations
 
@@ -10,10 +16,19 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from ray.tune import Callback
+from ray.tune.search import Searcher
+
+from tuner import sampling
 from tuner.errors import TunerError
 from tuner.progress import Progress
-from tuner.records import SUMMARY_FIELDS
+from tuner.records import SUMMARY_FIELDS, TrialRecord, TrialResult, new_record
+from tuner.space import SearchSpace
 from tuner.trial import TrialSpec
+
+# The metric Ray Tune reads from every trial's result: the recommendation's objective (tuner.recommend).
+SEARCH_METRIC = "learning_speed"
+
 
 def _trainable(config: dict[str, Any]) -> None:
     """Runs inside a Ray worker: the trial itself runs in a child process of this worker."""
@@ -28,49 +43,84 @@ def _trainable(config: dict[str, Any]) -> None:
     result = run_trial_isolated(spec, workdir, timeout=config["timeout"])
     node = ray.get_runtime_context().get_node_id()
     summary = result.summary()
-    # learning_speed: the searcher's metric (tuner.sampling), which Ray Tune requires in every result
-    tune.report({**summary, "learning_speed": objective(summary), "history": result.history, "node_id": node,
+    # Ray Tune requires the searcher's metric in every result
+    tune.report({**summary, SEARCH_METRIC: objective(summary), "history": result.history, "node_id": node,
                  "number": config["number"]})
 
 
-def callback_class():
-    from ray.tune import Callback
+class DriverCallback(Callback):
+    """In the driver process: the only MLflow writer, and the progress report."""
 
-    class DriverCallback(Callback):
-        """In the driver process: the only MLflow writer, and the progress report."""
+    def __init__(self, tracker, progress: Progress, records: list[TrialRecord],
+                 confirmations: list[TrialRecord] | None = None):
+        self.tracker, self.progress, self.records = tracker, progress, records
+        self.confirmations = records if confirmations is None else confirmations
 
-        def __init__(self, tracker, progress: Progress, records: list[dict[str, Any]],
-                     confirmations: list[dict[str, Any]] | None = None):
-            self.tracker, self.progress, self.records = tracker, progress, records
-            self.confirmations = records if confirmations is None else confirmations
+    def on_trial_start(self, iteration, trials, trial, **info):
+        self.progress.running += 1
 
-        def on_trial_start(self, iteration, trials, trial, **info):
-            self.progress.running += 1
+    def on_trial_complete(self, iteration, trials, trial, **info):
+        self._record(trial, dict(trial.last_result or {}))
 
-        def on_trial_complete(self, iteration, trials, trial, **info):
-            self._record(trial, dict(trial.last_result or {}))
+    def on_trial_error(self, iteration, trials, trial, **info):
+        self._record(trial, TrialResult.crashed("Ray lost the trial's worker (node or worker died)").summary())
 
-        def on_trial_error(self, iteration, trials, trial, **info):
-            self._record(trial, {"status": "crashed", "reason": "Ray lost the trial's worker (node or worker died)",
-                                 "stopped_at_step": 0, "history": []})
-
-        def _record(self, trial, result: dict[str, Any]):
-            job = trial.config
-            spec = job["spec"]
-            if "status" not in result:
-                result.update(status="crashed", reason="the trial reported no result", stopped_at_step=0)
-            history = result.pop("history", []) or []
-            summary = {k: result.get(k) for k in SUMMARY_FIELDS}
-            run_id = self.tracker.log_trial(job["number"], spec, summary, history, tags=job.get("tags"))
-            record = {"number": job["number"], "params": spec["params"], **summary, "run_id": run_id,
-                      "node_id": result.get("node_id"), "max_steps": spec["max_steps"], "seed": spec["seed"],
-                      **job.get("extra", {})}
-            (self.confirmations if "confirms" in record else self.records).append(record)
-            self.progress.finished(record)
-
-    return DriverCallback
+    def _record(self, trial, result: dict[str, Any]):
+        job = trial.config
+        spec = job["spec"]
+        if "status" not in result:
+            result.update(TrialResult.crashed("the trial reported no result").summary())
+        history = result.pop("history", []) or []
+        record = new_record(result, number=job["number"], params=spec["params"], max_steps=spec["max_steps"],
+                            seed=spec["seed"], node_id=result.get("node_id"), **job.get("extra", {}))
+        record["run_id"] = self.tracker.log_trial(job["number"], spec, {k: record[k] for k in SUMMARY_FIELDS},
+                                                  history, tags=job.get("tags"))
+        (self.confirmations if "confirms" in record else self.records).append(record)
+        self.progress.finished(record)
 
 
+class OptunaSearcher(Searcher):
+    """Ray Tune searcher over an Optuna study (ask/tell, tuner.sampling), with the trial spec as Ray's config.
+
+    After its ``n_search`` trials have all finished it asks ``then(finished_records)`` once for
+    follow-up jobs (confirmation re-runs) and hands those out in the same Ray Tune run, so
+    the trial workers, with torch and TRL already imported, are reused.
+    """
+
+    def __init__(self, study, space: SearchSpace, base_spec: dict[str, Any], timeout: float,
+                 n_search: int, then=None, done: list[TrialRecord] = ()):
+        super().__init__(metric=SEARCH_METRIC, mode="max")
+        self.study, self.space, self.base_spec, self.timeout = study, space, base_spec, timeout
+        self.n_search, self.then = n_search, then
+        self.asked: dict[str, Any] = {}  # Ray trial id -> (optuna.Trial, its params)
+        self.suggested = 0
+        self.finished: list[TrialRecord] = list(done)
+        self.followups: list[dict[str, Any]] | None = None
+        self.grid_size = sampling.grid_size(space)
+
+    def suggest(self, trial_id: str):
+        if self.suggested < self.n_search:
+            trial, params = sampling.ask(self.study, self.space, self.grid_size)
+            self.asked[trial_id] = (trial, params)
+            self.suggested += 1
+            spec = {**self.base_spec, "params": params}
+            return {"spec": spec, "number": trial.number, "timeout": self.timeout}
+        if self.asked:
+            return None  # follow-ups depend on every search trial's outcome: wait
+        if self.followups is None:
+            self.followups = list(self.then(self.finished)) if self.then else []
+        return self.followups.pop(0) if self.followups else Searcher.FINISHED
+
+    def on_trial_complete(self, trial_id: str, result=None, error: bool = False):
+        trial, params = self.asked.pop(trial_id, (None, None))
+        if trial is None:
+            return  # a follow-up job: not part of the study
+        if error or not result or "status" not in result:
+            result = TrialResult.crashed("Ray lost the trial's worker").summary()
+        record = new_record(result, number=trial.number, params=params, max_steps=self.base_spec["max_steps"],
+                            seed=self.base_spec["seed"])
+        sampling.tell(self.study, trial, record)
+        self.finished.append(record)
 
 
 _reaper = None  # the tuner.reaper of the local Ray this process started, if any

@@ -19,6 +19,8 @@ import math
 import statistics
 from dataclasses import dataclass
 
+from tuner.records import Status
+
 __all__ = ["GuardSettings", "Verdict", "Guard", "first_verdict"]
 
 # Metrics computed from the model's outputs: NaN/inf in any of them means the forward pass already broke,
@@ -82,7 +84,7 @@ def _check_setting(settings: GuardSettings, name: str, is_valid, rule: str) -> N
 class Verdict:
     """Why and where a trial stopped being worth training."""
 
-    status: str  # "diverged" (numbers blew up) or "collapsed" (numbers fine, nothing is learned)
+    status: Status  # DIVERGED (numbers blew up) or COLLAPSED (numbers fine, nothing is learned)
     reason: str  # one human line naming the metric, its value and the step
     step: int  # the 1-based optimizer step (global_step) the guard fired at
     signal: str  # short machine key, e.g. "non_finite", "grad_explosion", "zero_grad"
@@ -167,7 +169,7 @@ class Guard:
                 continue  # GradScaler found the overflow and skipped the update: the weights are untouched
             # Trainer can log a broken step's loss as 0.0, so show it: a 0.0 there is not proof of health.
             logged_loss = f" (loss logged {metrics['loss']})" if key != "loss" and "loss" in metrics else ""
-            return Verdict("diverged", f"{key} is {value} at step {step}{logged_loss}", step, "non_finite")
+            return Verdict(Status.DIVERGED, f"{key} is {value} at step {step}{logged_loss}", step, "non_finite")
         return None
 
     def _skipped_steps(self, step: int, skipped: bool) -> Verdict | None:
@@ -178,14 +180,14 @@ class Guard:
             f"step_skipped is 1.0 for {self._skipped_streak} steps in a row at step {step} "
             f"(at most {self.settings.max_skipped_steps} tolerated): fp16 gradients overflow every step"
         )
-        return Verdict("diverged", reason, step, "skipped_steps")
+        return Verdict(Status.DIVERGED, reason, step, "skipped_steps")
 
     def _loss_scale_collapse(self, step: int, metrics: dict[str, float]) -> Verdict | None:
         scale = metrics.get("loss_scale")
         if scale is None or scale >= self.settings.min_loss_scale:
             return None
         reason = f"loss_scale is {scale} at step {step}, below {self.settings.min_loss_scale}: fp16 GradScaler collapsed"
-        return Verdict("diverged", reason, step, "loss_scale_collapse")
+        return Verdict(Status.DIVERGED, reason, step, "loss_scale_collapse")
 
     def _loss_explosion(self, step: int, metrics: dict[str, float]) -> Verdict | None:
         loss = metrics.get("loss")
@@ -201,7 +203,7 @@ class Guard:
             if abs(loss) > factor * scale:
                 of = "the trial's baseline loss scale" if complete else "the loss scale of its first steps"
                 reason = f"loss is {loss:g} at step {step}, over {factor:g}x {of} {scale:g}"
-                return Verdict("diverged", reason, step, "loss_explosion")
+                return Verdict(Status.DIVERGED, reason, step, "loss_explosion")
         if len(self._loss_baseline) < settings.baseline_steps:
             self._loss_baseline.append(loss)
         return None
@@ -229,7 +231,7 @@ class Guard:
         if clipped:
             reason += (f" for {self._clipped_explosion_streak} steps in a row (clipped to {self.max_grad_norm:g}, "
                        "but still exploding)")
-        return Verdict("diverged", reason, step, "grad_explosion")
+        return Verdict(Status.DIVERGED, reason, step, "grad_explosion")
 
     def _zero_grad(self, step: int, metrics: dict[str, float]) -> Verdict | None:
         grad_norm = metrics.get("grad_norm")
@@ -249,7 +251,7 @@ class Guard:
             f"grad_norm is 0.0 for {self._zero_grad_streak} steps in a row at step {step}: "
             "no gradient reaches the trainable parameters"
         )
-        return Verdict("collapsed", reason, step, "zero_grad")
+        return Verdict(Status.COLLAPSED, reason, step, "zero_grad")
 
     def _loss_solved(self, metrics: dict[str, float]) -> bool:
         """The loss fell to ~0 (under 1% of its first steps): gradients vanish because nothing is left to learn."""
@@ -288,7 +290,7 @@ class Guard:
             f"frac_reward_zero_std is 1.0 for {len(streak)} steps in a row at step {step}{gain}: "
             "every group's completions got equal rewards, so GRPO has no learning signal"
         )
-        return Verdict("collapsed", reason, step, "zero_reward_std")
+        return Verdict(Status.COLLAPSED, reason, step, "zero_reward_std")
 
     def _no_update(self, step: int, metrics: dict[str, float], skipped: bool) -> Verdict | None:
         # Steps that rightly leave the weights alone do not use up the patience: a GradScaler skip, a GRPO
@@ -309,7 +311,7 @@ class Guard:
             "weights' precision, e.g. a small learning rate on bf16/fp16 weights, or LoRA target modules "
             "that match none of the model's layers)"
         )
-        return Verdict("collapsed", reason, step, "no_update")
+        return Verdict(Status.COLLAPSED, reason, step, "no_update")
 
 
 def _has_no_reward_spread(metrics: dict[str, float]) -> bool:

@@ -31,6 +31,7 @@ from tuner.errors import TunerError
 from tuner.trainers import ADAPTERS, DEFAULT_TRAINER
 
 SAMPLERS = ("tpe", "random", "grid")
+DEFAULT_TRIALS = 12  # --trials left out (grid: every point)
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,7 @@ class SearchOptions:
 
     trainer: str | None = field(
         default=None,
-        metadata={"help": "TRL trainer", "choices": tuple(ADAPTERS),
+        metadata={"help": "TRL trainer", "choices": ADAPTERS.keys(),  # a live view: an entry added to the table is a choice
                   "default_help": f"the --search-space file's trainer, else {DEFAULT_TRAINER}"},
     )
     model: str = field(
@@ -88,7 +89,7 @@ class SearchOptions:
     )
     trials: int | None = field(
         default=None,
-        metadata={"help": "number of trials", "default_help": "12; grid: every point", "rule": AT_LEAST_1},
+        metadata={"help": "number of trials", "default_help": f"{DEFAULT_TRIALS}; grid: every point", "rule": AT_LEAST_1},
     )
     max_steps: int = field(
         default=20,

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from tuner.learning import MIN_EFFECT as MIN_PROGRESS
 from tuner.records import Status
 from tuner.report_analysis import LEARNED, NOT_LEARNING, finite_number, outcome
-from tuner.space import PRECISIONS
+from tuner import precision
 
 if TYPE_CHECKING:
     from tuner.report_render import Report
@@ -49,15 +49,15 @@ def stability_map(records: list[dict[str, Any]]):
     Trials sharing a cell are spread vertically so none hides another; trials without a
     learning_rate are left out and the title says how many.
     """
-    fig = _figure(7, 1.6 + 0.5 * len({r["params"].get("precision", "fp32") for r in records}))
+    fig = _figure(7, 1.6 + 0.5 * len({r["params"].get("precision", precision.DEFAULT) for r in records}))
     ax = fig.add_subplot()
     shown = [r for r in records if _positive(r["params"].get("learning_rate"))]
-    precisions = sorted({r["params"].get("precision", "fp32") for r in shown},
-                        key=lambda p: PRECISIONS.index(p) if p in PRECISIONS else len(PRECISIONS))
+    precisions = sorted({r["params"].get("precision", precision.DEFAULT) for r in shown},
+                        key=precision.order)
     cells: dict[tuple, int] = {}
     by_outcome: dict[str, list[tuple[float, float]]] = {}
     for r in shown:
-        key = (r["params"].get("precision", "fp32"), r["params"]["learning_rate"])
+        key = (r["params"].get("precision", precision.DEFAULT), r["params"]["learning_rate"])
         nth = cells[key] = cells.get(key, -1) + 1
         y = precisions.index(key[0]) + _spread(nth)
         by_outcome.setdefault(outcome(r), []).append((key[1], y))

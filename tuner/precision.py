@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from tuner.errors import TunerError
 
-__all__ = ["DEFAULT", "NAMES", "PRECISIONS", "Precision", "precision", "unsupported"]
+__all__ = ["DEFAULT", "NAMES", "PRECISIONS", "Precision", "order", "precision", "unsupported"]
 
 
 @dataclass(frozen=True)
@@ -52,6 +52,11 @@ PRECISIONS: dict[str, Precision] = {p.name: p for p in (
 )}
 DEFAULT = "fp32"  # a trial whose params name no precision
 NAMES = tuple(PRECISIONS)  # in the table's order: how reports and plots list them
+
+
+def order(name: str) -> int:
+    """Sort key: the table's order, unknown names last."""
+    return NAMES.index(name) if name in NAMES else len(NAMES)
 
 
 def precision(name: str) -> Precision:

@@ -6,10 +6,13 @@ import collections
 import time
 from typing import Any, Callable
 
+from tuner import precision
 from tuner import recommend as rec
 from tuner.records import NO_STOP_STEP, Status
 
 __all__ = ["Progress", "describe_params", "results_table", "shorten", "stopped_at"]
+
+ALWAYS_COUNTED = (Status.OK, Status.DIVERGED, Status.CRASHED)  # shown at 0 too: the counts a watcher looks for
 
 
 class Progress:
@@ -37,8 +40,7 @@ class Progress:
         progress_text = f"progress {progress:+.3f} {learned:<8}" if progress is not None else "progress    -           "
         where = stopped_at(record)
         where = f" {where}" if where else ""
-        counts = " ".join(f"{s} {self.counts[s]}" for s in ("ok", "diverged", "collapsed", "crashed", "oom", "invalid")
-                          if self.counts[s] or s in ("ok", "diverged", "crashed"))
+        counts = " ".join(f"{s} {self.counts[s]}" for s in Status if self.counts[s] or s in ALWAYS_COUNTED)
         best = (f"trial {self.best['number']} ({self.best['tokens_per_second']:.0f} tok/s, progress "
                 f"{self.best['progress']:+.3f})" if self.best else "none yet")
         elapsed = time.perf_counter() - self.started
@@ -51,7 +53,7 @@ class Progress:
 def describe_params(params: dict[str, Any]) -> str:
     short = {"learning_rate": "lr", "gradient_accumulation_steps": "ga", "per_device_train_batch_size": "bs",
              "max_grad_norm": "clip"}
-    parts = [str(params.get("precision", "fp32"))]
+    parts = [str(params.get("precision", precision.DEFAULT))]
     for key, label in short.items():
         if key in params:
             value = params[key]

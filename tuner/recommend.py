@@ -18,6 +18,7 @@ import yaml
 from tuner.errors import TunerError
 from tuner.learning import ALPHA, MIN_EFFECT
 from tuner.precision import PRECISIONS
+from tuner.records import Status, is_ok
 from tuner.trainers import adapter, lora_config_kwargs, split_params
 
 RULE = (f"highest learning speed (progress x tokens/s) among trials that stayed ok and learned (a learning trend "
@@ -34,7 +35,7 @@ def objective(trial: dict[str, Any]) -> float:
     """Learning speed: progress x tokens/s for an ok trial that learned, else 0. A config twice as fast that
     learns half as much per step scores the same: both get as far in the same wall time."""
     speed, progress = trial.get("tokens_per_second"), trial.get("progress")
-    if trial.get("status") != "ok" or not learned(trial) or not speed or progress is None:
+    if not is_ok(trial) or not learned(trial) or not speed or progress is None:
         return 0.0
     return float(progress) * float(speed)
 
@@ -50,15 +51,15 @@ def recommend(trials: list[dict[str, Any]]) -> dict[str, Any] | None:
 def failure_summary(trials: list[dict[str, Any]], top: int = 3) -> str:
     """Why nothing qualified: counts per status and the most common reasons."""
     statuses = collections.Counter(t.get("status") for t in trials)
-    not_learning = sum(1 for t in trials if t.get("status") == "ok" and not learned(t))
+    not_learning = sum(1 for t in trials if is_ok(t) and not learned(t))
     reasons = collections.Counter(
-        (t.get("guard_signal") or t.get("status"), _reason_kind(t)) for t in trials if t.get("status") != "ok")
+        (t.get("guard_signal") or t.get("status"), _reason_kind(t)) for t in trials if not is_ok(t))
     lines = [f"No stable config that learns found in {len(trials)} trials: "
              + ", ".join(f"{n} {s}" for s, n in statuses.most_common())
              + (f" ({not_learning} ok but without a significant learning trend)" if not_learning else "") + "."]
     for (signal, example), n in reasons.most_common(top):
         lines.append(f"  {n} x {signal}: e.g. {example}")
-    causes = collections.Counter(t.get("guard_signal") or t.get("status") for t in trials if t.get("status") != "ok")
+    causes = collections.Counter(t.get("guard_signal") or t.get("status") for t in trials if not is_ok(t))
     causes.update({"not_learning": not_learning} if not_learning else {})
     advice = [ADVICE[cause] for cause, _ in causes.most_common() if cause in ADVICE]
     for line in dict.fromkeys(advice):  # the most common cause's advice first, each once
@@ -80,9 +81,9 @@ ADVICE = {
     "no_update": ("the optimizer moves no weight: updates are below bf16/fp16 weight precision (search higher "
                   "learning rates or fp32/-mixed precision) or LoRA targets match no layer"),
     "process_died": "trial processes died: see the crash reasons with tuner report (they rarely depend on the config)",
-    "crashed": "trials raised errors: see the crash reasons with tuner report (they rarely depend on the config)",
-    "oom": "out of memory: search smaller per_device_train_batch_size, activation_checkpointing on, or LoRA",
-    "invalid": "TRL rejected the combinations: see the reasons above and narrow the space",
+    Status.CRASHED: "trials raised errors: see the crash reasons with tuner report (they rarely depend on the config)",
+    Status.OOM: "out of memory: search smaller per_device_train_batch_size, activation_checkpointing on, or LoRA",
+    Status.INVALID: "TRL rejected the combinations: see the reasons above and narrow the space",
     "not_learning": "stable trials did not learn within the step budget: search higher learning rates or raise --max-steps",
 }
 

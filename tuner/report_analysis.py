@@ -22,7 +22,7 @@ from typing import Any, Callable
 from tuner.learning import MIN_EFFECT as MIN_PROGRESS
 from tuner.recommend import learned
 from tuner.records import UNSTABLE, Status
-from tuner.space import PRECISIONS
+from tuner import precision
 
 # A trial's outcome is its status, with ok trials split by the trial's learning judgement (tuner.learning):
 # "not learning" is stable but without a significant learning trend: stable, but useless.
@@ -107,7 +107,7 @@ def _sort_key(name: str, banded: bool, values: dict[int, Any]) -> Callable:
     if banded:
         return lambda item: _band_key(item[0])
     if name == "precision":
-        return lambda item: PRECISIONS.index(item[0]) if item[0] in PRECISIONS else len(PRECISIONS)
+        return lambda item: precision.order(item[0])
     numeric = {_label(v): v for v in values.values() if isinstance(v, (int, float)) and not isinstance(v, bool)}
     return lambda item: (0, numeric[item[0]], "") if item[0] in numeric else (1, 0, item[0])
 

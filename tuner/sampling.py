@@ -1,4 +1,5 @@
-"""Optuna inside Ray Tune: the sampler, the ask/tell searcher, and how a trial's outcome is told.
+"""Optuna: the sampler, asking for new params (no repeats), and how a trial's outcome is told. Pure Optuna:
+the Ray Tune searcher that drives it is ``tuner.execution.OptunaSearcher``.
 
 Every trial is told as COMPLETE with the recommendation's objective (learning speed = progress x
 tokens/s, tuner.recommend.objective) and a constraint ("stable") that is violated for unstable trials. Told as FAIL they would vanish from TPE's model and it would keep sampling
@@ -14,7 +15,7 @@ from tuner import recommend as rec
 from tuner.space import SearchSpace
 from tuner.records import Status
 
-__all__ = ["constraint_of", "make_sampler", "make_study", "searcher_class", "tell"]
+__all__ = ["ask", "constraint_of", "grid_size", "make_sampler", "make_study", "tell"]
 
 
 def constraint_of(record: dict[str, Any]) -> float:
@@ -86,7 +87,7 @@ def resumed_seed(seed: int, trials_in_study: int) -> int:
 MAX_REDRAWS = 20
 
 
-def _grid_size(space: SearchSpace) -> int | None:
+def grid_size(space: SearchSpace) -> int | None:
     try:
         return len(space.grid())
     except Exception:  # noqa: BLE001 - a float or int param: the space has no end of new points
@@ -98,7 +99,7 @@ def _repeats_a_trial(study, trial, grid_size: int | None) -> bool:
     (grid points, in-flight trials re-run after a resume) are asked for on purpose and never count."""
     import optuna
 
-    if "fixed_params" in study._storage.get_trial_system_attrs(trial._trial_id):
+    if _is_enqueued(study, trial):
         return False
     # WAITING: an enqueued trial (an in-flight trial to re-run after a resume) not yet handed out is as taken.
     states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.RUNNING, optuna.trial.TrialState.WAITING)
@@ -116,81 +117,78 @@ def tell(study, trial, record: dict[str, Any]) -> None:
     study.tell(trial, rec.objective(record))
 
 
-def searcher_class():
-    from ray.tune.search import Searcher
+def ask(study, space: SearchSpace, grid_size: int | None):
+    """A new trial and its params; a proposal that repeats an earlier trial is drawn again (told FAIL with the
+    user attribute tuner.skipped, so the sampler ignores it and the study shows why)."""
+    import optuna
 
-    class OptunaSearcher(Searcher):
-        """Ray Tune searcher over an Optuna study (ask/tell), with the trial spec as Ray's config.
+    trial = study.ask()
+    params = space.suggest(trial)
+    for attempt in range(MAX_REDRAWS + 1):
+        if not _repeats_a_trial(study, trial, grid_size):
+            break
+        trial.set_user_attr("tuner.skipped", "proposed the params of an earlier trial; drawn again")
+        study.tell(trial, state=optuna.trial.TrialState.FAIL)
+        untried = _untried_point(study, space, grid_size) if attempt == MAX_REDRAWS - 1 else None
+        if untried is not None:
+            # A finite space whose sampler keeps proposing taken points: take the first untried one.
+            study.enqueue_trial(untried)
+        trial = study.ask()
+        params = space.suggest(trial)
+    return trial, params
 
-        After its ``n_search`` trials have all finished it asks ``then(finished_records)`` once for
-        follow-up jobs (confirmation re-runs) and hands those out in the same Ray Tune run, so
-        the trial workers, with torch and TRL already imported, are reused.
-        """
 
-        def __init__(self, study, space: SearchSpace, base_spec: dict[str, Any], timeout: float,
-                     n_search: int, then=None, done: list[dict[str, Any]] = ()):
-            super().__init__(metric="learning_speed", mode="max")
-            self.study, self.space, self.base_spec, self.timeout = study, space, base_spec, timeout
-            self.n_search, self.then = n_search, then
-            self.asked: dict[str, Any] = {}  # Ray trial id -> (optuna.Trial, its params)
-            self.suggested = 0
-            self.finished: list[dict[str, Any]] = list(done)
-            self.followups: list[dict[str, Any]] | None = None
-            self.grid_size = _grid_size(space)
+def _untried_point(study, space: SearchSpace, grid_size: int | None) -> dict[str, Any] | None:
+    if grid_size is None:
+        return None
+    import optuna
 
-        def _ask(self):
-            """A new trial and its params; a proposal that repeats an earlier trial is drawn again (told FAIL
-            with the user attribute tuner.skipped, so the sampler ignores it and the study shows why)."""
-            import optuna
+    states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.RUNNING, optuna.trial.TrialState.WAITING)
+    taken = [t.params for t in study.get_trials(deepcopy=False, states=states)]
+    return next((point for point in space.grid() if point not in taken), None)
 
-            trial = self.study.ask()
-            params = self.space.suggest(trial)
-            for attempt in range(MAX_REDRAWS + 1):
-                if not _repeats_a_trial(self.study, trial, self.grid_size):
-                    break
-                trial.set_user_attr("tuner.skipped", "proposed the params of an earlier trial; drawn again")
-                self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
-                untried = self._untried_point() if attempt == MAX_REDRAWS - 1 else None
-                if untried is not None:
-                    # A finite space whose sampler keeps proposing taken points: take the first untried one.
-                    self.study.enqueue_trial(untried)
-                trial = self.study.ask()
-                params = self.space.suggest(trial)
-            return trial, params
 
-        def _untried_point(self) -> dict[str, Any] | None:
-            if self.grid_size is None:
-                return None
-            import optuna
+def reconcile(study, recorded: dict[int, dict[str, Any]]) -> None:
+    """A resumed study made to agree with what MLflow holds (``recorded``: trial number -> record).
 
-            states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.RUNNING,
-                      optuna.trial.TrialState.WAITING)
-            taken = [t.params for t in self.study.get_trials(deepcopy=False, states=states)]
-            return next((point for point in self.space.grid() if point not in taken), None)
+    A trial logged but never told (the driver died in between) is told now. A trial in flight when the driver
+    died, or told but never written, is marked FAIL and its params enqueued to run again, ahead of grid points
+    not yet started, so a grid cut short by --trials still covers the points it had begun.
+    """
+    import optuna
 
-        def suggest(self, trial_id: str):
-            if self.suggested < self.n_search:
-                trial, params = self._ask()
-                self.asked[trial_id] = (trial, params)
-                self.suggested += 1
-                spec = {**self.base_spec, "params": params}
-                return {"spec": spec, "number": trial.number, "timeout": self.timeout}
-            if self.asked:
-                return None  # follow-ups depend on every search trial's outcome: wait
-            if self.followups is None:
-                self.followups = list(self.then(self.finished)) if self.then else []
-            return self.followups.pop(0) if self.followups else Searcher.FINISHED
+    states = optuna.trial.TrialState
+    rerun, waiting = [], []
+    for frozen in study.trials:
+        if frozen.state == states.RUNNING and frozen.number in recorded:
+            tell(study, _running_trial(study, frozen), recorded[frozen.number])
+        elif frozen.state == states.RUNNING or (frozen.state == states.COMPLETE and frozen.number not in recorded):
+            if frozen.state == states.RUNNING:
+                study.tell(frozen.number, state=states.FAIL)
+            rerun.append(frozen.params)
+        elif frozen.state == states.WAITING:
+            waiting.append(frozen)
+    for frozen in waiting:  # Optuna hands out waiting trials oldest first: re-queue them behind the re-runs
+        _fail_waiting(study, frozen)
+    for params in rerun + [frozen.params or frozen.system_attrs.get("fixed_params", {}) for frozen in waiting]:
+        study.enqueue_trial(params)
 
-        def on_trial_complete(self, trial_id: str, result=None, error: bool = False):
-            trial, params = self.asked.pop(trial_id, (None, None))
-            if trial is None:
-                return  # a follow-up job: not part of the study
-            record = dict(result or {})
-            if error or "status" not in record:
-                record = {"status": "crashed", "reason": "Ray lost the trial's worker", "stopped_at_step": 0}
-            record["max_steps"] = self.base_spec["max_steps"]
-            tell(self.study, trial, record)
-            record.pop("history", None)
-            self.finished.append({**record, "number": trial.number, "params": params})
 
-    return OptunaSearcher
+# Optuna has no public API for the three storage operations below (reopening a RUNNING trial of another
+# process, failing a WAITING trial, telling an enqueued trial from a sampled one); they are kept here, the
+# one module that knows Optuna's storage, and each is covered by tests/test_reliability.py's resume tests.
+
+def _running_trial(study, frozen):
+    import optuna
+
+    return optuna.Trial(study, frozen._trial_id)
+
+
+def _fail_waiting(study, frozen) -> None:
+    import optuna
+
+    study._storage.set_trial_state_values(frozen._trial_id, state=optuna.trial.TrialState.FAIL)
+
+
+def _is_enqueued(study, trial) -> bool:
+    return "fixed_params" in study._storage.get_trial_system_attrs(trial._trial_id)

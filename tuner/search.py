@@ -21,10 +21,10 @@ from typing import Any, Callable
 
 from tuner import export
 from tuner import recommend as rec
-from tuner.errors import TunerError
-from tuner.options import SAMPLERS, SearchOptions, check_options, options_from  # noqa: F401 - re-exported
+from tuner.errors import TunerError, quiet_libraries
+from tuner.options import DEFAULT_TRIALS, SAMPLERS, SearchOptions, check_options, options_from  # noqa: F401 - re-exported
 from tuner.progress import Progress, describe_params, results_table
-from tuner.sampling import make_study, searcher_class
+from tuner.sampling import make_study
 from tuner.space import SearchSpace, check_param_names, load_space
 from tuner.trial import TrialSpec
 
@@ -52,13 +52,11 @@ def hardware_precisions(gpus_per_trial: float) -> dict[str, str]:
     silently run as something else."""
     import torch
 
-    if gpus_per_trial > 0:
-        if torch.cuda.is_available() and not torch.cuda.is_bf16_supported():
-            return {p: "this GPU has no bfloat16 support" for p in ("bf16-mixed", "bf16-pure")}
-        return {}
-    # On a CPU, autocast + GradScaler in float16 is not a real training mode: torch's CPU
-    # GradScaler exists, but fp16 mixed precision is a GPU feature users never run on a CPU.
-    return {"fp16-mixed": "fp16 mixed precision (autocast + GradScaler) needs a CUDA GPU"}
+    from tuner import precision
+
+    on_gpu = gpus_per_trial > 0
+    bf16 = torch.cuda.is_bf16_supported() if on_gpu and torch.cuda.is_available() else True
+    return precision.unsupported(on_gpu, bf16_supported=bf16)
 
 
 def _check_ray_address(address: str) -> None:
@@ -89,12 +87,12 @@ def prepare(options: SearchOptions) -> Prepared:
     o = options
     check_options(o)  # choices and ranges, as the command line checks them
     # A space's `trainer:` is the default trainer; an explicit --trainer must agree with it (load_space says so).
-    space = load_space(o.search_space, o.trainer or (None if o.search_space else "grpo"))
+    space = load_space(o.search_space, o.trainer or (None if o.search_space else trainers.DEFAULT_TRAINER))
     o = dataclasses.replace(o, trainer=space.trainer)
     space = space.for_model(pretrained=o.model != models.TINY_MODEL)
-    trainers.adapter(o.trainer)
-    if o.reward_funcs and o.trainer != "grpo":
-        raise TunerError(f"--reward-func is for grpo only; {o.trainer} learns from its dataset's labels")
+    if o.reward_funcs and not trainers.adapter(o.trainer).uses_reward_funcs:
+        online = ", ".join(name for name, a in trainers.ADAPTERS.items() if a.uses_reward_funcs)
+        raise TunerError(f"--reward-func is for {online} only; {o.trainer} learns from its dataset's labels")
     if o.sampler == "grid":
         space.grid()  # a float or int param cannot be a grid axis: say so before the slow checks
     if o.ray_address:
@@ -107,7 +105,7 @@ def prepare(options: SearchOptions) -> Prepared:
         tracking.check_tracking(uri, Path(o.store))  # asks the server's /health; writes nothing
 
     # -- the slow checks: they import torch, TRL and datasets, and build the tiny model once
-    _quiet_libraries()
+    quiet_libraries()
     if o.gpus_per_trial > 0 and not o.ray_address:
         import torch
 
@@ -123,7 +121,7 @@ def prepare(options: SearchOptions) -> Prepared:
     space = space.without_precisions(dropped)
 
     grid = space.grid() if o.sampler == "grid" else None
-    n_trials = o.trials or (len(grid) if grid is not None else 12)
+    n_trials = o.trials or (len(grid) if grid is not None else DEFAULT_TRIALS)
 
     inputs = probe.check_user_inputs(
         o.trainer, o.model, o.dataset, o.reward_funcs,
@@ -145,17 +143,6 @@ def prepare(options: SearchOptions) -> Prepared:
         tracking.check_tracking(tracking.default_tracking_uri(Path(o.store)), Path(o.store))
     experiment = o.experiment or f"{o.trainer}-{_model_label(o.model)}"
     return Prepared(o, space, model_path, uri, experiment, n_trials, grid, dropped, warnings)
-
-
-def _quiet_libraries() -> None:
-    """Keep library chatter off stderr, where a bad input's one-line error goes: progress bars (tiny-model
-    build, dataset loading) and the datasets loader's own log of a file it cannot parse (we say it in one line)."""
-    import logging
-
-    from tuner.trial import quiet_libraries
-
-    quiet_libraries()
-    logging.getLogger("datasets").setLevel(logging.CRITICAL)
 
 
 def _check_tracking_scheme(uri: str) -> None:
@@ -233,7 +220,6 @@ def _run(prepared, tracker, study, run_name, records, per_trial, concurrency, st
     o = prepared.options
     base_spec = TrialSpec(trainer=o.trainer, params={}, model=prepared.model_path, dataset=o.dataset,
                           reward_funcs=o.reward_funcs, max_steps=o.max_steps, seed=o.seed).to_dict()
-    callback = execution.callback_class()
     ray_storage = Path(o.store) / "ray"
     progress = Progress(prepared.n_trials, echo, done=records)
     remaining = prepared.n_trials - len(records)
@@ -254,12 +240,12 @@ def _run(prepared, tracker, study, run_name, records, per_trial, concurrency, st
         return jobs
 
     try:
-        searcher = searcher_class()(study, prepared.space, base_spec, o.trial_timeout, n_search=remaining,
+        searcher = execution.OptunaSearcher(study, prepared.space, base_spec, o.trial_timeout, n_search=remaining,
                                     then=confirmation_jobs, done=records)
         at_most = remaining + o.confirm_top * o.confirm_seeds  # the searcher says FINISHED when it has fewer
         if at_most:
             execution.run_trials(name=f"{run_name}-{len(records)}", storage=ray_storage, per_trial=per_trial,
-                                 concurrency=concurrency, callback=callback(tracker, progress, records, confirmations),
+                                 concurrency=concurrency, callback=execution.DriverCallback(tracker, progress, records, confirmations),
                                  searcher=searcher, num_samples=at_most)
         records.sort(key=lambda r: r["number"])
         cands = confirm.candidates(records, o.confirm_top) if o.confirm_seeds > 0 else []
@@ -320,7 +306,9 @@ def _finish(prepared: Prepared, tracker, records, cands, confirmations, started,
 
 
 def _export_reward_funcs(o: SearchOptions) -> list[str] | None:
-    if o.trainer != "grpo":
+    from tuner.trainers import adapter
+
+    if not adapter(o.trainer).uses_reward_funcs:
         return None
     from tuner.rewards import reward_func_spec
 

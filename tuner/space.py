@@ -32,7 +32,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from tuner import precision, trainers
 from tuner.errors import TunerError
 
-TRAINERS = trainers.names()  # every entry of the trainer table (tuner.trainers)
 
 # Precision is one dimension: where the weights live and whether autocast runs on top.
 # "-pure" loads the weights in that dtype (the bug reports' "torch_dtype half" case);
@@ -40,7 +39,7 @@ TRAINERS = trainers.names()  # every entry of the trainer table (tuner.trainers)
 PRECISIONS = precision.NAMES
 
 # tuner's own dimensions; every other param name must be a field of the trainer's TRL config.
-TUNER_PARAMS = ("precision", "use_peft", "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules")
+TUNER_PARAMS = tuple(trainers.TUNER_PARAM_TYPES)
 
 Scalar = Union[bool, int, float, str, list[str], None]
 
@@ -147,7 +146,7 @@ class SearchSpace(BaseModel):
     def _check_lora(self) -> None:
         # LoRA settings only reach a trial whose use_peft is true; without one they would be dropped silently.
         lora = [(section, name) for section, names in (("params", self.params), ("fixed", self.fixed))
-                for name in names if name in TUNER_PARAMS and name.startswith("lora_")]
+                for name in names if name in trainers.LORA_PARAMS]
         if not lora:
             return
         if "use_peft" in self.fixed:
@@ -231,7 +230,7 @@ class SearchSpace(BaseModel):
     def precisions(self) -> list[str]:
         p = self.params.get("precision")
         if p is None:
-            return [self.fixed.get("precision", "fp32")]
+            return [self.fixed.get("precision", precision.DEFAULT)]
         return list(_values(p))
 
     def without_precisions(self, dropped: list[str]) -> "SearchSpace":

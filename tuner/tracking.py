@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from tuner.errors import TunerError
+from tuner.records import TrialRecord, new_record
 
 DEFAULT_STORE = Path("mlflow")  # relative to where tuner runs, like ./mlruns for plain MLflow
 SEARCH_TAG = "tuner.kind"  # "search" on parent runs, "trial" on nested runs
@@ -198,6 +199,35 @@ class SearchTracker:
         """Continue an existing search run (``tuner search --resume``)."""
         self.parent_id = parent_id
         self.client.update_run(parent_id, status="RUNNING")
+
+    def study_name(self) -> str:
+        """The Optuna study of the search run (its tuner.study tag)."""
+        return self.client.get_run(self.parent_id).data.tags["tuner.study"]
+
+    def stored_trials(self) -> list[TrialRecord]:
+        """The search's trials that MLflow holds in full, one record per trial number (``--resume`` keeps these).
+        A trial run left RUNNING was cut short while being written by a driver that died: it is deleted, and
+        its trial runs again. Confirmation re-runs are not kept: confirmation runs again after the search."""
+        records: dict[int, TrialRecord] = {}
+        for run in trial_runs(self.uri, self.parent_id):
+            if run.data.tags.get("tuner.confirmation") == "true":
+                continue
+            if run.info.status == "RUNNING":
+                self.client.delete_run(run.info.run_id)
+                continue
+            record = self._record_from_run(run)
+            records.setdefault(record["number"], record)
+        return sorted(records.values(), key=lambda r: r["number"])
+
+    def _record_from_run(self, run) -> TrialRecord:
+        import yaml
+
+        folder = tempfile.mkdtemp(prefix="tuner-resume-")
+        result = json.loads(Path(self.client.download_artifacts(run.info.run_id, "result.json", folder)).read_text())
+        spec = yaml.safe_load(Path(self.client.download_artifacts(run.info.run_id, "trial.yaml", folder)).read_text())
+        spec = json.loads(json.dumps(spec))  # the values a fresh record holds (e.g. lists, not tuples)
+        return new_record(result, number=int(run.data.tags["tuner.trial_number"]), params=spec["params"],
+                          max_steps=spec["max_steps"], seed=spec["seed"], run_id=run.info.run_id)
 
     @property
     def spool_path(self) -> Path:

@@ -17,13 +17,22 @@ import importlib
 import random
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Literal, Union
 
 from tuner import precision as precisions
 from tuner import tiny_data
 from tuner.errors import TunerError
 
-LORA_PARAMS = ("lora_r", "lora_alpha", "lora_dropout", "lora_target_modules")
+# tuner's own params and what each holds; every other param is a field of the trainer's TRL config.
+TUNER_PARAM_TYPES: dict[str, Any] = {
+    "precision": Literal[precisions.NAMES],  # a row of tuner.precision
+    "use_peft": bool,
+    "lora_r": int,
+    "lora_alpha": int,
+    "lora_dropout": float,
+    "lora_target_modules": Union[str, list[str]],
+}
+LORA_PARAMS = tuple(name for name in TUNER_PARAM_TYPES if name.startswith("lora_"))
 SPACES_DIR = Path(__file__).resolve().parent.parent / "search_spaces"
 
 Row = Callable[[random.Random, int], dict]  # (seeded rng, row index) -> one built-in row

@@ -2,7 +2,7 @@
 ``when:`` and range bounds) and trial configs (``params:``).
 
 The expected type of a name comes from the trainer's TRL config dataclass (``GRPOConfig.learning_rate: float``)
-or from tuner's own params (``TUNER_TYPES``). A number written in any YAML spelling is a number (``2e-4``,
+or from tuner's own params (``tuner.trainers.TUNER_PARAM_TYPES``). A number written in any YAML spelling is a number (``2e-4``,
 ``"1E5"``: PyYAML reads ``1e-2`` without a dot as a string); a value of another type is refused in one line
 naming the file, the key and the expected type, before any trial runs::
 
@@ -23,19 +23,10 @@ import typing
 from typing import Any, Literal, Union
 
 from tuner.errors import TunerError
+from tuner.trainers import LORA_PARAMS, TUNER_PARAM_TYPES
 
-__all__ = ["TUNER_TYPES", "check_params", "check_space_values", "check_value", "param_types"]
+__all__ = ["check_params", "check_space_values", "check_value", "param_types"]
 
-# tuner's own dimensions (tuner.space.TUNER_PARAMS) and what each holds.
-TUNER_TYPES: dict[str, Any] = {
-    "precision": Literal["fp32", "bf16-mixed", "fp16-mixed", "bf16-pure", "fp16-pure"],
-    "use_peft": bool,
-    "lora_r": int,
-    "lora_alpha": int,
-    "lora_dropout": float,
-    "lora_target_modules": Union[str, list[str]],
-}
-LORA = ("lora_r", "lora_alpha", "lora_dropout", "lora_target_modules")
 
 # A number as YAML 1.2 (and Python) write it: 2e-4, 1E5, -3, .5, 1_000 is not one.
 _NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
@@ -47,7 +38,7 @@ def param_types(trainer: str) -> dict[str, Any]:
     from tuner import trainers
 
     config = trainers.config_class(trainer)
-    return {**typing.get_type_hints(config), **TUNER_TYPES}
+    return {**typing.get_type_hints(config), **TUNER_PARAM_TYPES}
 
 
 @functools.cache
@@ -174,7 +165,7 @@ def check_params(params: dict[str, Any], trainer: str, where: str) -> dict[str, 
     check_names(params, trainers.config_fields(trainer), trainer, where)
     typed = param_types(trainer)
     checked = {name: check_value(value, typed[name], f"{where}.{name}") for name, value in params.items()}
-    lora = [name for name in LORA if name in checked]
+    lora = [name for name in LORA_PARAMS if name in checked]
     if lora and "use_peft" not in checked:
         raise TunerError(f"{where}.{lora[0]}: a LoRA setting has no effect without use_peft; add use_peft: true "
                          f"to the params, or remove {lora[0]}")
