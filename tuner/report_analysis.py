@@ -32,7 +32,7 @@ NOT_LEARNING = "not learning"
 # The statuses of trials that ran and failed, in the order the tables show them.
 FAILED = tuple(s for s in Status if s in UNSTABLE)
 BAD_OUTCOMES = (*FAILED, NOT_LEARNING)
-VERBS = {Status.DIVERGED: "diverged", Status.COLLAPSED: "collapsed", Status.CRASHED: "crashed",
+VERBS = {**{s: s.value for s in (Status.DIVERGED, Status.COLLAPSED, Status.CRASHED)},  # the status is the verb
          Status.OOM: "ran out of memory", NOT_LEARNING: "did not learn (status ok, no significant learning trend)"}
 
 MIN_HINT_TRIALS = 3  # a hint compares two groups; with fewer trials per side it would be an anecdote

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from tuner.errors import TunerError
-from tuner.records import TrialRecord, new_record
+from tuner.records import TrialRecord, is_ok, new_record
 
 DEFAULT_STORE = Path("mlflow")  # relative to where tuner runs, like ./mlruns for plain MLflow
 SEARCH_TAG = "tuner.kind"  # "search" on parent runs, "trial" on nested runs
@@ -349,7 +349,7 @@ class SearchTracker:
             self.client.log_batch(run_id, metrics=metrics[i:i + 1000])
         self.client.log_dict(run_id, spec, "trial.yaml")
         self.client.log_dict(run_id, {**summary, "history": history}, "result.json")
-        self.client.set_terminated(run_id, "FINISHED" if summary["status"] == "ok" else "FAILED")
+        self.client.set_terminated(run_id, "FINISHED" if is_ok(summary) else "FAILED")
         return run_id
 
 
