@@ -247,3 +247,28 @@ def test_reward_func_spec_for_trl_yaml():
     assert reward_func_spec("think_format_reward") == "think_format_reward"
     assert reward_func_spec("my_lib.rewards:custom") == "my_lib.rewards.custom"
     assert reward_func_spec("my_lib.rewards.custom") == "my_lib.rewards.custom"
+
+
+# --- the built-in data of a pretrained model -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("trainer", TRAINERS)
+def test_a_pretrained_models_builtin_data_is_the_task_rows_and_fits_its_trainer(trainer):
+    tasks_rows = builtin_dataset(trainer, size=16, tiny=False)
+    check_columns(tasks_rows, trainer, "the built-in data")
+    assert tasks_rows.to_list() != builtin_dataset(trainer, size=16).to_list()
+    assert tasks_rows.to_list() == builtin_dataset(trainer, size=16, tiny=False).to_list()
+
+
+def test_a_model_other_than_tiny_gets_the_exact_answer_reward(tiny_model, tmp_path):
+    """A copy of the tiny model without its build marker stands for any other local model."""
+    import shutil
+
+    from tuner import models, probe
+
+    other = tmp_path / "other-model"
+    shutil.copytree(tiny_model, other, ignore=shutil.ignore_patterns("tuner-tiny-model.complete"))
+    assert models.is_tiny(tiny_model) and models.is_tiny("tiny") and not models.is_tiny(other)
+    inputs = probe.check_user_inputs("grpo", str(other), None, None, missing_reward="unused")
+    assert inputs.reward_funcs == ["tuner.tasks.exact_answer_reward"]
+    assert probe.check_user_inputs("grpo", "tiny", None, None, missing_reward="unused").reward_funcs is None

@@ -30,19 +30,31 @@ __all__ = [
 _FILE_LOADERS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
 
 
-def builtin_dataset(trainer: str, size: int = 256, seed: int = 0) -> datasets.Dataset:
-    """A deterministic dataset of the trainer entry's built-in rows, in TRL's standard (plain text) format.
+def builtin_dataset(trainer: str, size: int = 256, seed: int = 0, tiny: bool = True) -> datasets.Dataset:
+    """A deterministic dataset of the trainer entry's built-in rows, in TRL's standard (plain text) format: the
+    tiny model's own task (``tiny``), else exact-answer questions a pretrained model can learn (tuner.tasks).
 
-    The same ``(trainer, size, seed)`` always gives the same rows.
+    The same ``(trainer, size, seed, tiny)`` always gives the same rows.
     """
     from datasets import Dataset
 
     entry = trainers.adapter(trainer)
     if size < 1:
         raise TunerError(f"built-in dataset size must be at least 1, but got {size=}")
-    rng = random.Random(f"{trainer}:{seed}")  # a string seed is hashed deterministically (not by PYTHONHASHSEED)
-    rows = [entry.tiny_rows(rng, i) for i in range(size)]
+    if tiny:
+        rng = random.Random(f"{trainer}:{seed}")  # a string seed is hashed deterministically (not by PYTHONHASHSEED)
+        rows = [entry.tiny_rows(rng, i) for i in range(size)]
+    else:
+        rows = entry.task_rows(size, seed)
     return Dataset.from_dict({key: [row[key] for row in rows] for key in rows[0]})
+
+
+def builtin_reward(tiny: bool) -> str:
+    """The reward of the built-in data (for a trainer that learns from rewards): the tiny task's, or the exact
+    answer of tuner.tasks, as a --reward-func value."""
+    from tuner import rewards, tasks
+
+    return rewards.BUILTIN if tiny else rewards.reward_func_spec(tasks.exact_answer_reward)
 
 
 def check_columns(dataset: datasets.Dataset, trainer: str, where: str) -> None:
@@ -80,7 +92,8 @@ def _check_bool_columns(dataset: datasets.Dataset, entry, where: str) -> None:
             )
 
 
-def load_dataset_spec(spec: str | os.PathLike | None, trainer: str, split: str = "train") -> datasets.Dataset:
+def load_dataset_spec(spec: str | os.PathLike | None, trainer: str, split: str = "train",
+                      tiny: bool = True) -> datasets.Dataset:
     """--dataset value -> a checked Dataset.
 
     None or "builtin" -> builtin_dataset(trainer). A local .jsonl/.json/.parquet/.csv file -> that file.
@@ -89,7 +102,7 @@ def load_dataset_spec(spec: str | os.PathLike | None, trainer: str, split: str =
     """
     trainers.adapter(trainer)
     if spec is None or spec == "builtin":
-        return builtin_dataset(trainer)
+        return builtin_dataset(trainer, tiny=tiny)
     spec = os.fspath(spec)
     path = Path(spec).expanduser()
     if path.is_file():

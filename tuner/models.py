@@ -26,6 +26,7 @@ __all__ = [
     "TINY_MODEL",
     "build_tiny_model",
     "hub_unavailable_reason",
+    "is_tiny",
     "looks_like_hub_id",
     "looks_like_path",
     "resolve_model",
@@ -86,6 +87,12 @@ def looks_like_path(spec: str) -> bool:
 def looks_like_hub_id(spec: str) -> bool:
     """True for "name" and "org/name" made of the characters the Hugging Face Hub allows."""
     return bool(_HUB_ID.match(spec))
+
+
+def is_tiny(model: str | os.PathLike) -> bool:
+    """Whether ``model`` (a --model value or a resolved folder) is the embedded tiny model: its built-in data is
+    the tiny model's own task, any other model's is ``tuner.tasks``."""
+    return os.fspath(model) == TINY_MODEL or (Path(model) / _COMPLETE_MARKER).is_file()
 
 
 def resolve_model(spec: str, cache_dir: str | os.PathLike | None = None) -> str:

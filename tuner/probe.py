@@ -227,13 +227,17 @@ def check_user_inputs(trainer: str, model: str, dataset: str | None, reward_func
     from tuner import data, models, rewards
 
     model_path = models.resolve_model(model)
-    loaded = data.load_dataset_spec(dataset, trainer)
+    tiny = models.is_tiny(model_path)
+    loaded = data.load_dataset_spec(dataset, trainer, tiny=tiny)
     online = adapter(trainer).uses_reward_funcs
-    if online and dataset not in (None, "builtin") and not reward_funcs:
+    builtin = dataset in (None, "builtin")
+    if online and not builtin and not reward_funcs:
         raise TunerError(missing_reward)
     reward_paths = rewards.resolve_reward_paths(reward_funcs)  # a module in this folder: the file trials import
+    if online and builtin and not reward_funcs and not tiny:
+        reward_paths = [data.builtin_reward(tiny)]  # the built-in questions' exact-answer reward, said in the export
     functions = rewards.resolve_reward_funcs(reward_paths) if online else None
-    label = dataset if dataset not in (None, "builtin") else f"the built-in {trainer} data"
+    label = f"the built-in {trainer} data" if builtin else dataset
     probe_inputs(trainer, loaded, label, model_path, reward_funcs, functions)
     local_model = Path(model).expanduser()
     return UserInputs(model_path, str(local_model.resolve()) if local_model.is_dir() else model,

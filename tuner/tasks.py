@@ -1,12 +1,15 @@
 """Built-in tasks a pretrained model can learn from: short questions with one exact answer, generated offline.
 
-    from tuner.tasks import rows, exact_answer_reward
-    rows("grpo", size=64, seed=0)          # Dataset: prompt "Question: What is 17 + 25? ...\\nAnswer:", answer "42"
-    rows("dpo", size=64)                   # prompt, chosen " 42", rejected " 43" (also "preference", "reward")
-    rows("kto", size=64)                   # prompt, completion, label (True/False, half and half)
-    rows("sft", size=64)                   # prompt, completion " 42"
-    rows("grpo", conversational=True)      # prompt [{"role": "user", "content": "What is 17 + 25? ..."}]
+    from tuner.tasks import grpo_rows, exact_answer_reward
+    grpo_rows(64, seed=0)                  # [{"prompt": "Question: What is 17 + 25? ...\\nAnswer:", "answer": "42"}, ...]
+    preference_rows(64)                    # prompt, chosen " 42", rejected " 43" (DPO and reward models)
+    kto_rows(64)                           # prompt, completion, label (True/False, half and half)
+    sft_rows(64)                           # prompt, completion " 42"
+    grpo_rows(64, conversational=True)     # prompt [{"role": "user", "content": "What is 17 + 25? ..."}]
     exact_answer_reward(completions=[" 42", "43", "I don't know"], answer=["42", "42", "42"])  # [1.0, 0.1, 0.0]
+
+Each trainer entry (``tuner.trainers``) names its task rows; ``tuner.data.builtin_dataset`` builds them for any
+model but the embedded tiny one, whose own task is ``tuner.tiny_data``.
 
 **Tasks.** Small arithmetic (sums, differences, products, exact division, a + b * c, word problems, the largest
 of a list) and string tasks (letters in a word, how often a letter occurs, a letter's place in the alphabet, the
@@ -16,7 +19,7 @@ backwards", so completions for one prompt get different rewards, the spread GRPO
 one number or one word, and each question says so ("Answer with the number only.").
 
 **One generator.** For a given seed every kind of rows asks the same questions in the same order; only the
-layout differs (``rows("sft", 8, 3)`` teaches the answers ``rows("grpo", 8, 3)`` asks for). Wrong answers
+layout differs (``sft_rows(8, 3)`` teaches the answers ``grpo_rows(8, 3)`` asks for). Wrong answers
 (DPO/reward ``rejected``, KTO's undesirable completions) are plausible near-misses: off by one or ten, the
 other word of a pair, the word not reversed. Rows are the same on every machine and Python (string seeds).
 
@@ -36,16 +39,12 @@ import re
 import string
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tuner.errors import TunerError
 
-if TYPE_CHECKING:
-    import datasets
-
 __all__ = [
     "FORMAT_CREDIT",
-    "KINDS",
     "Task",
     "exact_answer_reward",
     "extract_answer",
@@ -53,14 +52,8 @@ __all__ = [
     "kto_rows",
     "make_tasks",
     "preference_rows",
-    "rows",
     "sft_rows",
 ]
-
-KINDS = ("grpo", "preference", "kto", "sft")
-# Trainer names accepted by rows() for the kind of rows their TRL trainer takes.
-_KIND_OF = {"grpo": "grpo", "dpo": "preference", "reward": "preference", "preference": "preference",
-            "kto": "kto", "sft": "sft"}
 
 # Reward for a wrong answer that is still what the question asked for: a bare number (or word), nothing else.
 # Early in training, or on hard questions, every completion of a group can be wrong; this keeps a group's
@@ -279,19 +272,6 @@ def sft_rows(size: int = 256, seed: int = 0, conversational: bool = False) -> li
     """SFT rows in prompt-completion form (TRL trains on the completion only): the right answer."""
     return [{"prompt": _prompt(t, conversational), "completion": _completion(t.answer, conversational)}
             for t in make_tasks(size, seed)]
-
-
-_ROWS = {"grpo": grpo_rows, "preference": preference_rows, "kto": kto_rows, "sft": sft_rows}
-
-
-def rows(kind: str, size: int = 256, seed: int = 0, conversational: bool = False) -> datasets.Dataset:
-    """A ``datasets.Dataset`` of ``kind`` rows: one of KINDS, or a trainer name ("dpo" and "reward" take
-    preference rows)."""
-    from datasets import Dataset
-
-    if kind not in _KIND_OF:
-        raise TunerError(f"unknown task rows kind {kind!r}; choose one of: {', '.join(_KIND_OF)}")
-    return Dataset.from_list(_ROWS[_KIND_OF[kind]](size, seed, conversational))
 
 
 # ---- the reward ----------------------------------------------------------------------------------------------

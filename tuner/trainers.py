@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Callable, Literal, Union
 
 from tuner import precision as precisions
-from tuner import tiny_data
+from tuner import tasks, tiny_data
 from tuner.errors import TunerError
 
 # tuner's own params and what each holds; every other param is a field of the trainer's TRL config.
@@ -36,6 +36,7 @@ LORA_PARAMS = tuple(name for name in TUNER_PARAM_TYPES if name.startswith("lora_
 SPACES_DIR = Path(__file__).resolve().parent.parent / "search_spaces"
 
 Row = Callable[[random.Random, int], dict]  # (seeded rng, row index) -> one built-in row
+TaskRows = Callable[[int, int], list[dict]]  # (size, seed) -> rows
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,7 @@ class Adapter:
     columns: tuple[tuple[str, ...], ...]
     reads: tuple[str, ...]  # the columns it reads when present (others pass through, e.g. to GRPO rewards)
     tiny_rows: Row  # the built-in data's rows for the embedded tiny model (tuner.tiny_data)
+    task_rows: TaskRows  # the built-in data for a pretrained model: exact-answer questions (tuner.tasks)
     sequence_classifier: bool = False
     progress_metric: str = "loss"  # what learning is judged on (tuner.learning): the loss, or GRPO's reward
     # Online: generates its completions and learns from reward functions (GRPO), not from labelled data.
@@ -72,27 +74,28 @@ def _entries(*adapters: Adapter) -> dict[str, Adapter]:
 
 ADAPTERS: dict[str, Adapter] = _entries(
     Adapter("grpo", "GRPOConfig", "GRPOTrainer", "trl.scripts.grpo", "CAUSAL_LM",
-            columns=(("prompt",),), reads=("prompt",), tiny_rows=tiny_data.grpo_row,
+            columns=(("prompt",),), reads=("prompt",), tiny_rows=tiny_data.grpo_row, task_rows=tasks.grpo_rows,
             progress_metric="reward", uses_reward_funcs=True, length_pairs=()),
     Adapter("dpo", "DPOConfig", "DPOTrainer", "trl.scripts.dpo", "CAUSAL_LM",
             # DPO extracts a missing prompt from chosen/rejected.
             columns=(("prompt", "chosen", "rejected"), ("chosen", "rejected")),
             reads=("prompt", "chosen", "rejected"), tiny_rows=tiny_data.preference_row,
-            length_pairs=(("prompt", "chosen"), ("prompt", "rejected"))),
+            task_rows=tasks.preference_rows, length_pairs=(("prompt", "chosen"), ("prompt", "rejected"))),
     Adapter("kto", "KTOConfig", "KTOTrainer", "trl.scripts.kto", "CAUSAL_LM",
             # KTO unpairs chosen/rejected into completion/label.
             columns=(("prompt", "completion", "label"), ("prompt", "chosen", "rejected"), ("chosen", "rejected")),
-            reads=("prompt", "completion", "chosen", "rejected"), tiny_rows=tiny_data.kto_row,
+            reads=("prompt", "completion", "chosen", "rejected"), tiny_rows=tiny_data.kto_row, task_rows=tasks.kto_rows,
             length_pairs=(("prompt", "completion"),), bool_columns=("label",)),
     Adapter("reward", "RewardConfig", "RewardTrainer", "trl.scripts.reward", "SEQ_CLS",
             # The reward trainer takes an optional prompt.
             columns=(("chosen", "rejected"), ("prompt", "chosen", "rejected")),
-            reads=("prompt", "chosen", "rejected"), tiny_rows=tiny_data.preference_row, sequence_classifier=True,
+            reads=("prompt", "chosen", "rejected"), tiny_rows=tiny_data.preference_row, task_rows=tasks.preference_rows,
+            sequence_classifier=True,
             length_pairs=(("prompt", "chosen"), ("prompt", "rejected"))),
     Adapter("sft", "SFTConfig", "SFTTrainer", "trl.scripts.sft", "CAUSAL_LM",
             # SFT converts from/value "conversations".
             columns=(("text",), ("prompt", "completion"), ("messages",), ("conversations",)),
-            reads=("text", "prompt", "completion", "messages"), tiny_rows=tiny_data.sft_row),
+            reads=("text", "prompt", "completion", "messages"), tiny_rows=tiny_data.sft_row, task_rows=tasks.sft_rows),
 )
 DEFAULT_TRAINER = "grpo"  # `tuner search` with neither --trainer nor a space file
 

@@ -38,8 +38,10 @@ def run_trial(spec: TrialSpec, workdir: str | os.PathLike | None = None, metrics
         workdir = Path(workdir or tempfile.mkdtemp(prefix="tuner-trial-"))
         workdir.mkdir(parents=True, exist_ok=True)
         model_path = models.resolve_model(spec.model)
-        dataset = data.load_dataset_spec(spec.dataset, spec.trainer)
-        reward_funcs = rewards.resolve_reward_funcs(spec.reward_funcs) if trainers.adapter(spec.trainer).uses_reward_funcs else None
+        tiny = models.is_tiny(model_path)
+        dataset = data.load_dataset_spec(spec.dataset, spec.trainer, tiny=tiny)
+        reward_funcs = (rewards.resolve_reward_funcs(spec.reward_funcs or [data.builtin_reward(tiny)])
+                        if trainers.adapter(spec.trainer).uses_reward_funcs else None)
         split = trainers.split_params(spec.params)
     except Exception as error:  # noqa: BLE001 - loading failed: this trial's crash, said in one line with its place
         return TrialResult.crashed(describe_exception(error),
