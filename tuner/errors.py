@@ -42,3 +42,17 @@ def quiet_libraries() -> None:
     transformers.logging.set_verbosity_error()
     transformers.logging.disable_progress_bar()
     logging.getLogger("datasets").setLevel(logging.CRITICAL)
+
+
+def validated(model, raw, where: str, not_a_mapping: str, describe):
+    """``model.model_validate(raw)`` for a YAML mapping the user wrote (a search space, a trial config): a value
+    that is not a mapping, or does not validate, is one TunerError line naming ``where`` and, via ``describe``,
+    the key and how to fix it."""
+    from pydantic import ValidationError
+
+    if not isinstance(raw, dict):
+        raise TunerError(f"{where}: {not_a_mapping}")
+    try:
+        return model.model_validate(raw)
+    except ValidationError as error:
+        raise TunerError(f"{where}: {describe(error)}") from None

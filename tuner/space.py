@@ -30,7 +30,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from tuner import precision, trainers
-from tuner.errors import TunerError
+from tuner.errors import TunerError, validated
 
 
 # Precision is one dimension: where the weights live and whether autocast runs on top.
@@ -334,12 +334,8 @@ def load_yaml(text: str) -> Any:
 
 
 def parse_space(raw: Any, where: str = "<memory>") -> SearchSpace:
-    if not isinstance(raw, dict):
-        raise TunerError(f"{where}: a search space must be a YAML mapping with keys trainer, params (and optionally fixed)")
-    try:
-        space = SearchSpace.model_validate(raw)
-    except ValidationError as e:
-        raise TunerError(f"{where}: {_describe(e)}") from None
+    space = validated(SearchSpace, raw, where, "a search space must be a YAML mapping with keys trainer, params "
+                      "(and optionally fixed)", _describe)
     space.source = where
     return space
 

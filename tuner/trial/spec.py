@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, field_validator
 
 from tuner import trainers
-from tuner.errors import TunerError, quiet_libraries
+from tuner.errors import TunerError, quiet_libraries, validated
 from tuner.trial.faults import parse_fault
 
 @dataclass
@@ -38,12 +38,8 @@ class TrialSpec:
     def from_mapping(cls, data: dict, where: str = "<trial>") -> "TrialSpec":
         """A trial config's structure, checked by ``_TrialConfig``; the params' names and types are checked
         against the trainer's TRL config by ``prepare_trial_spec`` (that needs TRL)."""
-        if not isinstance(data, dict):
-            raise TunerError(f"{where}: a trial config must be a YAML mapping with keys trainer and params")
-        try:
-            config = _TrialConfig.model_validate(data)
-        except ValidationError as error:
-            raise TunerError(f"{where}: {_describe(error)}") from None
+        config = validated(_TrialConfig, data, where, "a trial config must be a YAML mapping with keys trainer and "
+                           "params", _describe)
         if config.fault is not None:
             parse_fault(config.fault, f"{where}: fault")
         return cls(**config.model_dump())
