@@ -295,6 +295,19 @@ def test_trial_dying_inside_a_search_is_recorded_and_the_search_goes_on(kind, st
     assert sorted(r["status"] for r in search["trials"]) == sorted(["ok", "ok", status])
 
 
+def test_a_crash_no_config_avoids_stops_the_search_after_the_first_identical_crashes(space_file, tmp_path, spawn):
+    store, trials = tmp_path / "S", 6
+    # every trial raises the same error at its first step, whatever its params (a reward or data bug)
+    code, out = spawn.run(search_args(space_file, store, "same-crash", trials, 2), "same-crash",
+                          env={"TUNER_FAULT": "error@1"})
+    _, search = load_search(local_uri(store), "same-crash")
+    assert {r["status"] for r in search["trials"]} == {"crashed"}
+    assert 3 <= len(search["trials"]) < trials, out[-4000:]  # the trials in flight when it stopped finish
+    assert "search stopped: the first 3 trials all crashed the same way with different params: RuntimeError: " \
+           "injected fault 'error'" in out, out[-4000:]
+    assert code == 4, out[-4000:]
+
+
 def test_exit_codes_say_whether_a_search_recommended_and_a_failed_search_offers_no_export(space_file, tmp_path,
                                                                                         spawn):
     store = tmp_path / "S"

@@ -19,7 +19,7 @@ from typing import Any
 from ray.tune import Callback
 from ray.tune.search import Searcher
 
-from tuner import sampling
+from tuner import diagnose, sampling
 from tuner.errors import TunerError
 from tuner.progress import Progress
 from tuner.records import SUMMARY_FIELDS, TrialRecord, TrialResult, new_record
@@ -97,8 +97,12 @@ class OptunaSearcher(Searcher):
         self.finished: list[TrialRecord] = list(done)
         self.followups: list[dict[str, Any]] | None = None
         self.grid_size = sampling.grid_size(space)
+        self.stopped_because: str | None = None  # a failure no config avoids (tuner.diagnose): nothing more is run
 
     def suggest(self, trial_id: str):
+        self.stopped_because = self.stopped_because or diagnose.systematic_failure(self.finished)
+        if self.stopped_because:
+            return None if self.asked else Searcher.FINISHED
         if self.suggested < self.n_search:
             trial, params = sampling.ask(self.study, self.space, self.grid_size)
             self.asked[trial_id] = (trial, params)

@@ -170,6 +170,7 @@ class SearchOutcome:
     wall_seconds: float
     candidates: list[dict[str, Any]] = field(default_factory=list)  # confirmation verdicts
     search: dict[str, Any] = field(default_factory=dict)  # what search.json holds: `tuner export` renders from it
+    stopped_because: str | None = None  # a failure no config avoids stopped the search early (tuner.diagnose)
 
 
 def run_search(prepared: Prepared, echo: Callable[[str], None] = print) -> SearchOutcome:
@@ -248,8 +249,12 @@ def _run(prepared, tracker, study, run_name, records, per_trial, concurrency, st
                                  concurrency=concurrency, callback=execution.DriverCallback(tracker, progress, records, confirmations),
                                  searcher=searcher, num_samples=at_most)
         records.sort(key=lambda r: r["number"])
+        if searcher.stopped_because:
+            echo(f"search stopped: {searcher.stopped_because}")
+            tracker.set_tags({"tuner.stopped_because": searcher.stopped_because[:5000]})
         cands = confirm.candidates(records, o.confirm_top) if o.confirm_seeds > 0 else []
         outcome = _finish(prepared, tracker, records, cands, confirmations, started, echo)
+        outcome.stopped_because = searcher.stopped_because
         status = "FINISHED"
         return outcome
     except KeyboardInterrupt:
@@ -327,6 +332,8 @@ def summary_text(outcome: SearchOutcome) -> str:
     if outcome.recommended is None and outcome.candidates:
         lines.append("Nothing recommended: no candidate stayed stable on every confirmation seed:")
         lines += confirm.describe(outcome.candidates)
+    elif outcome.recommended is None and outcome.stopped_because:
+        lines.append(f"Stopped after {len(outcome.records)} trials: {outcome.stopped_because}")
     elif outcome.recommended is None:
         lines.append(rec.failure_summary(outcome.records))
     else:
