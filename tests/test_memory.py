@@ -1,0 +1,238 @@
+"""tuner.memory: parameter counts against transformers and PEFT (meta device: free), the estimate's monotonic
+rules, the plan's packing, and one estimate against a real training peak measured on this CPU."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import pytest
+
+from tuner import memory
+from tuner.memory import GiB, MiB, count_parameters, estimate, lora_parameters, plan
+
+GB = 10**9
+
+
+def qwen05_config():
+    """Qwen2.5-0.5B's shape, built locally."""
+    from transformers import Qwen2Config
+
+    return Qwen2Config(hidden_size=896, num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2,
+                       intermediate_size=4864, vocab_size=151936, tie_word_embeddings=True)
+
+
+def meta_model(config, sequence_classifier=False):
+    import copy
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
+
+    with torch.device("meta"):
+        if sequence_classifier:
+            config = copy.deepcopy(config)
+            config.num_labels = 1
+            return AutoModelForSequenceClassification.from_config(config)
+        return AutoModelForCausalLM.from_config(config)
+
+
+def numel(model) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def close(estimated, real, tolerance):
+    return abs(estimated - real) <= tolerance * real
+
+
+def test_parameter_count_of_a_qwen25_05b_shaped_config():
+    config = qwen05_config()
+    assert close(count_parameters(config), numel(meta_model(config)), 0.01)
+    assert close(count_parameters(config, sequence_classifier=True), numel(meta_model(config, True)), 0.01)
+    untied = qwen05_config()
+    untied.tie_word_embeddings = False  # a separate lm_head: 136M more
+    assert close(count_parameters(untied), numel(meta_model(untied)), 0.01)
+
+
+def test_parameter_count_of_the_tiny_model_and_other_families(tiny_model):
+    from transformers import AutoConfig, LlamaConfig, Qwen3Config
+
+    configs = [
+        AutoConfig.from_pretrained(tiny_model),
+        LlamaConfig(hidden_size=256, num_hidden_layers=2, num_attention_heads=8, num_key_value_heads=2,
+                    intermediate_size=688, vocab_size=32000),
+        Qwen3Config(hidden_size=256, num_hidden_layers=2, num_attention_heads=8, num_key_value_heads=2,
+                    intermediate_size=688, vocab_size=32000, head_dim=64),  # q/k norms, head_dim x heads != hidden
+    ]
+    for config in configs:
+        assert close(count_parameters(config), numel(meta_model(config)), 0.01), config.model_type
+
+
+def test_lora_trainable_count_matches_peft(tiny_model):
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoConfig
+
+    def peft_count(config, task, sequence_classifier=False, **lora):
+        model = get_peft_model(meta_model(config, sequence_classifier), LoraConfig(task_type=task, **lora))
+        return model.get_nb_trainable_parameters()[0]
+
+    qwen, tiny = qwen05_config(), AutoConfig.from_pretrained(tiny_model)
+    assert close(lora_parameters(qwen, r=16), peft_count(qwen, "CAUSAL_LM", r=16, target_modules="all-linear"), 0.05)
+    assert close(lora_parameters(tiny, r=8, target_modules=["q_proj", "v_proj"]),
+                 peft_count(tiny, "CAUSAL_LM", r=8, target_modules=["q_proj", "v_proj"]), 0.05)
+    assert close(lora_parameters(tiny, r=4, target_modules=r".*mlp\.(up|down)_proj"),
+                 peft_count(tiny, "CAUSAL_LM", r=4, target_modules=r".*mlp\.(up|down)_proj"), 0.05)
+    # a reward model: the score head is trained in full beside the adapters
+    assert close(lora_parameters(tiny, r=16, sequence_classifier=True),
+                 peft_count(tiny, "SEQ_CLS", True, r=16, target_modules="all-linear"), 0.05)
+
+
+def _estimate(**changes):
+    config = changes.pop("config", None) or qwen05_config()
+    params = {"precision": "bf16-mixed", "per_device_train_batch_size": 8, **changes.pop("params", {})}
+    keywords = {"trainer_needs_reference": False, "sequence_classifier": False, "max_length": 1024,
+                "fused_lm_head": True, **changes}
+    return estimate(config, params=params, **keywords)
+
+
+def test_bigger_work_needs_more_memory():
+    base = _estimate()
+    assert _estimate(params={"per_device_train_batch_size": 16}).total > base.total
+    assert _estimate(max_length=2048).total > base.total
+    assert _estimate(trainer_needs_reference=True).total > base.total
+    assert _estimate(paired=True).activations > base.activations  # DPO: chosen and rejected together
+    assert _estimate(params={"precision": "bf16-pure"}).activations < base.activations  # 2-byte activations
+    assert _estimate(params={"precision": "bf16-pure"}).weights < base.weights
+    assert _estimate(completion_length=256, generations=8).generation > 0 == base.generation
+
+
+def test_full_fine_tuning_needs_more_than_lora_and_lora_has_no_reference_copy():
+    full = _estimate(trainer_needs_reference=True)
+    lora = _estimate(trainer_needs_reference=True, params={"use_peft": True, "lora_r": 16})
+    assert full.total > lora.total
+    assert lora.trainable < full.trainable / 50 and lora.gradients < full.gradients / 50
+    assert full.reference == full.parameters * 4 and lora.reference == 0  # -mixed: an fp32 copy; LoRA: none
+    assert _estimate(params={"use_peft": True, "lora_r": 64}).trainable > lora.trainable
+
+
+def test_checkpointing_keeps_fewer_activations():
+    on = _estimate(params={"gradient_checkpointing": True})
+    off = _estimate(params={"gradient_checkpointing": False})
+    assert on.activations < off.activations / 3 and on.total < off.total
+    assert _estimate(params={"activation_checkpointing": False}).activations == off.activations
+
+
+def test_unfused_logits_are_batch_by_sequence_by_vocabulary():
+    fused, unfused = _estimate(), _estimate(fused_lm_head=False)
+    assert unfused.logits >= 8 * 1024 * 151936 * 4  # the full fp32 logits: ~5 GB for a 150k vocabulary
+    assert fused.logits < unfused.logits / 5
+    assert _estimate(sequence_classifier=True).logits < MiB  # a reward model has no vocabulary logits
+
+
+def test_estimate_trial_reads_the_trainers_defaults():
+    config = qwen05_config()
+    params = {"precision": "bf16-mixed"}
+    sft, dpo = memory.estimate_trial("sft", config, params), memory.estimate_trial("dpo", config, params)
+    assert dpo.reference > 0 == sft.reference and dpo.activations > sft.activations
+    assert memory.estimate_trial("grpo", config, params).reference == 0  # TRL's GRPO beta defaults to 0
+    assert memory.estimate_trial("grpo", config, {**params, "beta": 0.04}).reference > 0
+    assert memory.estimate_trial("grpo", config, params).generation > 0
+    assert memory.estimate_trial("reward", config, params).parameters == count_parameters(config, sequence_classifier=True)
+    assert re.fullmatch(r"~\d+\.\d GiB: weights .* \(GiB\)", sft.describe())
+
+
+def test_plan_packs_four_15_gb_trials_on_an_80_gb_gpu():
+    p = plan([15 * GB] * 4, gpus=1, gpu_memory_bytes=80 * GB, host_memory_bytes=512 * GB, cpus=16)
+    assert (p.concurrent, p.gpus_per_trial, p.limit) == (4, 0.25, "gpu memory")
+    assert all(f.fits for f in p.fits) and p.resources() == {"cpu": 4, "gpu": 0.25}
+    two = plan(15 * GB, gpus=2, gpu_memory_bytes=80 * GB, host_memory_bytes=512 * GB, cpus=16)
+    assert (two.concurrent, two.gpus_per_trial) == (8, 0.25)
+    three = plan(20 * GB, gpus=1, gpu_memory_bytes=80 * GB, host_memory_bytes=512 * GB, cpus=16)
+    assert three.concurrent == 3 and three.gpus_per_trial * 3 <= 1 < three.gpus_per_trial * 4
+
+
+def test_plan_never_packs_more_than_the_largest_fitting_config_allows():
+    p = plan([10 * GB, 30 * GB], gpus=1, gpu_memory_bytes=80 * GB, host_memory_bytes=512 * GB, cpus=16)
+    assert p.concurrent == 2 and p.gpus_per_trial == 0.5
+    assert [f.per_gpu for f in p.fits] == [6, 2] and [f.gpus_per_trial for f in p.fits] == [0.1666, 0.5]
+
+
+def test_a_config_bigger_than_the_gpu_does_not_fit_and_says_why():
+    p = plan([100 * GB, 15 * GB], gpus=1, gpu_memory_bytes=80 * GB, host_memory_bytes=512 * GB, cpus=16)
+    big, small = p.fits
+    assert not big.fits and small.fits and p.concurrent == 4  # the others still run
+    assert f"{100 * GB / GiB:.1f} GiB" in big.reason and f"{80 * GB / GiB:.1f} GiB" in big.reason
+    assert "LoRA" in big.reason and "smaller batch" in big.reason and "checkpointing" in big.reason
+    nothing = plan(100 * GB, gpus=1, gpu_memory_bytes=80 * GB, host_memory_bytes=512 * GB, cpus=16)
+    assert nothing.concurrent == 0 and nothing.limit == "nothing fits" and "93.1 GiB" in nothing.describe()
+
+
+def test_host_memory_and_cpus_limit_concurrency():
+    per_process = memory.CPU_PROCESS_BASELINE + memory.CPU_TRAINER_RUNTIME + memory.CUDA_HOST_LIBRARIES
+    host = int(3.5 * per_process / 0.85)  # room for 3 trial processes
+    p = plan(5 * GB, gpus=1, gpu_memory_bytes=80 * GB, host_memory_bytes=host, cpus=16)
+    assert (p.concurrent, p.limit, p.gpus_per_trial) == (3, "host memory", 0.3333)
+    assert plan(5 * GB, gpus=1, gpu_memory_bytes=80 * GB, host_memory_bytes=512 * GB, cpus=2).concurrent == 2
+    # a MemoryEstimate brings its own host need: weights loaded on the host first
+    need = _estimate()
+    assert plan(need, gpus=1, gpu_memory_bytes=80 * GB, host_memory_bytes=need.host, cpus=16).concurrent == 0
+    # CPU trials: the host holds everything
+    cpu = plan([4 * GB] * 2, gpus=0, gpu_memory_bytes=0, host_memory_bytes=16 * GB, cpus=8)
+    assert (cpu.concurrent, cpu.gpus_per_trial, cpu.limit) == (3, 0.0, "host memory")
+    assert "host memory" in plan(20 * GB, gpus=0, gpu_memory_bytes=0, host_memory_bytes=16 * GB, cpus=8).fits[0].reason
+
+
+def _widened_tiny_model(tiny_model, folder):
+    """The tiny model's tokenizer and data with a wider body (512 x 4 layers, 11M parameters): the tiny model's
+    own tensors are under 1 MB, so beside the ~0.5 GB process they would test the baseline alone."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    config = AutoConfig.from_pretrained(tiny_model)
+    config.hidden_size, config.intermediate_size, config.num_hidden_layers = 512, 1408, 4
+    config.num_attention_heads, config.num_key_value_heads = 8, 2
+    config.layer_types = ["full_attention"] * 4
+    AutoModelForCausalLM.from_config(config).save_pretrained(folder)
+    AutoTokenizer.from_pretrained(tiny_model).save_pretrained(folder)
+    return config
+
+
+def test_measure_process_baseline_reads_a_childs_resident_set():
+    small = memory.measure_process_baseline(("json",))  # a bare interpreter: a few MiB, not the ~0.5 GiB of torch
+    assert 1 * MiB < small < 200 * MiB
+
+
+# The child: what every trial imports, its resident set then (the baseline, measured here rather than guessed),
+# then `tuner trial --config trial.yaml` in the same process, which prints its peak (ru_maxrss).
+_CHILD = memory._PEAK_RSS_CODE + """
+import sys
+import torch, transformers, trl, peft, datasets
+print("baseline (bytes):", peak_rss(), flush=True)
+from tuner.cli import main
+code = main(["trial", "--config", "trial.yaml"])
+print("process peak (bytes):", peak_rss())
+sys.exit(code)
+"""
+
+
+@pytest.mark.slow
+def test_estimate_is_within_a_factor_of_3_of_a_measured_training_peak(tiny_model, tmp_path):
+    config = _widened_tiny_model(tiny_model, tmp_path / "model")
+    params = {"precision": "fp32", "learning_rate": 1e-3, "per_device_train_batch_size": 4, "max_length": 64}
+    (tmp_path / "trial.yaml").write_text(
+        f"trainer: sft\nmodel: {tmp_path / 'model'}\nmax_steps: 2\nparams: {params}\n".replace("'", ""))
+    done = subprocess.run([sys.executable, "-c", _CHILD], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output
+    baseline = int(re.search(r"baseline \(bytes\): (\d+)", output).group(1))
+    peak = float(re.search(r"peak memory \(MB\):\s+([\d.]+)", output).group(1)) * MiB  # the trial's own figure
+    process_peak = int(re.search(r"process peak \(bytes\): (\d+)", output).group(1))
+    assert 0.8 * process_peak <= peak <= 1.25 * process_peak  # ru_maxrss and VmHWM agree: not this test's parent
+
+    # The constant matches today's measurement of what every trial process imports.
+    assert 0.5 * baseline < memory.CPU_PROCESS_BASELINE < 2 * baseline
+    need = estimate(config, trainer_needs_reference=False, sequence_classifier=False, params=params, max_length=64,
+                    device="cpu", overhead=baseline + memory.CPU_TRAINER_RUNTIME)
+    print(f"estimate {need.total / MiB:.0f} MiB ({need.describe()}), measured peak {peak / MiB:.0f} MiB, "
+          f"(VmHWM {process_peak / MiB:.0f} MiB), baseline {baseline / MiB:.0f} MiB")
+    assert need.allocated > 0.2 * need.total  # the model's own terms are a real share of it
+    assert 0.3 * peak < need.total < 3 * peak
