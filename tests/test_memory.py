@@ -236,3 +236,14 @@ def test_estimate_is_within_a_factor_of_3_of_a_measured_training_peak(tiny_model
           f"(VmHWM {process_peak / MiB:.0f} MiB), baseline {baseline / MiB:.0f} MiB")
     assert need.allocated > 0.2 * need.total  # the model's own terms are a real share of it
     assert 0.3 * peak < need.total < 3 * peak
+
+
+def test_every_trial_records_its_estimate_beside_its_measured_peak(tiny_model, tmp_path):
+    from tuner.trial import TrialSpec, run_trial
+
+    spec = TrialSpec(trainer="sft", params={"precision": "fp32", "learning_rate": 1e-3,
+                                            "per_device_train_batch_size": 4}, max_steps=3)
+    result = run_trial(spec, workdir=tmp_path)
+    assert result.status == "ok", result.reason
+    assert result.memory_estimate_mb is not None and result.peak_memory_mb is not None
+    assert 0.3 < result.memory_estimate_mb / result.peak_memory_mb < 3.0  # a rule with margins, not a figure

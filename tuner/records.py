@@ -48,6 +48,7 @@ class TrialResult:
     progress_p_value: float | None = None  # one-sided trend-test p-value behind it
     learned: bool = False  # a significant learning trend of at least tuner.learning.MIN_EFFECT
     peak_memory_mb: float | None = None
+    memory_estimate_mb: float | None = None  # tuner.memory's estimate of that peak, made before training
     seconds_to_first_step: float | None = None
     wall_seconds: float | None = None
     guard_signal: str | None = None
@@ -92,6 +93,7 @@ class TrialRecord(TypedDict, total=False):
     progress_p_value: float | None
     learned: bool
     peak_memory_mb: float | None
+    memory_estimate_mb: float | None
     seconds_to_first_step: float | None
     wall_seconds: float | None
     guard_signal: str | None

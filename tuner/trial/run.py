@@ -77,6 +77,7 @@ def run_trial(spec: TrialSpec, workdir: str | os.PathLike | None = None, metrics
         if monitor.step_times:
             result.seconds_to_first_step = monitor.step_times[0][1] - started
         result.peak_memory_mb = peak_memory_mb()
+        result.memory_estimate_mb = _memory_estimate_mb(spec, model_path, "cpu" if run["use_cpu"] else "cuda")
 
     if monitor.verdict is not None:
         v = monitor.verdict
@@ -95,6 +96,19 @@ def run_trial(spec: TrialSpec, workdir: str | os.PathLike | None = None, metrics
     if result.status == Status.OK and monitor.guard.notes:
         result.reason = "; ".join(monitor.guard.notes)  # e.g. the reward saturated: worth saying, not a failure
     return result
+
+
+def _memory_estimate_mb(spec: TrialSpec, model_path: str, device: str) -> float | None:
+    """tuner.memory's estimate of this trial's peak, recorded beside the measured one; never fails a trial."""
+    from transformers import AutoConfig
+
+    from tuner import memory
+
+    try:
+        config = AutoConfig.from_pretrained(model_path)
+        return memory.estimate_trial(spec.trainer, config, spec.params, device=device).total / 2**20
+    except Exception:  # noqa: BLE001 - an estimate is a figure to compare, not a reason to lose the trial
+        return None
 
 
 def _first_line(error: BaseException) -> str:
@@ -122,6 +136,7 @@ def format_result(result: TrialResult) -> str:
         f"samples/s:         {fmt(result.samples_per_second, '.2f')}",
         f"progress:          {fmt(result.progress)}",
         f"peak memory (MB):  {fmt(result.peak_memory_mb, '.0f')}",
+        f"estimated (MB):    {fmt(result.memory_estimate_mb, '.0f')}",
         f"to first step (s): {fmt(result.seconds_to_first_step, '.1f')}",
     ]
     return "\n".join(lines)
