@@ -328,8 +328,9 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"tuner: error: {e}", file=sys.stderr)
         return EXIT_USAGE
-    except KeyboardInterrupt:
-        print("tuner: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as interrupt:
+        # a search says what it kept and how to resume it (tuner.progress.SearchInterrupted); else just this
+        print(f"tuner: {interrupt}" if str(interrupt) else "tuner: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     finally:
         signal.signal(signal.SIGTERM, previous)

@@ -1,6 +1,12 @@
 """Running trials on Ray: the trainable each Ray worker runs, the searcher that hands out Optuna's proposals
-(``OptunaSearcher``), and the driver-side callback that records every finished trial (MLflow + progress).
+(``OptunaSearcher``), and the driver-side callback that records every trial (MLflow + progress).
 The driver is the only MLflow writer. Everything Ray is here; ``tuner.sampling`` is pure Optuna.
+
+While a trial runs, its trainable reads the rows the trial appends to metrics.jsonl (on the worker's node) and
+reports each new batch to Ray Tune as a *live* result, ``{LIVE: True, "first": 12, "rows": [...]}``; Ray Tune
+brings it to the driver, where ``DriverCallback.on_trial_result`` streams the rows into the trial's MLflow
+run and shows them. A live result is never the trial's outcome: that is the one final report (a dict with
+"status"), read in ``on_trial_complete`` by the searcher and the callback.
 
     run_trials(name=..., storage="mlflow/ray", per_trial={"cpu": 1, "gpu": 0}, concurrency=2,
                callback=DriverCallback(tracker, progress, records), searcher=OptunaSearcher(study, space, ...),
@@ -13,13 +19,14 @@ import os
 import signal
 import tempfile
 import threading
+import uuid
 from pathlib import Path
 from typing import Any
 
 from ray.tune import Callback
 from ray.tune.search import Searcher
 
-from tuner import diagnose, sampling
+from tuner import diagnose, sampling, trainers
 from tuner.errors import TunerError
 from tuner.progress import Progress
 from tuner.records import SUMMARY_FIELDS, TrialRecord, TrialResult, new_record
@@ -28,6 +35,12 @@ from tuner.trial import TrialSpec
 
 # The metric Ray Tune reads from every trial's result: the recommendation's objective (tuner.recommend).
 SEARCH_METRIC = "learning_speed"
+# Marks a live result: rows of a trial still running, never its outcome.
+LIVE = "tuner_live"
+
+
+def is_live(result: dict[str, Any] | None) -> bool:
+    return bool(result) and bool(result.get(LIVE))
 
 
 def _trainable(config: dict[str, Any]) -> None:
@@ -40,7 +53,16 @@ def _trainable(config: dict[str, Any]) -> None:
 
     spec = TrialSpec(**config["spec"])
     workdir = tempfile.mkdtemp(prefix=f"tuner-trial-{config['number']:03d}-")
-    result = run_trial_isolated(spec, workdir, timeout=config["timeout"])
+    reported = 0  # rows reported so far: the next report's "first"
+
+    def live(rows: list[dict[str, Any]]) -> None:
+        nonlocal reported
+        # SEARCH_METRIC: Ray Tune requires it in every result; 0.0 means nothing here (LIVE says so).
+        tune.report({LIVE: True, SEARCH_METRIC: 0.0, "number": config["number"], "first": reported, "rows": rows,
+                     "step": rows[-1].get("step")})
+        reported += len(rows)
+
+    result = run_trial_isolated(spec, workdir, timeout=config["timeout"], on_rows=live)
     node = ray.get_runtime_context().get_node_id()
     summary = result.summary()
     # Ray Tune requires the searcher's metric in every result
@@ -49,18 +71,50 @@ def _trainable(config: dict[str, Any]) -> None:
 
 
 class DriverCallback(Callback):
-    """In the driver process: the only MLflow writer, and the progress report."""
+    """In the driver process: the only MLflow writer, and the progress report.
+
+    A trial's MLflow run is created when it starts, gets its live rows while it runs, and its verdict when it
+    ends; the progress shows the running trials' latest step."""
 
     def __init__(self, tracker, progress: Progress, records: list[TrialRecord],
                  confirmations: list[TrialRecord] | None = None):
         self.tracker, self.progress, self.records = tracker, progress, records
         self.confirmations = records if confirmations is None else confirmations
+        self.running: dict[str, dict[str, Any]] = {}  # Ray trial id -> its tracker key, run id, rows streamed
 
     def on_trial_start(self, iteration, trials, trial, **info):
-        self.progress.running += 1
+        job = trial.config
+        self._open(trial)
+        extra = job.get("extra", {})
+        self.progress.started(trial.trial_id, job["number"], job["spec"]["max_steps"],
+                              seed=job["spec"]["seed"] if "confirms" in extra else None,
+                              metric=trainers.adapter(job["spec"]["trainer"]).progress_metric)
+
+    def _open(self, trial) -> dict[str, Any]:
+        job = trial.config
+        key = uuid.uuid4().hex
+        run_id = self.tracker.start_trial(key, job["number"], job["spec"], tags=job.get("tags"))
+        state = self.running[trial.trial_id] = {"key": key, "run_id": run_id, "streamed": 0}
+        return state
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        if not is_live(result):
+            return  # the final report: on_trial_complete records it
+        rows, first = result.get("rows") or [], int(result.get("first", 0))
+        state = self.running.get(trial.trial_id)
+        # Rows go to MLflow in order and each once; after a gap (never seen) the trial's end sends the rest.
+        if state is not None and first <= state["streamed"] < first + len(rows):
+            self.tracker.log_steps(state["key"], rows[state["streamed"] - first:])
+            state["streamed"] = first + len(rows)
+        if rows:
+            self.progress.live(trial.trial_id, rows[-1])
+
+    def on_step_end(self, iteration, trials, **info):
+        self.progress.tick()  # the periodic status line, also while no trial reports
 
     def on_trial_complete(self, iteration, trials, trial, **info):
-        self._record(trial, dict(trial.last_result or {}))
+        result = dict(trial.last_result or {})
+        self._record(trial, {} if is_live(result) else result)
 
     def on_trial_error(self, iteration, trials, trial, **info):
         self._record(trial, TrialResult.crashed("Ray lost the trial's worker (node or worker died)").summary())
@@ -73,10 +127,13 @@ class DriverCallback(Callback):
         history = result.pop("history", []) or []
         record = new_record(result, number=job["number"], params=spec["params"], max_steps=spec["max_steps"],
                             seed=spec["seed"], node_id=result.get("node_id"), **job.get("extra", {}))
-        record["run_id"] = self.tracker.log_trial(job["number"], spec, {k: record[k] for k in SUMMARY_FIELDS},
-                                                  history, tags=job.get("tags"))
+        state = self.running.pop(trial.trial_id, None) or self._open(trial)
+        self.running.pop(trial.trial_id, None)
+        self.tracker.finish_trial(state["key"], spec, {k: record[k] for k in SUMMARY_FIELDS}, history,
+                                  streamed=state["streamed"])
+        record["run_id"] = state["run_id"] or self.tracker.run_id_of(state["key"])
         (self.confirmations if "confirms" in record else self.records).append(record)
-        self.progress.finished(record)
+        self.progress.finished(record, trial.trial_id)
 
 
 class OptunaSearcher(Searcher):
@@ -119,7 +176,7 @@ class OptunaSearcher(Searcher):
         trial, params = self.asked.pop(trial_id, (None, None))
         if trial is None:
             return  # a follow-up job: not part of the study
-        if error or not result or "status" not in result:
+        if error or not result or is_live(result) or "status" not in result:
             result = TrialResult.crashed("Ray lost the trial's worker").summary()
         record = new_record(result, number=trial.number, params=params, max_steps=self.base_spec["max_steps"],
                             seed=self.base_spec["seed"])

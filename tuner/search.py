@@ -23,7 +23,7 @@ from tuner import export
 from tuner import recommend as rec
 from tuner.errors import TunerError, quiet_libraries
 from tuner.options import DEFAULT_TRIALS, SAMPLERS, SearchOptions, check_options, options_from  # noqa: F401 - re-exported
-from tuner.progress import Progress, describe_params, results_table
+from tuner.progress import Progress, SearchInterrupted, describe_params, resume_command, results_table
 from tuner.sampling import make_study
 from tuner.space import SearchSpace, check_param_names, load_space
 from tuner.trial import TrialSpec
@@ -223,6 +223,7 @@ def _run(prepared, tracker, study, run_name, records, per_trial, concurrency, st
                           reward_funcs=o.reward_funcs, max_steps=o.max_steps, seed=o.seed).to_dict()
     ray_storage = Path(o.store) / "ray"
     progress = Progress(prepared.n_trials, echo, done=records)
+    echo = progress.say  # a line of its own clears the live status line from a terminal first
     remaining = prepared.n_trials - len(records)
     echo(f"search {run_name}: {remaining} trials of {o.max_steps} steps, {o.trainer} on {o.model}, "
          f"{o.sampler} sampler, {concurrency} at a time (experiment {prepared.experiment!r})")
@@ -257,10 +258,12 @@ def _run(prepared, tracker, study, run_name, records, per_trial, concurrency, st
         outcome.stopped_because = searcher.stopped_because
         status = "FINISHED"
         return outcome
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as interrupt:
         status = "KILLED"
-        raise
+        raise SearchInterrupted(len(records), prepared.n_trials, prepared.experiment,
+                                resume_command(prepared.experiment, o.store, o.tracking_uri)) from interrupt
     finally:
+        progress.clear()
         tracker.finish(status)
         still = tracker.flush()
         if still:

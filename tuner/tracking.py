@@ -2,6 +2,12 @@
 
 Only the driver process writes (trials hand their metrics back through Ray), so trials running
 at the same time never contend for the SQLite store's lock and no metric point is lost.
+
+A trial's run is written in three parts, so ``tuner ui`` shows a search while it runs:
+
+    tracker.start_trial(key, number, spec, tags)     # when the trial starts: RUNNING, with its params
+    tracker.log_steps(key, rows)                     # while it runs: its new per-step metrics
+    tracker.finish_trial(key, spec, summary, history, streamed=n)  # the rest, the verdict, FINISHED/FAILED
 """
 
 from __future__ import annotations
@@ -11,8 +17,10 @@ import json
 import math
 import os
 import tempfile
+import time
 import urllib.error
 import urllib.request
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +29,9 @@ from tuner.records import TrialRecord, is_ok, new_record
 
 DEFAULT_STORE = Path("mlflow")  # relative to where tuner runs, like ./mlruns for plain MLflow
 SEARCH_TAG = "tuner.kind"  # "search" on parent runs, "trial" on nested runs
+TRIAL_KEY_TAG = "tuner.trial_key"  # the driver's key of a trial run: kept writes find their run by it
+RUNNING_STATUS = "running"  # the tuner.status tag of a trial run until its verdict is written
+RETRY_AFTER_S = 10.0  # while the server is away, writes go straight to the spool; it is tried again after this
 
 
 def default_tracking_uri(store: Path = DEFAULT_STORE) -> str:
@@ -184,6 +195,12 @@ class SearchTracker:
         self.experiment_id = get_or_create_experiment(self.client, experiment, uri, store)
         self.parent_id: str | None = None
         self.warned = False
+        self._reset_trials()
+
+    def _reset_trials(self) -> None:
+        self.trial_run_ids: dict[str, str] = {}  # trial key -> its MLflow run id, once created
+        self.open_trials: set[str] = set()  # keys of trials started and not yet finished
+        self.retry_at = 0.0  # time.monotonic() before which a kept write is not retried
 
     # -- the parent run --------------------------------------------------------------------
 
@@ -206,14 +223,15 @@ class SearchTracker:
 
     def stored_trials(self) -> list[TrialRecord]:
         """The search's trials that MLflow holds in full, one record per trial number (``--resume`` keeps these).
-        A trial run left RUNNING was cut short while being written by a driver that died: it is deleted, and
-        its trial runs again. Confirmation re-runs are not kept: confirmation runs again after the search."""
+        A trial run left RUNNING belongs to a trial that was still running (or being written) when the search
+        was interrupted or its driver died: it is deleted, and its trial runs again. Confirmation re-runs are not
+        kept: confirmation runs again after the search."""
         records: dict[int, TrialRecord] = {}
         for run in trial_runs(self.uri, self.parent_id):
-            if run.data.tags.get("tuner.confirmation") == "true":
-                continue
-            if run.info.status == "RUNNING":
+            if run.info.status == "RUNNING":  # a confirmation re-run cut short too: it runs again
                 self.client.delete_run(run.info.run_id)
+                continue
+            if run.data.tags.get("tuner.confirmation") == "true":
                 continue
             record = self._record_from_run(run)
             records.setdefault(record["number"], record)
@@ -239,11 +257,30 @@ class SearchTracker:
 
     # -- writes ------------------------------------------------------------------------------
 
-    def log_trial(self, number: int, spec: dict[str, Any], summary: dict[str, Any],
-                  history: list[dict[str, Any]], tags: dict[str, str] | None = None) -> str | None:
-        """The trial's nested run; its id, or None when the server is away and it was spooled."""
-        return self._send("trial", {"number": number, "spec": spec, "summary": summary, "history": history,
-                                    "tags": tags or {}})
+    def start_trial(self, key: str, number: int, spec: dict[str, Any],
+                    tags: dict[str, str] | None = None) -> str | None:
+        """The trial's nested run, created RUNNING with its params when the trial starts; its id, or None when
+        the server is away and the write was kept. ``key`` (unique in the search) names the trial in the
+        writes that follow."""
+        self.open_trials.add(key)
+        return self._send("trial_start", {"key": key, "number": number, "spec": spec, "tags": tags or {}})
+
+    def log_steps(self, key: str, rows: list[dict[str, Any]]) -> None:
+        """Per-step metric rows of a running trial (each row once: the caller sends only new ones)."""
+        if rows:
+            self._send("steps", {"key": key, "rows": rows})
+
+    def finish_trial(self, key: str, spec: dict[str, Any], summary: dict[str, Any], history: list[dict[str, Any]],
+                     streamed: int = 0) -> None:
+        """The trial's verdict: ``history`` is its whole per-step history (kept whole in result.json), of which
+        the first ``streamed`` rows went out with log_steps already; then FINISHED or FAILED."""
+        self.open_trials.discard(key)
+        self._send("trial_end", {"key": key, "spec": spec, "summary": summary, "history": history,
+                                 "streamed": streamed})
+
+    def run_id_of(self, key: str) -> str | None:
+        """The run id of a started trial, once its run exists (None while its creation is kept on disk)."""
+        return self.trial_run_ids.get(key)
 
     def log_artifact_text(self, text: str, name: str) -> None:
         self._send("text", {"text": text, "name": name})
@@ -255,6 +292,12 @@ class SearchTracker:
         self._send("tags", {"tags": tags})
 
     def finish(self, status: str = "FINISHED") -> None:
+        """End the search run. Trials still open (the search was interrupted or failed) keep their runs
+        RUNNING, as after a driver that died: --resume deletes those and runs the trials again; their
+        tuner.status tag says "interrupted" meanwhile."""
+        for key in sorted(self.open_trials):
+            self._send("trial_tags", {"key": key, "tags": {"tuner.status": "interrupted"}})
+        self.open_trials.clear()
         self._send("finish", {"status": status})
 
     def flush(self) -> int:
@@ -271,12 +314,15 @@ class SearchTracker:
                 if not _unavailable(e):
                     raise
                 path.write_text("".join(rest + "\n" for rest in lines[i:]))
+                self.retry_at = time.monotonic() + RETRY_AFTER_S
                 return len(lines) - i
         path.unlink()
         return 0
 
     def _send(self, kind: str, payload: dict[str, Any]):
-        if self.pending() and self.flush():
+        # While writes are kept, a running trial's steps arrive every second or two: try the server again
+        # only every RETRY_AFTER_S, not at each of them (each try can wait for the server's timeout).
+        if self.spool_path.exists() and (time.monotonic() < self.retry_at or self.flush()):
             self._spool(kind, payload)
             return None
         try:
@@ -284,6 +330,7 @@ class SearchTracker:
         except Exception as e:  # noqa: BLE001
             if not self.uri.startswith("http") or not _unavailable(e):
                 raise
+            self.retry_at = time.monotonic() + RETRY_AFTER_S
             self._spool(kind, payload)
             return None
 
@@ -314,8 +361,17 @@ class SearchTracker:
 
     def _apply_trial(self, number: int, spec: dict[str, Any], summary: dict[str, Any],
                      history: list[dict[str, Any]], tags: dict[str, str]) -> str:
-        from mlflow.entities import Metric, Param
+        """A whole trial in one write: what earlier versions kept on disk (``tuner sync`` still sends it)."""
+        key = uuid.uuid4().hex
+        run_id = self._apply_trial_start(key, number, spec, tags)
+        self._apply_trial_end(key, spec, summary, history, 0)
+        return run_id
 
+    def _apply_trial_start(self, key: str, number: int, spec: dict[str, Any], tags: dict[str, str]) -> str:
+        from mlflow.entities import Param
+
+        if key in self.trial_run_ids:  # a kept start replayed again after it was sent: one run per trial
+            return self.trial_run_ids[key]
         label = tags.get("tuner.run_name", f"trial-{number:03d}")
         run = self.client.create_run(
             self.experiment_id,
@@ -323,40 +379,75 @@ class SearchTracker:
             tags={
                 "mlflow.parentRunId": self.parent_id,
                 SEARCH_TAG: "trial",
+                TRIAL_KEY_TAG: key,
                 "tuner.trial_number": str(number),
-                "tuner.status": summary["status"],
-                "tuner.reason": (summary.get("reason") or "")[:5000],
-                "tuner.stopped_at_step": str(summary.get("stopped_at_step")),
+                "tuner.status": RUNNING_STATUS,
                 **tags,
             },
         )
-        run_id = run.info.run_id
+        run_id = self.trial_run_ids[key] = run.info.run_id
         params = [Param(k, _param_value(v)) for k, v in spec["params"].items()]
         params += [Param(f"tuner.{k}", _param_value(spec[k])) for k in ("max_steps", "seed", "model", "trainer")]
-        metrics = [
-            Metric(key, _metric_value(value), 0, row["step"])
-            for row in history for key, value in row.items()
-            if key != "step" and isinstance(value, (int, float))
-        ]
-        for key in ("tokens_per_second", "samples_per_second", "progress", "peak_memory_mb",
-                    "seconds_to_first_step", "wall_seconds", "steps_run"):
-            if isinstance(summary.get(key), (int, float)):
-                metrics.append(Metric(f"trial/{key}", _metric_value(summary[key]), 0, 0))
-        # log_batch takes at most 1000 metrics and 100 params a call
+        # log_batch takes at most 100 params a call
         for i in range(0, len(params), 100):
             self.client.log_batch(run_id, params=params[i:i + 100])
-        for i in range(0, len(metrics), 1000):
+        return run_id
+
+    def _run_of(self, key: str) -> str:
+        """The run of a trial key: created by this process, or found by its tag (``tuner sync``, --resume)."""
+        if key not in self.trial_run_ids:
+            runs = self.client.search_runs(
+                [self.experiment_id], max_results=1,
+                filter_string=f"tags.`mlflow.parentRunId` = '{self.parent_id}' and tags.`{TRIAL_KEY_TAG}` = '{key}'")
+            if not runs:
+                raise TunerError(f"MLflow holds no trial run with {TRIAL_KEY_TAG} {key} under search run "
+                                 f"{self.parent_id}; its kept writes in {self.spool_path} cannot be sent")
+            self.trial_run_ids[key] = runs[0].info.run_id
+        return self.trial_run_ids[key]
+
+    def _log_metrics(self, run_id: str, metrics: list) -> None:
+        for i in range(0, len(metrics), 1000):  # log_batch takes at most 1000 metrics a call
             self.client.log_batch(run_id, metrics=metrics[i:i + 1000])
+
+    def _apply_steps(self, key: str, rows: list[dict[str, Any]]) -> None:
+        self._log_metrics(self._run_of(key), _step_metrics(rows))
+
+    def _apply_trial_tags(self, key: str, tags: dict[str, str]) -> None:
+        run_id = self._run_of(key)
+        for k, v in tags.items():
+            self.client.set_tag(run_id, k, v)
+
+    def _apply_trial_end(self, key: str, spec: dict[str, Any], summary: dict[str, Any],
+                         history: list[dict[str, Any]], streamed: int) -> str:
+        from mlflow.entities import Metric, RunTag
+
+        run_id = self._run_of(key)
+        metrics = _step_metrics(history[streamed:])
+        for k in ("tokens_per_second", "samples_per_second", "progress", "peak_memory_mb",
+                  "seconds_to_first_step", "wall_seconds", "steps_run"):
+            if isinstance(summary.get(k), (int, float)):
+                metrics.append(Metric(f"trial/{k}", _metric_value(summary[k]), 0, 0))
+        self._log_metrics(run_id, metrics)
+        verdict = {"tuner.status": summary["status"], "tuner.reason": (summary.get("reason") or "")[:5000],
+                   "tuner.stopped_at_step": str(summary.get("stopped_at_step"))}
+        self.client.log_batch(run_id, tags=[RunTag(k, v) for k, v in verdict.items()])
         self.client.log_dict(run_id, spec, "trial.yaml")
         self.client.log_dict(run_id, {**summary, "history": history}, "result.json")
         self.client.set_terminated(run_id, "FINISHED" if is_ok(summary) else "FAILED")
         return run_id
 
 
+def _step_metrics(rows: list[dict[str, Any]]) -> list:
+    """MLflow metric points of per-step rows: every number of each row at its step (timestamp 0)."""
+    from mlflow.entities import Metric
+
+    return [Metric(key, _metric_value(value), 0, row["step"])
+            for row in rows for key, value in row.items()
+            if key != "step" and isinstance(value, (int, float))]
+
+
 def _retry_locked(write, attempts: int = 20):
     """Two searches on one SQLite store take turns: retry a write that found the database locked."""
-    import time
-
     for attempt in range(attempts):
         try:
             return write()
@@ -372,6 +463,7 @@ def sync_pending(uri: str, store: Path) -> tuple[int, int]:
     for path in sorted((Path(store) / "pending").glob("*.jsonl")):
         tracker = SearchTracker.__new__(SearchTracker)
         tracker.uri, tracker.store, tracker.client, tracker.warned = uri, Path(store), client(uri), True
+        tracker._reset_trials()
         tracker.parent_id = path.stem
         tracker.experiment_id = tracker.client.get_run(path.stem).info.experiment_id
         before = tracker.pending()

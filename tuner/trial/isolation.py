@@ -2,6 +2,7 @@
 with its cause, never the caller (a Ray worker, or a test).
 
     result = run_trial_isolated(spec, "/tmp/trial-3", timeout=600)
+    result = run_trial_isolated(spec, workdir, on_rows=print)  # each new metrics.jsonl row, while it runs
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import os
 import signal
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from tuner.errors import describe_exception
 from tuner.records import TrialResult
@@ -55,8 +56,17 @@ def _mp_context():
     return _context
 
 
-def run_trial_isolated(spec: TrialSpec, workdir: str | os.PathLike, timeout: float | None = None) -> TrialResult:
-    """Run the trial in a child process; a signal or hard exit becomes ``crashed`` with its cause."""
+LIVE_POLL_S = 1.0  # how often a running trial's metrics.jsonl is read for rows to hand to ``on_rows``
+
+
+def run_trial_isolated(spec: TrialSpec, workdir: str | os.PathLike, timeout: float | None = None,
+                       on_rows: Callable[[list[dict[str, Any]]], None] | None = None,
+                       poll: float = LIVE_POLL_S) -> TrialResult:
+    """Run the trial in a child process; a signal or hard exit becomes ``crashed`` with its cause.
+
+    With ``on_rows``, the per-step rows the child appends to metrics.jsonl are handed over while it runs:
+    every ``poll`` seconds, the rows written since the last call, in order, each once (a Ray trainable
+    reports them to the driver). The result's history is read from the same file at the end, as without."""
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     metrics_path = workdir / "metrics.jsonl"
@@ -67,7 +77,17 @@ def run_trial_isolated(spec: TrialSpec, workdir: str | os.PathLike, timeout: flo
     process = _mp_context().Process(target=_child, args=(spec.to_dict(), str(workdir), _tuner_environment()),
                                      daemon=False)
     process.start()
-    process.join(timeout)
+    try:
+        if on_rows is None:
+            process.join(timeout)
+        else:
+            _follow(process, MetricsTail(metrics_path), on_rows, poll,
+                    None if timeout is None else started + timeout)
+    except BaseException:
+        # on_rows raised (or the caller was interrupted): the trial must not outlive its caller
+        process.kill()
+        process.join()
+        raise
     timed_out = process.is_alive()
     if timed_out:
         process.kill()
@@ -91,6 +111,44 @@ def run_trial_isolated(spec: TrialSpec, workdir: str | os.PathLike, timeout: flo
         result.reason = f"process exited with code {process.exitcode} before reporting a result"
     result.guard_signal = "process_died"
     return result
+
+
+def _follow(process, tail: "MetricsTail", on_rows, poll: float, deadline: float | None) -> None:
+    """Wait for ``process`` (until ``deadline``), handing ``on_rows`` the new rows every ``poll`` seconds."""
+    while process.is_alive():
+        wait = poll if deadline is None else min(poll, deadline - time.perf_counter())
+        if wait <= 0:
+            return
+        process.join(wait)
+        if process.is_alive():
+            rows = tail.read()
+            if rows:
+                on_rows(rows)
+
+
+class MetricsTail:
+    """The rows appended to a metrics.jsonl since the last ``read()``: whole lines only (a line the child is
+    still writing waits for the next read), each row once."""
+
+    def __init__(self, path: Path):
+        self.path, self.offset = Path(path), 0
+
+    def read(self) -> list[dict[str, Any]]:
+        try:
+            with self.path.open("rb") as f:
+                f.seek(self.offset)
+                data = f.read()
+        except FileNotFoundError:
+            return []
+        end = data.rfind(b"\n") + 1
+        rows = []
+        for line in data[:end].splitlines():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                break  # cannot happen for whole lines the monitor wrote; never hand on a bad row
+        self.offset += end
+        return rows
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:
