@@ -298,7 +298,8 @@ def test_trial_dying_inside_a_search_is_recorded_and_the_search_goes_on(kind, st
 def test_a_crash_no_config_avoids_stops_the_search_after_the_first_identical_crashes(space_file, tmp_path, spawn):
     store, trials = tmp_path / "S", 6
     # every trial raises the same error at its first step, whatever its params (a reward or data bug)
-    code, out = spawn.run(search_args(space_file, store, "same-crash", trials, 2), "same-crash",
+    # two at a time on any machine: with as many slots as trials, all would start before the third crash
+    code, out = spawn.run(search_args(space_file, store, "same-crash", trials, 2, "--concurrency", "2"), "same-crash",
                           env={"TUNER_FAULT": "error@1"})
     _, search = load_search(local_uri(store), "same-crash")
     assert {r["status"] for r in search["trials"]} == {"crashed"}
