@@ -29,7 +29,7 @@ from ray.tune.search import Searcher
 from tuner import diagnose, sampling, trainers
 from tuner.errors import TunerError
 from tuner.progress import Progress
-from tuner.records import SUMMARY_FIELDS, TrialRecord, TrialResult, new_record
+from tuner.records import SUMMARY_FIELDS, Status, TrialRecord, TrialResult, new_record
 from tuner.space import SearchSpace
 from tuner.trial import TrialSpec
 
@@ -52,6 +52,11 @@ def _trainable(config: dict[str, Any]) -> None:
     from tuner.trial import run_trial_isolated
 
     spec = TrialSpec(**config["spec"])
+    if config.get("skip"):  # the memory plan refused it: recorded with its reason, never run
+        skipped = TrialResult(status=Status.TOO_BIG, reason=config["skip"]).summary()
+        tune.report({**skipped, SEARCH_METRIC: 0.0, "history": [], "number": config["number"],
+                     "node_id": ray.get_runtime_context().get_node_id()})
+        return
     workdir = tempfile.mkdtemp(prefix=f"tuner-trial-{config['number']:03d}-")
     reported = 0  # rows reported so far: the next report's "first"
 
@@ -145,7 +150,7 @@ class OptunaSearcher(Searcher):
     """
 
     def __init__(self, study, space: SearchSpace, base_spec: dict[str, Any], timeout: float,
-                 n_search: int, then=None, done: list[TrialRecord] = ()):
+                 n_search: int, then=None, done: list[TrialRecord] = (), fits=None):
         super().__init__(metric=SEARCH_METRIC, mode="max")
         self.study, self.space, self.base_spec, self.timeout = study, space, base_spec, timeout
         self.n_search, self.then = n_search, then
@@ -155,6 +160,7 @@ class OptunaSearcher(Searcher):
         self.followups: list[dict[str, Any]] | None = None
         self.grid_size = sampling.grid_size(space)
         self.stopped_because: str | None = None  # a failure no config avoids (tuner.diagnose): nothing more is run
+        self.fits = fits  # params -> None, or why the config cannot fit (tuner.placement): then it is not run
 
     def suggest(self, trial_id: str):
         self.stopped_because = self.stopped_because or diagnose.systematic_failure(self.finished)
@@ -165,7 +171,9 @@ class OptunaSearcher(Searcher):
             self.asked[trial_id] = (trial, params)
             self.suggested += 1
             spec = {**self.base_spec, "params": params}
-            return {"spec": spec, "number": trial.number, "timeout": self.timeout}
+            job = {"spec": spec, "number": trial.number, "timeout": self.timeout}
+            too_big = self.fits(params) if self.fits else None
+            return {**job, "skip": too_big} if too_big else job
         if self.asked:
             return None  # follow-ups depend on every search trial's outcome: wait
         if self.followups is None:
@@ -193,7 +201,7 @@ def _children() -> set[int]:
     return {p.pid for p in psutil.Process().children()}
 
 
-def init_ray(ray_address: str | None, gpus_per_trial: float):
+def init_ray(ray_address: str | None, gpus_per_trial: float | None):
     """Start Ray locally (or join ``ray_address``); end it with shutdown_ray(), also on errors."""
     global _reaper
     import ray
@@ -225,7 +233,7 @@ def init_ray(ray_address: str | None, gpus_per_trial: float):
     started = sorted(_children() - before)  # a local Ray's processes: they must not outlive this one
     if started:
         _reaper = reaper.start(started)
-    if gpus_per_trial > 0 and ray.cluster_resources().get("GPU", 0) < gpus_per_trial:
+    if gpus_per_trial and ray.cluster_resources().get("GPU", 0) < gpus_per_trial:
         gpus = ray.cluster_resources().get("GPU", 0)
         shutdown_ray()
         raise TunerError(f"--gpus-per-trial {gpus_per_trial}: the Ray cluster has "

@@ -108,9 +108,11 @@ class SearchOptions:
         default=1.0,
         metadata={"help": "CPUs reserved per trial", "rule": POSITIVE},
     )
-    gpus_per_trial: float = field(
-        default=0.0,
-        metadata={"help": "GPUs per trial", "rule": NOT_NEGATIVE},
+    gpus_per_trial: float | None = field(
+        default=None,
+        metadata={"help": "GPUs per trial, e.g. 0.25 for four trials on one GPU",
+                  "default_help": "packed by memory: the share of a GPU the largest config of the space needs "
+                  "(tuner.memory); CPU trials on a machine without GPUs", "rule": NOT_NEGATIVE},
     )
     ray_address: str | None = field(
         default=None,

@@ -33,6 +33,7 @@ STYLE = {
     Status.CRASHED: ("#222222", "s"),
     Status.OOM: ("#9467bd", "D"),
     Status.INVALID: ("#aaaaaa", "P"),
+    Status.TOO_BIG: ("#c5b0d5", "d"),
 }
 MAX_LABELLED = 20  # past this many trials, per-line trial numbers are clutter
 

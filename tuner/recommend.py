@@ -83,6 +83,8 @@ ADVICE = {
     "process_died": "trial processes died: see the crash reasons with tuner report (they rarely depend on the config)",
     Status.CRASHED: "trials raised errors: see the crash reasons with tuner report (they rarely depend on the config)",
     Status.OOM: "out of memory: search smaller per_device_train_batch_size, activation_checkpointing on, or LoRA",
+    Status.TOO_BIG: ("configs too big for this machine were not run (the memory plan): narrow the space to LoRA, "
+                     "smaller per_device_train_batch_size or activation_checkpointing on, or use a bigger GPU"),
     Status.INVALID: "TRL rejected the combinations: see the reasons above and narrow the space",
     "not_learning": "stable trials did not learn within the step budget: search higher learning rates or raise --max-steps",
 }

@@ -26,12 +26,13 @@ class Status(enum.StrEnum):
     CRASHED = "crashed"  # the trial raised or its process died (SIGFPE, SIGSEGV, timeout, lost worker)
     OOM = "oom"  # out of GPU or host memory
     INVALID = "invalid"  # TRL refused the config before training (e.g. batch not divisible by num_generations)
+    TOO_BIG = "too_big"  # the memory plan (tuner.placement) says it cannot fit its share of the machine: not run
 
 
-# Trials that ran and failed: what the report counts as failures and the sampler steers away from.
-UNSTABLE = frozenset({Status.DIVERGED, Status.COLLAPSED, Status.CRASHED, Status.OOM})
+# Trials that failed, ran or not: what the report counts as failures and the sampler steers away from.
+UNSTABLE = frozenset({Status.DIVERGED, Status.COLLAPSED, Status.CRASHED, Status.OOM, Status.TOO_BIG})
 # Statuses with no step to report: the trial ran to the end, or never started.
-NO_STOP_STEP = frozenset({Status.OK, Status.INVALID})
+NO_STOP_STEP = frozenset({Status.OK, Status.INVALID, Status.TOO_BIG})
 
 
 @dataclass

@@ -33,7 +33,8 @@ NOT_LEARNING = "not learning"
 FAILED = tuple(s for s in Status if s in UNSTABLE)
 BAD_OUTCOMES = (*FAILED, NOT_LEARNING)
 VERBS = {**{s: s.value for s in (Status.DIVERGED, Status.COLLAPSED, Status.CRASHED)},  # the status is the verb
-         Status.OOM: "ran out of memory", NOT_LEARNING: "did not learn (status ok, no significant learning trend)"}
+         Status.OOM: "ran out of memory", Status.TOO_BIG: "did not fit in memory (not run)",
+         NOT_LEARNING: "did not learn (status ok, no significant learning trend)"}
 
 MIN_HINT_TRIALS = 3  # a hint compares two groups; with fewer trials per side it would be an anecdote
 MIN_RATE_GAP = 0.5  # a failure hint needs the failure rates to differ by at least this much

@@ -114,7 +114,7 @@ def _align(header: list[str], rows: list[list[str]], right: set[int]) -> list[st
 def _breakdown_table(rows: list[BreakdownRow]) -> list[str]:
     # diverged, collapsed and crashed always have a column; oom and invalid only when a trial ended so
     shown = [Status.DIVERGED, Status.COLLAPSED, Status.CRASHED,
-             *(s for s in (Status.OOM, Status.INVALID) if any(r.statuses.get(s) for r in rows))]
+             *(s for s in (Status.OOM, Status.TOO_BIG, Status.INVALID) if any(r.statuses.get(s) for r in rows))]
     header = ["dimension", "value", "trials", Status.OK, LEARNED, *shown, "median fail step"]
     table, last = [], None
     for r in rows:

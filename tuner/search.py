@@ -47,14 +47,14 @@ def _model_label(model: str) -> str:
     return Path(model.rstrip("/")).name or model
 
 
-def hardware_precisions(gpus_per_trial: float) -> dict[str, str]:
+def hardware_precisions(gpus_per_trial: float | None) -> dict[str, str]:
     """Precisions this hardware cannot run, each with why. Dropped with one warning, never
-    silently run as something else."""
+    silently run as something else. ``gpus_per_trial`` None: GPU trials when this machine has a GPU."""
     import torch
 
     from tuner import precision
 
-    on_gpu = gpus_per_trial > 0
+    on_gpu = torch.cuda.device_count() > 0 if gpus_per_trial is None else gpus_per_trial > 0
     bf16 = torch.cuda.is_bf16_supported() if on_gpu and torch.cuda.is_available() else True
     return precision.unsupported(on_gpu, bf16_supported=bf16)
 
@@ -106,7 +106,7 @@ def prepare(options: SearchOptions) -> Prepared:
 
     # -- the slow checks: they import torch, TRL and datasets, and build the tiny model once
     quiet_libraries()
-    if o.gpus_per_trial > 0 and not o.ray_address:
+    if o.gpus_per_trial and not o.ray_address:
         import torch
 
         if torch.cuda.device_count() == 0:
@@ -184,12 +184,10 @@ def run_search(prepared: Prepared, echo: Callable[[str], None] = print) -> Searc
         echo(f"warning: {warning}")
     ray = execution.init_ray(o.ray_address, o.gpus_per_trial)
     try:
-        resources = ray.cluster_resources()
-        per_trial = {"cpu": o.cpus_per_trial, "gpu": o.gpus_per_trial}
-        limit = int(resources.get("CPU", 1) // o.cpus_per_trial)
-        if o.gpus_per_trial:
-            limit = min(limit, int(resources.get("GPU", 0) // o.gpus_per_trial))
-        concurrency = max(1, min(o.concurrency or limit, prepared.n_trials))
+        placement = _place(prepared, ray)
+        for note in placement.notes:
+            echo(f"warning: {note}")
+        placement.concurrency = concurrency = max(1, min(placement.concurrency, prepared.n_trials))
         storage = _study_storage(o)
 
         def study_named(name: str):
@@ -210,12 +208,23 @@ def run_search(prepared: Prepared, echo: Callable[[str], None] = print) -> Searc
                     "dataset": o.dataset or "builtin", "reward_funcs": o.reward_funcs, "concurrency": concurrency,
                     "confirm_seeds": o.confirm_seeds, "confirm_top": o.confirm_top,
                 }, {"tuner.study": run_name, "tuner.study_storage": storage})
-        return _run(prepared, tracker, study, run_name, records, per_trial, concurrency, started, echo)
+            tracker.set_tags({"tuner.plan": placement.describe()})
+        return _run(prepared, tracker, study, run_name, records, placement, concurrency, started, echo)
     finally:
         execution.shutdown_ray()  # also on errors and Ctrl-C/SIGTERM: no Ray process outlives the search
 
 
-def _run(prepared, tracker, study, run_name, records, per_trial, concurrency, started, echo) -> SearchOutcome:
+def _place(prepared: Prepared, ray):
+    """The memory plan for this search on this cluster (tuner.placement)."""
+    from tuner import placement
+
+    o = prepared.options
+    cluster = placement.Cluster.of_ray(ray)
+    return placement.place(o.trainer, prepared.model_path, prepared.space, cluster, cpus_per_trial=o.cpus_per_trial,
+                           gpus_per_trial=o.gpus_per_trial, concurrency=o.concurrency)
+
+
+def _run(prepared, tracker, study, run_name, records, placement, concurrency, started, echo) -> SearchOutcome:
     from tuner import confirm, execution
 
     o = prepared.options
@@ -226,7 +235,7 @@ def _run(prepared, tracker, study, run_name, records, per_trial, concurrency, st
     echo = progress.say  # a line of its own clears the live status line from a terminal first
     remaining = prepared.n_trials - len(records)
     echo(f"search {run_name}: {remaining} trials of {o.max_steps} steps, {o.trainer} on {o.model}, "
-         f"{o.sampler} sampler, {concurrency} at a time (experiment {prepared.experiment!r})")
+         f"{o.sampler} sampler, {placement.describe()} (experiment {prepared.experiment!r})")
     status = "FAILED"
     confirmations: list[dict[str, Any]] = []
 
@@ -243,10 +252,10 @@ def _run(prepared, tracker, study, run_name, records, per_trial, concurrency, st
 
     try:
         searcher = execution.OptunaSearcher(study, prepared.space, base_spec, o.trial_timeout, n_search=remaining,
-                                    then=confirmation_jobs, done=records)
+                                            then=confirmation_jobs, done=records, fits=placement.check)
         at_most = remaining + o.confirm_top * o.confirm_seeds  # the searcher says FINISHED when it has fewer
         if at_most:
-            execution.run_trials(name=f"{run_name}-{len(records)}", storage=ray_storage, per_trial=per_trial,
+            execution.run_trials(name=f"{run_name}-{len(records)}", storage=ray_storage, per_trial=placement.resources,
                                  concurrency=concurrency, callback=execution.DriverCallback(tracker, progress, records, confirmations),
                                  searcher=searcher, num_samples=at_most)
         records.sort(key=lambda r: r["number"])
@@ -254,7 +263,7 @@ def _run(prepared, tracker, study, run_name, records, per_trial, concurrency, st
             echo(f"search stopped: {searcher.stopped_because}")
             tracker.set_tags({"tuner.stopped_because": searcher.stopped_because[:5000]})
         cands = confirm.candidates(records, o.confirm_top) if o.confirm_seeds > 0 else []
-        outcome = _finish(prepared, tracker, records, cands, confirmations, started, echo)
+        outcome = _finish(prepared, tracker, records, cands, confirmations, started, echo, placement)
         outcome.stopped_because = searcher.stopped_because
         status = "FINISHED"
         return outcome
@@ -278,7 +287,7 @@ def _study_storage(o: SearchOptions) -> str | None:
     return f"sqlite:///{folder / 'optuna.db'}"
 
 
-def _finish(prepared: Prepared, tracker, records, cands, confirmations, started, echo) -> SearchOutcome:
+def _finish(prepared: Prepared, tracker, records, cands, confirmations, started, echo, placement) -> SearchOutcome:
     from tuner import confirm
 
     o = prepared.options
@@ -299,7 +308,7 @@ def _finish(prepared: Prepared, tracker, records, cands, confirmations, started,
     search = {"trainer": o.trainer, "model": o.model, "model_path": prepared.model_path, "use_cpu": use_cpu,
               "reward_funcs": _export_reward_funcs(o), "dataset": o.dataset, "rule": rec.RULE,
               "confirm_seeds": o.confirm_seeds, "recommended": best, "trl_config": config, "export": export_info,
-              "trials": records, "confirmations": confirmations, "candidates": verdicts}
+              "trials": records, "confirmations": confirmations, "candidates": verdicts, "plan": placement.summary()}
     if best is not None:
         tracker.log_artifact_text(export.render_export(search, prepared.experiment, tracker.parent_id),
                                   "recommended.yaml")
