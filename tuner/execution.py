@@ -9,7 +9,7 @@ run and shows them. A live result is never the trial's outcome: that is the one 
 "status"), read in ``on_trial_complete`` by the searcher and the callback.
 
     run_trials(name=..., storage="mlflow/ray", per_trial={"cpu": 1, "gpu": 0}, concurrency=2,
-               callback=DriverCallback(tracker, progress, records), searcher=OptunaSearcher(study, space, ...),
+               callback=DriverCallback(tracker, progress, records), searcher=OptunaSearcher(proposer, ...),
                num_samples=12)
 """
 
@@ -24,19 +24,23 @@ from pathlib import Path
 from typing import Any
 
 from ray.tune import Callback
+from ray.tune.schedulers import ASHAScheduler, TrialScheduler
 from ray.tune.search import Searcher
 
 from tuner import diagnose, sampling, trainers
 from tuner.errors import TunerError
+from tuner.learning import MIN_STEPS
 from tuner.progress import Progress
 from tuner.records import SUMMARY_FIELDS, Status, TrialRecord, TrialResult, new_record
-from tuner.space import SearchSpace
 from tuner.trial import TrialSpec
 
 # The metric Ray Tune reads from every trial's result: the recommendation's objective (tuner.recommend).
 SEARCH_METRIC = "learning_speed"
 # Marks a live result: rows of a trial still running, never its outcome.
 LIVE = "tuner_live"
+# What successive halving compares trials by at the same step: the objective without its gate
+# (tuner.recommend.speed_so_far), in live results and final ones alike.
+SO_FAR = "learning_speed_so_far"
 
 
 def is_live(result: dict[str, Any] | None) -> bool:
@@ -48,8 +52,9 @@ def _trainable(config: dict[str, Any]) -> None:
     import ray
     from ray import tune
 
-    from tuner.recommend import objective
+    from tuner.recommend import objective, speed_so_far
     from tuner.trial import run_trial_isolated
+    from tuner.trial.measure import so_far
 
     spec = TrialSpec(**config["spec"])
     if config.get("skip"):  # the memory plan refused it: recorded with its reason, never run
@@ -58,21 +63,58 @@ def _trainable(config: dict[str, Any]) -> None:
                      "node_id": ray.get_runtime_context().get_node_id()})
         return
     workdir = tempfile.mkdtemp(prefix=f"tuner-trial-{config['number']:03d}-")
-    reported = 0  # rows reported so far: the next report's "first"
+    seen: list[dict[str, Any]] = []  # every row so far: the figures so far that successive halving judges
 
     def live(rows: list[dict[str, Any]]) -> None:
-        nonlocal reported
         # SEARCH_METRIC: Ray Tune requires it in every result; 0.0 means nothing here (LIVE says so).
-        tune.report({LIVE: True, SEARCH_METRIC: 0.0, "number": config["number"], "first": reported, "rows": rows,
-                     "step": rows[-1].get("step")})
-        reported += len(rows)
+        first = len(seen)
+        seen.extend(rows)
+        figures = so_far(spec.trainer, seen, spec.params, spec.warmup_steps)
+        tune.report({LIVE: True, SEARCH_METRIC: 0.0, SO_FAR: speed_so_far(figures), "so_far": figures,
+                     "number": config["number"], "first": first, "rows": rows, "step": rows[-1].get("step")})
 
     result = run_trial_isolated(spec, workdir, timeout=config["timeout"], on_rows=live)
     node = ray.get_runtime_context().get_node_id()
     summary = result.summary()
     # Ray Tune requires the searcher's metric in every result
-    tune.report({**summary, SEARCH_METRIC: objective(summary), "history": result.history, "node_id": node,
-                 "number": config["number"]})
+    tune.report({**summary, SEARCH_METRIC: objective(summary), SO_FAR: speed_so_far(summary), "step": result.steps_run,
+                 "history": result.history, "node_id": node, "number": config["number"]})
+
+
+def pruned_result(live: dict[str, Any], max_steps: int) -> dict[str, Any]:
+    """The outcome of a trial successive halving stopped, from its last live result (its figures so far)."""
+    figures = dict(live.get("so_far") or {})
+    step = int(live.get("step") or figures.get("steps_run") or 0)
+    speed, progress = figures.get("tokens_per_second"), figures.get("progress")
+    measured = (f"progress {progress:+.3f} x {speed:.0f} tokens/s" if speed and progress is not None
+                else "not yet measured")
+    reason = (f"stopped at step {step} of {max_steps} by successive halving (ASHA, the top 1/{HALVING_RATE} of "
+              f"trials at each rung go on): its learning speed so far ({measured}) was behind")
+    return TrialResult(status=Status.PRUNED, reason=reason, stopped_at_step=step,
+                       **{k: v for k, v in figures.items() if k != "steps_run"},
+                       steps_run=int(figures.get("steps_run") or step)).summary()
+
+
+HALVING_RATE = 3  # successive halving keeps the top 1/3 of trials at each rung
+MIN_GRACE_STEPS = MIN_STEPS  # the first rung: no earlier than a learning trend can be measured
+
+
+class Halving(ASHAScheduler):
+    """Ray Tune's asynchronous successive halving (ASHA) on the search's trials, beside the guard: at step
+    ``grace`` (a quarter of the budget, at least the steps a learning trend needs) and every ``HALVING_RATE``
+    times later while at least a third of the budget is left, a trial whose learning speed so far (``SO_FAR``)
+    is below the top third of the trials that reached that step is stopped: ``pruned``. Trials past the last
+    rung run to the end. Confirmation re-runs are never stopped by it."""
+
+    def __init__(self, max_steps: int):
+        self.grace = grace = max(MIN_GRACE_STEPS, max_steps // 4)
+        super().__init__(time_attr="step", metric=SO_FAR, mode="max", max_t=max(grace, 2 * max_steps // 3),
+                         grace_period=grace, reduction_factor=HALVING_RATE, stop_last_trials=False)
+
+    def on_trial_result(self, tune_controller, trial, result):
+        if "confirms" in trial.config.get("extra", {}) or trial.config.get("skip"):
+            return TrialScheduler.CONTINUE
+        return super().on_trial_result(tune_controller, trial, result)
 
 
 class DriverCallback(Callback):
@@ -119,7 +161,9 @@ class DriverCallback(Callback):
 
     def on_trial_complete(self, iteration, trials, trial, **info):
         result = dict(trial.last_result or {})
-        self._record(trial, {} if is_live(result) else result)
+        if is_live(result):  # stopped between its live reports: successive halving pruned it
+            result = pruned_result(result, trial.config["spec"]["max_steps"])
+        self._record(trial, result)
 
     def on_trial_error(self, iteration, trials, trial, **info):
         self._record(trial, TrialResult.crashed("Ray lost the trial's worker (node or worker died)").summary())
@@ -149,16 +193,15 @@ class OptunaSearcher(Searcher):
     the trial workers, with torch and TRL already imported, are reused.
     """
 
-    def __init__(self, study, space: SearchSpace, base_spec: dict[str, Any], timeout: float,
+    def __init__(self, proposer: sampling.Proposer, base_spec: dict[str, Any], timeout: float,
                  n_search: int, then=None, done: list[TrialRecord] = (), fits=None):
         super().__init__(metric=SEARCH_METRIC, mode="max")
-        self.study, self.space, self.base_spec, self.timeout = study, space, base_spec, timeout
+        self.proposer, self.base_spec, self.timeout = proposer, base_spec, timeout
         self.n_search, self.then = n_search, then
         self.asked: dict[str, Any] = {}  # Ray trial id -> (optuna.Trial, its params)
         self.suggested = 0
         self.finished: list[TrialRecord] = list(done)
         self.followups: list[dict[str, Any]] | None = None
-        self.grid_size = sampling.grid_size(space)
         self.stopped_because: str | None = None  # a failure no config avoids (tuner.diagnose): nothing more is run
         self.fits = fits  # params -> None, or why the config cannot fit (tuner.placement): then it is not run
 
@@ -167,7 +210,7 @@ class OptunaSearcher(Searcher):
         if self.stopped_because:
             return None if self.asked else Searcher.FINISHED
         if self.suggested < self.n_search:
-            trial, params = sampling.ask(self.study, self.space, self.grid_size)
+            trial, params = self.proposer.ask()
             self.asked[trial_id] = (trial, params)
             self.suggested += 1
             spec = {**self.base_spec, "params": params}
@@ -184,11 +227,13 @@ class OptunaSearcher(Searcher):
         trial, params = self.asked.pop(trial_id, (None, None))
         if trial is None:
             return  # a follow-up job: not part of the study
-        if error or not result or is_live(result) or "status" not in result:
+        if not error and is_live(result):
+            result = pruned_result(result, self.base_spec["max_steps"])
+        if error or not result or "status" not in result:
             result = TrialResult.crashed("Ray lost the trial's worker").summary()
         record = new_record(result, number=trial.number, params=params, max_steps=self.base_spec["max_steps"],
                             seed=self.base_spec["seed"])
-        sampling.tell(self.study, trial, record)
+        self.proposer.tell(trial, record)
         self.finished.append(record)
 
 
@@ -257,13 +302,13 @@ def shutdown_ray() -> None:
 
 
 def run_trials(*, name: str, storage: str | os.PathLike, per_trial: dict[str, float], concurrency: int,
-               callback, searcher, num_samples: int) -> None:
-    """One Ray Tune run of up to ``num_samples`` trials proposed by ``searcher``."""
+               callback, searcher, num_samples: int, scheduler: TrialScheduler | None = None) -> None:
+    """One Ray Tune run of up to ``num_samples`` trials proposed by ``searcher`` (``scheduler``: e.g. Halving)."""
     from ray import tune
 
     tune.Tuner(
         tune.with_resources(_trainable, per_trial),
-        tune_config=tune.TuneConfig(search_alg=searcher, num_samples=num_samples,
+        tune_config=tune.TuneConfig(search_alg=searcher, scheduler=scheduler, num_samples=num_samples,
                                     max_concurrent_trials=concurrency, reuse_actors=True),
         run_config=tune.RunConfig(
             name=name, storage_path=str(Path(storage).resolve()), verbose=0, callbacks=[callback],

@@ -77,6 +77,9 @@ class StepMonitor(TrainerCallback):
             return
         step = state.global_step
         row = {"step": step, **{k: _number(v) for k, v in logs.items() if _number(v) is not None}, **self._pending}
+        if self.step_times and self.train_started_at is not None:
+            # the step's end, in seconds since training began: throughput while the trial runs (tuner.execution)
+            row["train_seconds"] = round(self.step_times[-1][1] - self.train_started_at, 4)
         self._pending = {}
         self.history.append(row)
         if self._metrics_file:

@@ -34,6 +34,7 @@ STYLE = {
     Status.OOM: ("#9467bd", "D"),
     Status.INVALID: ("#aaaaaa", "P"),
     Status.TOO_BIG: ("#c5b0d5", "d"),
+    Status.PRUNED: ("#8fb3d9", "."),
 }
 MAX_LABELLED = 20  # past this many trials, per-line trial numbers are clutter
 

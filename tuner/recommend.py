@@ -40,6 +40,15 @@ def objective(trial: dict[str, Any]) -> float:
     return float(progress) * float(speed)
 
 
+def speed_so_far(trial: dict[str, Any]) -> float:
+    """The objective without its gate, for a trial still running (successive halving compares trials by it at
+    the same step): progress x tokens/s, negative when the metric got worse; 0 before both are measured."""
+    speed, progress = trial.get("tokens_per_second"), trial.get("progress")
+    if not speed or progress is None:
+        return 0.0
+    return float(progress) * float(speed)
+
+
 def recommend(trials: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The best trial record (``status``, ``params``, ``tokens_per_second``, ``progress`` ...), or None."""
     candidates = [t for t in trials if objective(t) > 0]

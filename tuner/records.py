@@ -26,6 +26,7 @@ class Status(enum.StrEnum):
     CRASHED = "crashed"  # the trial raised or its process died (SIGFPE, SIGSEGV, timeout, lost worker)
     OOM = "oom"  # out of GPU or host memory
     INVALID = "invalid"  # TRL refused the config before training (e.g. batch not divisible by num_generations)
+    PRUNED = "pruned"  # stable so far, stopped by successive halving: its learning speed could not catch up
     TOO_BIG = "too_big"  # the memory plan (tuner.placement) says it cannot fit its share of the machine: not run
 
 

@@ -53,7 +53,7 @@ class Report:
             return ["```", *lines, "```"] if fenced else lines
 
         counts = collections.Counter(outcome(r) for r in self.records)
-        order = (LEARNED, NOT_LEARNING, *FAILED, Status.INVALID)
+        order = (LEARNED, NOT_LEARNING, Status.PRUNED, *FAILED, Status.INVALID)
         out = [f"# {self.title}" if fenced else self.title,
                "", f"{len(self.records)} trials: " + ", ".join(f"{counts[o]} {o}" for o in order if counts[o])]
         if self.recommended:

@@ -15,7 +15,7 @@ from tuner import recommend as rec
 from tuner.space import SearchSpace
 from tuner.records import Status
 
-__all__ = ["ask", "constraint_of", "grid_size", "make_sampler", "make_study", "tell"]
+__all__ = ["Proposer", "ask", "constraint_of", "grid_size", "make_sampler", "make_study", "tell"]
 
 
 def constraint_of(record: dict[str, Any]) -> float:
@@ -23,6 +23,8 @@ def constraint_of(record: dict[str, Any]) -> float:
     they broke, so the sampler learns a gradient toward the stable region."""
     if record.get("status") == Status.OK:
         return 0.0 if rec.learned(record) else 0.5
+    if record.get("status") == Status.PRUNED:
+        return 0.0  # stable as far as it ran
     steps = max(int(record.get("max_steps") or 1), 1)
     stopped = record.get("stopped_at_step") or 0
     return 1.0 + (1.0 - min(stopped, steps) / steps)
@@ -110,11 +112,71 @@ def _repeats_a_trial(study, trial, grid_size: int | None) -> bool:
 
 
 def tell(study, trial, record: dict[str, Any]) -> None:
-    """Report a trial to Optuna: always COMPLETE, with the recommendation's objective and a constraint value."""
+    """Report a trial to Optuna: COMPLETE with the recommendation's objective and a constraint value; a trial
+    stopped by successive halving as PRUNED."""
+    import optuna
+
     for key in ("status", "reason", "progress", "learned", "tokens_per_second", "stopped_at_step"):
         trial.set_user_attr(key, record.get(key))
     trial.set_constraint("stable", constraint_of(record))
+    if record.get("status") == Status.PRUNED:
+        # Optuna's own semantics for a trial stopped early: its last intermediate value at the step it reached
+        trial.report(rec.speed_so_far(record), int(record.get("stopped_at_step") or 0))
+        study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+        return
     study.tell(trial, rec.objective(record))
+
+
+class Proposer:
+    """What the searcher asks for each trial and tells back: ``ask`` and ``tell`` below, with the tpe sampler's
+    trials staged speed knobs first, then learning knobs on the fastest stable system configs (tuner.staging).
+
+        proposer = Proposer(study, space, "tpe", n_trials=12)
+        trial, params = proposer.ask()
+        proposer.tell(trial, record)      # record: the trial's outcome (tuner.records)
+    """
+
+    def __init__(self, study, space: SearchSpace, sampler: str, n_trials: int, done: list[dict[str, Any]] = ()):
+        from tuner.staging import Stages
+
+        self.study, self.space = study, space
+        self.grid_size = grid_size(space)
+        self.stages = Stages.for_space(space, n_trials) if sampler == "tpe" else None
+        self.finished: list[dict[str, Any]] = list(done)
+        self.asked = len(self.finished)  # a resumed search goes on in the stage it had reached
+
+    def ask(self):
+        pins: dict[str, Any] = {}
+        if self.stages is not None:
+            stage, pins = self.stages.pinned(self.asked, self.finished)
+        self.asked += 1
+        if not pins:
+            trial, params = ask(self.study, self.space, self.grid_size)
+        else:
+            trial, params = _ask_pinned(self.study, self.space, self.grid_size, pins)
+        if self.stages is not None:
+            trial.set_user_attr("tuner.stage", stage)
+        return trial, params
+
+    def tell(self, trial, record: dict[str, Any]) -> None:
+        tell(self.study, trial, record)
+        self.finished.append(record)
+
+
+def _ask_pinned(study, space: SearchSpace, grid: int | None, pins: dict[str, Any]):
+    """``ask`` with some params fixed (Optuna's PartialFixedSampler around the study's own sampler)."""
+    import optuna
+
+    from tuner.space import CategoricalParam, _optuna_choices
+
+    fixed = {name: (_optuna_choices([value])[0] if isinstance(space.params[name], CategoricalParam) else value)
+             for name, value in pins.items() if name in space.params}
+    own = study.sampler
+    study.sampler = optuna.samplers.PartialFixedSampler(fixed, own)
+    try:
+        return ask(study, space, grid)
+    finally:
+        study.sampler = own
 
 
 def ask(study, space: SearchSpace, grid_size: int | None):

@@ -24,7 +24,7 @@ from tuner import recommend as rec
 from tuner.errors import TunerError, quiet_libraries
 from tuner.options import DEFAULT_TRIALS, SAMPLERS, SearchOptions, check_options, options_from  # noqa: F401 - re-exported
 from tuner.progress import Progress, SearchInterrupted, describe_params, resume_command, results_table
-from tuner.sampling import make_study
+from tuner.sampling import Proposer, make_study
 from tuner.space import SearchSpace, check_param_names, load_space
 from tuner.trial import TrialSpec
 
@@ -251,13 +251,14 @@ def _run(prepared, tracker, study, run_name, records, placement, concurrency, st
         return jobs
 
     try:
-        searcher = execution.OptunaSearcher(study, prepared.space, base_spec, o.trial_timeout, n_search=remaining,
+        proposer = Proposer(study, prepared.space, o.sampler, prepared.n_trials, done=records)
+        searcher = execution.OptunaSearcher(proposer, base_spec, o.trial_timeout, n_search=remaining,
                                             then=confirmation_jobs, done=records, fits=placement.check)
         at_most = remaining + o.confirm_top * o.confirm_seeds  # the searcher says FINISHED when it has fewer
         if at_most:
             execution.run_trials(name=f"{run_name}-{len(records)}", storage=ray_storage, per_trial=placement.resources,
                                  concurrency=concurrency, callback=execution.DriverCallback(tracker, progress, records, confirmations),
-                                 searcher=searcher, num_samples=at_most)
+                                 searcher=searcher, num_samples=at_most, scheduler=execution.Halving(o.max_steps))
         records.sort(key=lambda r: r["number"])
         if searcher.stopped_because:
             echo(f"search stopped: {searcher.stopped_because}")

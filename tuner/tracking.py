@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from tuner.errors import TunerError
-from tuner.records import TrialRecord, is_ok, new_record
+from tuner.records import Status, TrialRecord, is_ok, new_record
 
 DEFAULT_STORE = Path("mlflow")  # relative to where tuner runs, like ./mlruns for plain MLflow
 SEARCH_TAG = "tuner.kind"  # "search" on parent runs, "trial" on nested runs
@@ -433,7 +433,9 @@ class SearchTracker:
         self.client.log_batch(run_id, tags=[RunTag(k, v) for k, v in verdict.items()])
         self.client.log_dict(run_id, spec, "trial.yaml")
         self.client.log_dict(run_id, {**summary, "history": history}, "result.json")
-        self.client.set_terminated(run_id, "FINISHED" if is_ok(summary) else "FAILED")
+        # MLflow's KILLED for a trial the search stopped because it could not win: not a failure of the config
+        ended = "FINISHED" if is_ok(summary) else "KILLED" if summary.get("status") == Status.PRUNED else "FAILED"
+        self.client.set_terminated(run_id, ended)
         return run_id
 
 

@@ -14,16 +14,18 @@ from tuner.errors import TunerError
 
 # Test hook for fault injection (documented in the README): "<kind>@<step>", e.g. "sigfpe@3".
 # The trial's own process then dies (or raises) at the end of that optimizer step; "nan" instead
-# poisons the trainable weights, a real divergence for the guard to catch on the next step.
+# poisons the trainable weights, a real divergence for the guard to catch on the next step; "slow" makes every
+# step from that one on take SLOW_STEP_S longer (a trial that must still be running when the driver decides).
 # TUNER_FAULT_WHEN="key=value[,key=value]" limits it to trials whose params (or seed) match.
 FAULT_ENV = "TUNER_FAULT"
 FAULT_WHEN_ENV = "TUNER_FAULT_WHEN"
 _FAULTS = {"sigfpe": signal.SIGFPE, "sigsegv": signal.SIGSEGV, "sigkill": signal.SIGKILL}
+SLOW_STEP_S = 0.25
 
 
 def parse_fault(fault: str, where: str) -> tuple[str, int]:
     kind, _, at = str(fault).partition("@")
-    known = (*_FAULTS, "oom", "error", "nan")
+    known = (*_FAULTS, "oom", "error", "nan", "slow")
     if kind not in known or not (at or "1").isdigit() or int(at or 1) < 1:
         raise TunerError(f"{where}: fault must be '<kind>@<step>' with kind one of {', '.join(known)} "
                          f"and step >= 1, got {fault!r}")
@@ -48,6 +50,11 @@ def fault_hook(spec):
     kind, at_step = parse_fault(fault, where)
 
     def fire(step: int, model=None):
+        if kind == "slow" and step >= at_step:
+            import time
+
+            time.sleep(SLOW_STEP_S)
+            return
         if step != at_step:
             return
         if kind == "nan":

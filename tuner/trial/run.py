@@ -17,7 +17,7 @@ from tuner.errors import describe_exception, quiet_libraries
 from tuner.learning import judge_learning
 from tuner.records import NO_STOP_STEP, Status, TrialResult
 from tuner.trial.faults import fault_hook
-from tuner.trial.measure import is_oom, peak_memory_mb, throughput
+from tuner.trial.measure import is_oom, peak_memory_mb, samples_per_step, throughput
 from tuner.trial.spec import TrialSpec
 
 _NON_FINITE_SAMPLING = "probability tensor contains either `inf`, `nan` or element < 0"
@@ -88,9 +88,8 @@ def run_trial(spec: TrialSpec, workdir: str | os.PathLike | None = None, metrics
         result.stopped_at_step = monitor.step_times[-1][0]
     elif result.status == Status.DIVERGED and monitor.verdict is None:  # failed inside the step after the last one
         result.stopped_at_step = (monitor.step_times[-1][0] if monitor.step_times else 0) + 1
-    batch = int(spec.params.get("per_device_train_batch_size", 8)) * int(spec.params.get("gradient_accumulation_steps", 1))
     result.tokens_per_second, result.samples_per_second = throughput(
-        monitor.history, monitor.step_times, spec.warmup_steps, batch)
+        monitor.history, monitor.step_times, spec.warmup_steps, samples_per_step(spec.params))
     learning = judge_learning(spec.trainer, monitor.history)
     result.progress, result.progress_p_value, result.learned = learning.effect, learning.p_value, learning.learned
     if result.status == Status.OK and monitor.guard.notes:

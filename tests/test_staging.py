@@ -1,0 +1,75 @@
+"""Speed knobs first, then learning knobs on the fastest stable system configs (tuner.staging), through the real
+Optuna study the searcher uses (tuner.sampling.Proposer); outcomes come from a rule, no training."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from tuner import sampling, staging
+from tuner.records import Status, new_record
+from tuner.space import load_space
+
+
+def test_the_shipped_grpo_space_splits_into_speed_and_learning_knobs():
+    space = load_space(None, "grpo")
+    stages = staging.Stages.for_space(space, 12)
+    assert {"precision", "per_device_train_batch_size", "gradient_accumulation_steps", "use_peft", "lora_r",
+            "activation_checkpointing"} <= set(stages.speed_names)
+    assert {"learning_rate", "max_grad_norm", "beta", "loss_type", "lora_alpha"} <= set(stages.learning_pins)
+    assert not set(stages.learning_pins) & staging.SPEED_PARAMS
+    assert stages.speed_trials == round(0.4 * 12)
+    lr = space.params["learning_rate"]
+    # TRL's GRPO default (1e-6) is outside the tiny model's range: the geometric middle instead
+    assert stages.learning_pins["learning_rate"] == pytest.approx(math.sqrt(lr.low * lr.high))
+    assert stages.learning_pins["max_grad_norm"] == 1.0  # TRL's default, one of the choices
+    assert stages.learning_pins["lora_alpha"] == 32
+
+
+def test_a_pretrained_model_measures_speed_at_trls_default_learning_rate():
+    stages = staging.Stages.for_space(load_space(None, "grpo").for_model(pretrained=True), 12)
+    assert stages.learning_pins["learning_rate"] == 1e-6  # GRPOConfig's default, inside the pretrained range
+
+
+def test_random_and_grid_searches_are_not_staged():
+    space = load_space(None, "reward")
+    for sampler in ("random", "grid"):
+        assert sampling.Proposer(sampling.make_study(sampler, 0, 12, None, sampler), space, sampler, 12).stages is None
+
+
+def measured(params: dict) -> dict:
+    """A rule standing in for training: tokens/s from the system config, fp16-pure unstable, learning from lr."""
+    speed = {"fp32": 1000, "bf16-mixed": 1500, "fp16-mixed": 1600, "bf16-pure": 2500, "fp16-pure": 4000}
+    tokens = speed[params["precision"]] * params["per_device_train_batch_size"] / (2 if params.get("use_peft") else 1)
+    if params["precision"] == "fp16-pure":
+        return {"status": Status.DIVERGED, "stopped_at_step": 3, "tokens_per_second": tokens}
+    learned = 1e-3 <= params["learning_rate"] <= 0.1
+    return {"status": Status.OK, "tokens_per_second": tokens, "progress": 0.5 if learned else 0.0,
+            "progress_p_value": 0.001 if learned else 0.5, "learned": learned}
+
+
+def test_the_learning_stage_searches_learning_knobs_on_the_fastest_stable_systems():
+    space = load_space(None, "reward")
+    n = 15
+    proposer = sampling.Proposer(sampling.make_study("tpe", 3, n, None, "staged"), space, "tpe", n)
+    stages = proposer.stages
+    trials = []
+    for _ in range(n):
+        trial, params = proposer.ask()
+        record = new_record(measured(params), number=trial.number, params=params, max_steps=20, seed=0)
+        proposer.tell(trial, record)
+        trials.append((trial.user_attrs["tuner.stage"], params, record))
+    speed_stage = [p for stage, p, _ in trials if stage == "speed"]
+    assert len(speed_stage) == stages.speed_trials
+    for params in speed_stage:
+        assert {k: params[k] for k in stages.learning_pins if k in params} == \
+               {k: v for k, v in stages.learning_pins.items() if k in params}
+    top = stages.systems([r for s, _, r in trials if s == "speed"])
+    assert top and all(system["precision"] != "fp16-pure" for system in top)  # the fastest, but it diverges
+    learning_stage = [p for stage, p, _ in trials if stage == "learning"]
+    for params in learning_stage:
+        system = {k: params[k] for k in stages.speed_names if k in params}
+        assert any(system == {k: v for k, v in t.items() if k in system} for t in top), system
+        assert params["precision"] != "fp16-pure"  # diverged systems are never built on
+    assert len({p["learning_rate"] for p in learning_stage}) == len(learning_stage)  # the learning knobs move

@@ -1,0 +1,122 @@
+"""How the search spends its trials: speed knobs first, then learning knobs on the fastest stable system configs.
+
+    stages = Stages.for_space(space, n_trials)
+    stages.pinned(finished)    # the params the next trial fixes, or {} (sample everything)
+
+Tokens/s depends on the system config only: precision, batch size, gradient accumulation, LoRA and its rank
+and targets, activation checkpointing, lengths (``SPEED_PARAMS``). The learning rate, clipping, warm-up,
+scheduler, LoRA's alpha and dropout and the trainers' own knobs (beta, loss_type, epsilon, ...) decide whether a
+trial stays stable and learns, and change tokens/s not at all. One sampler told progress x tokens/s for all of
+them spends trials re-measuring the speed of learning-rate changes. So:
+
+- the speed stage (the first ``speed_trials``, 40% of the budget): the system knobs are sampled and the learning
+  knobs pinned to safe values (TRL's default where the space allows it, else the middle of the range), so
+  nearly every trial is a stable, learning measurement of one system config's speed;
+- the learning stage (the rest): the system knobs are pinned to the fastest stable system configs measured so
+  far (the top ``TOP_SYSTEMS``, taken in turn) and the sampler searches the learning knobs, where they change
+  the answer. Successive halving (tuner.execution.Halving) stops learning-stage trials that fall behind.
+
+Until one speed-stage trial has finished stable, trials sample everything. The grid and random samplers are
+not staged: random is the baseline the staging is measured against (bench/).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tuner.records import Status
+
+# The knobs that change tokens/s: what a trial computes per step, and how.
+SPEED_PARAMS = frozenset({
+    "precision", "per_device_train_batch_size", "gradient_accumulation_steps", "activation_checkpointing",
+    "gradient_checkpointing", "use_peft", "lora_r", "lora_target_modules", "max_length", "max_prompt_length",
+    "max_completion_length", "num_generations", "generation_batch_size", "steps_per_generation", "optim",
+    "padding_free", "packing", "torch_compile",
+})
+SPEED_SHARE = 0.4  # of the trial budget spent in the speed stage
+MIN_SPEED_TRIALS = 3
+TOP_SYSTEMS = 2  # system configs the learning stage searches on
+# tuner's own learning knobs and their defaults (tuner.trainers.lora_config_kwargs, TRL's ModelConfig).
+TUNER_DEFAULTS = {"lora_alpha": 32, "lora_dropout": 0.05}
+STABLE = (Status.OK, Status.PRUNED)  # ran without a failure: its tokens/s is a speed measurement
+
+
+def _trl_defaults(trainer: str) -> dict[str, Any]:
+    from tuner.trainers import config_class
+
+    return {f.name: f.default for f in dataclasses.fields(config_class(trainer))
+            if f.default is not dataclasses.MISSING}
+
+
+def safe_value(name: str, param, default: Any = None) -> Any:
+    """The value a learning knob takes while speeds are measured: ``default`` (TRL's) when the space allows
+    it, else the middle of the range (geometric for a log range) or the middle choice."""
+    from tuner.space import CategoricalParam, FixedParam, FloatParam, IntParam
+
+    if isinstance(param, FixedParam):
+        return param.value
+    if isinstance(param, CategoricalParam):
+        if default in param.choices:
+            return default
+        return param.choices[len(param.choices) // 2]
+    low, high = param.low, param.high
+    if default is not None and not isinstance(default, bool) and isinstance(default, (int, float)) \
+            and low <= default <= high:
+        return default
+    middle = math.sqrt(low * high) if param.log else (low + high) / 2
+    if isinstance(param, IntParam):
+        step = param.step or 1
+        return int(low + round((middle - low) / step) * step)
+    assert isinstance(param, FloatParam)
+    return middle
+
+
+@dataclass(frozen=True)
+class Stages:
+    speed_trials: int  # the first trials, with the learning knobs pinned
+    learning_pins: dict[str, Any]  # learning knob -> its safe value
+    speed_names: tuple[str, ...]  # the space's searched speed knobs
+
+    @classmethod
+    def for_space(cls, space, n_trials: int) -> "Stages | None":
+        """The staging of ``space`` for a ``n_trials`` search; None when one of the two sides is empty."""
+        from tuner.space import FixedParam
+
+        searched = {n: p for n, p in space.params.items() if not isinstance(p, FixedParam)}
+        speed = tuple(n for n in searched if n in SPEED_PARAMS)
+        learning = {n: p for n, p in searched.items() if n not in SPEED_PARAMS}
+        if not speed or not learning or n_trials < MIN_SPEED_TRIALS + 1:
+            return None
+        defaults = {**_trl_defaults(space.trainer), **TUNER_DEFAULTS}
+        pins = {n: safe_value(n, p, defaults.get(n)) for n, p in learning.items()}
+        return cls(max(MIN_SPEED_TRIALS, round(SPEED_SHARE * n_trials)), pins, speed)
+
+    def stage(self, asked: int) -> str:
+        """"speed" or "learning": the stage of the ``asked``-th trial (0-based) of the search."""
+        return "speed" if asked < self.speed_trials else "learning"
+
+    def systems(self, finished: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The fastest stable system configs measured so far (speed knobs only), fastest first, each once."""
+        ranked = sorted((r for r in finished if r.get("status") in STABLE and r.get("tokens_per_second")),
+                        key=lambda r: -float(r["tokens_per_second"]))
+        seen, systems = set(), []
+        for record in ranked:
+            system = {n: record["params"][n] for n in self.speed_names if n in record["params"]}
+            key = repr(sorted(system.items()))
+            if key not in seen:
+                seen.add(key)
+                systems.append(system)
+        return systems[:TOP_SYSTEMS]
+
+    def pinned(self, asked: int, finished: Sequence[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
+        """(stage, the params the ``asked``-th trial fixes); ({}: sample everything)."""
+        if self.stage(asked) == "speed":
+            return "speed", dict(self.learning_pins)
+        systems = self.systems(finished)
+        if not systems:
+            return "learning", {}  # no speed measured yet: nothing to build on
+        return "learning", systems[(asked - self.speed_trials) % len(systems)]
