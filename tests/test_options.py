@@ -12,7 +12,7 @@ import pytest
 
 from tuner import cli, options
 from tuner.errors import TunerError
-from tuner.options import SearchOptions, check_options, flag, option_field, option_fields
+from tuner.options import SearchOptions, check_options, flag, option_field, option_fields, value_type
 from tuner.trainers import ADAPTERS
 
 RULED = [f.name for f in option_fields() if f.metadata.get("rule") is not None]
@@ -41,7 +41,8 @@ def test_every_field_is_one_documented_flag_with_the_declared_default():
     actions = _actions()
     for f in option_fields():
         action = actions[f.name]
-        assert action.option_strings == [flag(f)], f.name
+        negated = ["--no-" + flag(f)[2:]] if value_type(f) is bool else []  # --prune / --no-prune
+        assert action.option_strings == [flag(f), *negated], f.name
         assert f.metadata["help"] and _flat(f.metadata["help"]) in _flat(action.help), f.name
         if f.metadata.get("action") != "append":
             assert action.default == f.default, f.name

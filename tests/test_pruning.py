@@ -37,6 +37,16 @@ def test_optuna_is_told_a_pruned_trial_as_pruned_and_stable():
     assert sampling.constraint_of(record) <= 0  # stable as far as it ran: not steered away from like a failure
 
 
+def test_grid_searches_run_every_point_to_the_end_unless_asked_to_prune():
+    from tuner.options import SearchOptions, prunes
+    from tuner.cli import build_parser
+
+    assert prunes(SearchOptions()) and not prunes(SearchOptions(sampler="grid"))
+    assert prunes(SearchOptions(sampler="grid", prune=True)) and not prunes(SearchOptions(prune=False))
+    assert build_parser().parse_args(["search", "--no-prune"]).prune is False
+    assert build_parser().parse_args(["search"]).prune is None
+
+
 def test_halving_never_stops_a_confirmation_rerun():
     halving = execution.Halving(max_steps=40)
     rerun = SimpleNamespace(trial_id="x", config={"extra": {"confirms": 3}, "spec": {"max_steps": 40}})
@@ -59,7 +69,7 @@ params:
   learning_rate: {type: categorical, choices: [0.01, 1.0e-7]}
 """
     finished = run_search_in(tmp_path, space, trainer="sft", sampler="grid", max_steps=40, concurrency=1,
-                             confirm_seeds=0)
+                             confirm_seeds=0, prune=True)
     good, slow = finished.by_params(learning_rate=0.01), finished.by_params(learning_rate=1e-7)
     assert good["status"] == Status.OK and good["learned"]
     assert slow["status"] == Status.PRUNED, slow

@@ -78,6 +78,10 @@ def _add_options(p: argparse.ArgumentParser, *names: str) -> None:
         meta = f.metadata
         kind = value_type(f)
         kwargs = {"dest": f.name, "help": help_text(f).replace("%", "%%")}
+        if kind is bool:
+            kwargs.update(action=argparse.BooleanOptionalAction, default=f.default)
+            p.add_argument(flag(f), **kwargs)
+            continue
         if meta.get("action"):
             kwargs["action"] = meta["action"]
         else:

@@ -59,7 +59,7 @@ def _trainable(config: dict[str, Any]) -> None:
     spec = TrialSpec(**config["spec"])
     if config.get("skip"):  # the memory plan refused it: recorded with its reason, never run
         skipped = TrialResult(status=Status.TOO_BIG, reason=config["skip"]).summary()
-        tune.report({**skipped, SEARCH_METRIC: 0.0, "history": [], "number": config["number"],
+        tune.report({**skipped, SEARCH_METRIC: 0.0, SO_FAR: 0.0, "step": 0, "history": [], "number": config["number"],
                      "node_id": ray.get_runtime_context().get_node_id()})
         return
     workdir = tempfile.mkdtemp(prefix=f"tuner-trial-{config['number']:03d}-")

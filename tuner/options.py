@@ -13,7 +13,8 @@ command line is generated from them (tuner.cli), so a new option is one field he
     rule          a ``Rule`` the value must satisfy (AT_LEAST_1, POSITIVE, NOT_NEGATIVE)
     choices       the allowed values (also checked for ``SearchOptions`` built in code)
     flag          the command-line flag, when it is not ``--`` + the name with dashes (``--reward-func``)
-    action        argparse action: ``append`` for a repeatable flag whose field is a list
+    action        argparse action: ``append`` for a repeatable flag whose field is a list (a ``bool`` field
+                  is ``--name`` / ``--no-name``)
     metavar       argparse metavar (``FILE``, ``N``)
 
 Light on purpose: ``tuner --help`` imports this module (no torch, TRL, Ray or MLflow).
@@ -144,10 +145,21 @@ class SearchOptions:
         metadata={"help": "re-run the top candidates on N more seeds; recommend one only if every seed is stable",
                   "default_note": "0 turns confirmation off", "rule": NOT_NEGATIVE, "metavar": "N"},
     )
+    prune: bool | None = field(
+        default=None,
+        metadata={"help": "stop stable trials whose learning speed so far is behind the others at a quarter of "
+                  "the steps (successive halving, Ray Tune's ASHA); --no-prune runs every trial to the end",
+                  "default_help": "on, except with --sampler grid"},
+    )
     confirm_top: int = field(
         default=2,
         metadata={"help": "how many top candidates to confirm", "rule": AT_LEAST_1, "metavar": "K"},
     )
+
+
+def prunes(options: SearchOptions) -> bool:
+    """Whether the search stops trials that fall behind: --prune as given, else on for all but grid searches."""
+    return options.sampler != "grid" if options.prune is None else options.prune
 
 
 def option_fields() -> tuple[dataclasses.Field, ...]:

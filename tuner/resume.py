@@ -45,6 +45,7 @@ def resume_options(options) -> tuple[Any, str]:
         reward_funcs=json.loads(p.get("reward_funcs", "null")),
         confirm_seeds=int(p.get("confirm_seeds", options.confirm_seeds)),
         confirm_top=int(p.get("confirm_top", options.confirm_top)),
+        prune=p["prune"] == "True" if "prune" in p else options.prune,
         experiment=options.resume,
     )
     return resumed, run.info.run_id

@@ -22,7 +22,7 @@ from typing import Any, Callable
 from tuner import export
 from tuner import recommend as rec
 from tuner.errors import TunerError, quiet_libraries
-from tuner.options import DEFAULT_TRIALS, SAMPLERS, SearchOptions, check_options, options_from  # noqa: F401 - re-exported
+from tuner.options import DEFAULT_TRIALS, SAMPLERS, SearchOptions, check_options, options_from, prunes  # noqa: F401 - re-exported
 from tuner.progress import Progress, SearchInterrupted, describe_params, resume_command, results_table
 from tuner.sampling import Proposer, make_study
 from tuner.space import SearchSpace, check_param_names, load_space
@@ -206,7 +206,7 @@ def run_search(prepared: Prepared, echo: Callable[[str], None] = print) -> Searc
                     "trainer": o.trainer, "model": o.model, "sampler": o.sampler, "trials": prepared.n_trials,
                     "max_steps": o.max_steps, "seed": o.seed, "search_space": prepared.space.source,
                     "dataset": o.dataset or "builtin", "reward_funcs": o.reward_funcs, "concurrency": concurrency,
-                    "confirm_seeds": o.confirm_seeds, "confirm_top": o.confirm_top,
+                    "confirm_seeds": o.confirm_seeds, "confirm_top": o.confirm_top, "prune": prunes(o),
                 }, {"tuner.study": run_name, "tuner.study_storage": storage})
             tracker.set_tags({"tuner.plan": placement.describe()})
         return _run(prepared, tracker, study, run_name, records, placement, concurrency, started, echo)
@@ -258,7 +258,8 @@ def _run(prepared, tracker, study, run_name, records, placement, concurrency, st
         if at_most:
             execution.run_trials(name=f"{run_name}-{len(records)}", storage=ray_storage, per_trial=placement.resources,
                                  concurrency=concurrency, callback=execution.DriverCallback(tracker, progress, records, confirmations),
-                                 searcher=searcher, num_samples=at_most, scheduler=execution.Halving(o.max_steps))
+                                 searcher=searcher, num_samples=at_most,
+                                 scheduler=execution.Halving(o.max_steps) if prunes(o) else None)
         records.sort(key=lambda r: r["number"])
         if searcher.stopped_because:
             echo(f"search stopped: {searcher.stopped_because}")
