@@ -395,7 +395,127 @@ def render(results: dict[str, Any]) -> str:
     ]
     if results["quick"]:
         lines += ["- This was a --quick run: the budget is too small for the figures to mean anything."]
+    real_model = load_real_model()
+    if real_model is not None:
+        lines += ["", *real_model_section(real_model)]
     return "\n".join(lines) + "\n"
+
+
+# -- the real model's shape (bench/real_model.py) ---------------------------------------------------
+
+REAL_MODEL_JSON = REPO / "bench" / "real_model.json"
+
+
+def load_real_model(path: Path = REAL_MODEL_JSON) -> dict[str, Any] | None:
+    """bench/real_model.py's figures, when a run wrote them: their section is rendered with every run of the bench."""
+    import json
+
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def real_model_section(data: dict[str, Any]) -> list[str]:
+    """The Markdown section of one ``python -m bench.real_model`` run (its own command, date and machine)."""
+    m, s, model, gpu = data["machine"], data["search"], data["model"], data["gpu"]
+    plan = s.get("plan")
+    on_gpu = bool(m.get("gpu"))
+    lines = [
+        "## A real model's shape: Qwen2.5-0.5B (issue 10)",
+        "",
+        f"Written from `bench/real_model.json` by `{data['command']}` ({data['date']}; {data['total_seconds']:.0f} s in all),"
+        f" not by `python -m bench`: its own run on {m['cpu']}, {m['cpus']} CPU cores, {m['memory']} memory,"
+        f" load average (1, 5, 15 min) before {m['load_before']}, after {data.get('load_after', '-')}"
+        " (seconds on a shared CPU move with its load: compare them within one run; peak memory is steadier); "
+        + ", ".join(f"{k} {v}" for k, v in data["versions"].items() if k in ("torch", "transformers", "trl", "ray", "tuner"))
+        + ".",
+        "",
+        f"- GPU: {m['gpu'] if on_gpu else 'none. No GPU was available in this session: the GPU figures (trials packed per GPU, tokens/s of the pick vs TRL defaults) were not measured'}",
+        f"- model: {model['name']} (`bench/shapes.py`: Qwen2.5-0.5B's config numbers, seeded random {model['dtype']}"
+        f" weights, the tiny tokenizer), {model['parameters'] / 1e6:.0f}M parameters;"
+        + (f" building it (config, random init, save) takes {model['build_seconds']:.1f} s"
+           + (" (timed on a fresh copy; the run used the one already built)" if model["reused"] else "")
+           if model.get("build_seconds") is not None else " already built (build not timed)"),
+        f"- search: {s['trainer']}, {s['trials']} trials of {s['max_steps']} steps, seed {s['seed']}, {s['space_note']};"
+        f" `prepare` {s['prepare_seconds']:.0f} s, `run_search` {s['run_seconds']:.0f} s; statuses: "
+        + ", ".join(f"{k} {v}" for k, v in sorted(s["statuses"].items()))
+        + ("; recommended: trial " + str(s["recommended"]) if s.get("recommended") is not None
+           else "; nothing recommended (2 steps are too few for the learning test; not what this measures)"),
+    ]
+    space = s.get("space") or {}
+    if space:
+        lines.append("- the space: fixed " + ", ".join(f"{k}={v}" for k, v in (space.get("fixed") or {}).items())
+                     + "; searched " + ", ".join(space.get("params") or {}))
+    if plan:
+        lines.append(
+            f"- memory plan (search.json): {plan['concurrent']} trial(s) at once on {plan['device']}"
+            + (f", {plan['gpus_per_trial']:g} GPU each" if plan.get("gpus_per_trial") else "")
+            + f", bounded by {plan['limit']}; largest estimate of the space ~{plan['per_trial_mb']} MB per trial"
+            + (f", budget {plan['budget_mb']} MB per trial" if plan.get("budget_mb") else ""))
+    else:
+        lines.append(f"- memory plan: {s.get('plan_note') or 'not recorded'}")
+    lines += [
+        f"- trials that really ran at once (their MLflow runs' start/end times): {_fmt(s.get('max_overlap'), 'd')}"
+        f" (the search's concurrency: {_fmt(s.get('concurrency'), 'd')})",
+        f"- memory of the search's process tree (Ray, workers, trials; sum of RSS, sampled each second): peak"
+        f" {s['process_tree_peak_mb']} MB; the whole machine's memory in use: {s['machine_in_use_before_mb']} MB before,"
+        f" {s['machine_in_use_peak_mb']} MB at peak (other work on the machine included)",
+        "",
+        "| trial | config | status | trial start to end of step 1 (s) | set-up before step 1 (s) | step 1 (s) | later steps, mean (s) | tokens/s | peak memory (MB) | estimate (MB) | peak / estimate |",
+        "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for t in data["trials"]:
+        lines.append(_real_model_row(str(t["number"]), t))
+    lines += [
+        "",
+        "Set-up is tuner's `seconds_to_first_step` (trial start in its child process to the end of optimizer step 1)"
+        " less TRL's own `step_time` of step 1; a step's time is TRL's `step_time` (generation, scoring and the"
+        " update); tokens/s is tuner's (the steps after its 2 warm-up steps, or with 2 steps the second alone). Peak"
+        " memory is the trial's: on a CPU its process's peak resident set, on a GPU `torch.cuda.max_memory_allocated`;"
+        " the estimate is `tuner.memory`'s for the trial's params, made before it trains (GRPO's assumes 512-token"
+        " prompts; the built-in prompts are ~50 tokens, so the activation term is an over-estimate here).",
+    ]
+    if gpu.get("measured"):
+        lines += [
+            "",
+            f"Each config alone on the whole {'GPU' if gpu.get('device') == 'cuda' else 'CPU (a harness check: --compare on)'}"
+            f" for {s['max_steps']} steps, in this order (the pick: {gpu['pick']}):",
+            "",
+            "| config | params | status | trial start to end of step 1 (s) | later steps, mean (s) | tokens/s | peak memory (MB) | estimate (MB) |",
+            "|---|---|---|---:|---:|---:|---:|---:|",
+        ]
+        for r in gpu["runs"]:
+            lines.append(f"| {r['config']} | `{_short_params(r['params'])}` | {r['status']} | {_fmt(r['seconds_to_first_step'])} |"
+                         f" {_fmt(r['step_seconds'], '.2f')} | {_fmt(r['tokens_per_second'], '.0f')} |"
+                         f" {_fmt(r['peak_memory_mb'], '.0f')} | {_fmt(r['memory_estimate_mb'], '.0f')} |")
+        lines += ["", f"tokens/s of the pick / TRL defaults: **{_fmt(gpu.get('pick_over_trl_defaults'), '.2f')}**"
+                  " (TRL defaults = GRPOConfig with nothing set: fp32 weights under bf16 autocast, batch 8, 8"
+                  " generations of up to 512 tokens, activation checkpointing on)."]
+    else:
+        lines += ["", f"GPU comparison: {gpu.get('note')}."]
+    return lines
+
+
+def _real_model_row(name: str, t: dict[str, Any]) -> str:
+    status = t["status"] + (f" ({t['reason']})" if t.get("reason") else "")
+    return (f"| {name} | `{_short_params(t['params'])}` | {status} | {_fmt(t['seconds_to_first_step'])} |"
+            f" {_fmt(t['setup_seconds'])} | {_fmt(t['first_step_seconds'])} | {_fmt(t['step_seconds'])} |"
+            f" {_fmt(t['tokens_per_second'], '.1f')} | {_fmt(t['peak_memory_mb'], '.0f')} |"
+            f" {_fmt(t['memory_estimate_mb'], '.0f')} | {_fmt(t['peak_over_estimate'], '.2f')} |")
+
+
+def _short_params(params: dict[str, Any] | None) -> str:
+    keys = ("precision", "learning_rate", "per_device_train_batch_size", "num_generations", "max_completion_length",
+            "use_peft", "lora_r", "activation_checkpointing")
+    short = {"learning_rate": "lr", "per_device_train_batch_size": "bs", "num_generations": "gen",
+             "max_completion_length": "len", "use_peft": "lora", "lora_r": "r", "activation_checkpointing": "ckpt"}
+    parts = []
+    for k in keys:
+        if k in (params or {}):
+            v = params[k]
+            parts.append(f"{short.get(k, k)}={v:.2g}" if isinstance(v, float) else f"{short.get(k, k)}={v}")
+    return " ".join(parts) or "TRL defaults"
 
 
 def _trials(median: float, budget: int) -> str:

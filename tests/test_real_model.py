@@ -1,0 +1,168 @@
+"""A real search on the Qwen2.5-0.5B-shaped model (bench/shapes.py) on the CPU runner: 2 trials of 2 steps complete
+within the search's memory plan, and every trial records tuner.memory's estimate beside its measured peak.
+
+One run of ``bench.real_model.run`` (the bench script's own code; the model is built in the session's cache, ~15 s,
+~1 GB) serves every slow test here: about 2-3 minutes on 2 cores. No timing is asserted; the figures go to
+bench/RESULTS.md from ``python -m bench.real_model``. The pure pieces (overlap, step timings, the RESULTS.md section,
+its GPU table included) are tested on made-up figures, fast.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tuner.records import Status
+
+pytestmark = pytest.mark.filterwarnings("ignore")
+slow = pytest.mark.slow
+
+MAX_STEPS = 2
+# Measured peak / estimate on the 2-core runner for the CPU space's corners (5 runs): 0.45-0.50 (LoRA, no
+# checkpointing: GRPO's estimate assumes 512-token prompts, the built-in ones are ~50 tokens), 0.63-0.66 (full
+# fine-tuning, no checkpointing), 1.26-1.36 (LoRA with checkpointing). The bounds leave a factor of 1.35 or more below
+# the lowest and 2.2 or more above the highest; the lowest would need a LoRA trial to peak under ~2.5 GB, less than
+# its bf16 weights, the process and one layer's activations take.
+RATIO_LOW, RATIO_HIGH = 1 / 3, 3.0
+
+
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+@pytest.fixture(scope="module")
+def figures(tmp_path_factory, tuner_cache_dir):
+    if _cuda():
+        pytest.skip("the CPU runner's test; on a GPU run `python -m bench.real_model` (its space and figures differ)")
+    from bench.real_model import run
+
+    return run(trainer="grpo", trials=2, max_steps=MAX_STEPS, store=tmp_path_factory.mktemp("real-model"),
+               compare="off", time_build=False, echo=lambda line: None)
+
+
+def _ran(figures):
+    return [t for t in figures["trials"] if (t["steps_run"] or 0) > 0]
+
+
+@slow
+def test_the_shaped_model_is_qwen25_05b_sized(figures):
+    assert 490e6 < figures["model"]["parameters"] < 500e6  # Qwen2.5-0.5B: 494M with tied embeddings
+
+
+@slow
+def test_both_trials_finish_with_a_status_and_none_crashed(figures):
+    trials = figures["trials"]
+    assert len(trials) == 2
+    known = {s.value for s in Status}
+    for t in trials:
+        assert t["status"] in known, t
+        # a crash or an out-of-memory here is the harness or the plan failing, not the config
+        assert t["status"] not in (Status.CRASHED, Status.OOM), f"trial {t['number']}: {t['status']}: {t['reason']}"
+        if t["status"] == Status.TOO_BIG:
+            assert t["reason"] and not t["steps_run"], t  # refused by the plan, with its numbers, never run
+        if t["status"] == Status.OK:
+            assert t["steps_run"] == MAX_STEPS, t
+            assert t["device"] == "cpu"
+    assert _ran(figures), "no trial trained a step: nothing was measured"
+    assert figures["gpu"]["measured"] is False
+
+
+@slow
+def test_trials_ran_within_the_memory_plan(figures):
+    import psutil
+
+    search = figures["search"]
+    plan = search.get("plan")
+    if not plan:
+        pytest.skip(f"search.json has no 'plan' (this tuner does not plan memory yet): {search.get('plan_note')}")
+    assert plan["device"] == "cpu"
+    assert plan["concurrent"] >= 1
+    # the trials that really overlapped (their MLflow runs' start and end) and the concurrency the search used
+    assert search["max_overlap"] is not None and 1 <= search["max_overlap"] <= plan["concurrent"], (search, plan)
+    assert search["concurrency"] <= plan["concurrent"]
+    # the plan's own promise: its trials at once, each at the space's largest estimate, fit in the host's memory
+    assert plan["concurrent"] * plan["per_trial_mb"] <= psutil.virtual_memory().total / 2**20
+    for t in _ran(figures):
+        # every config run was within the per-trial budget by its estimate, and measured within it too
+        assert t["memory_estimate_mb"] <= plan["budget_mb"], (t, plan)
+        assert t["peak_memory_mb"] <= plan["budget_mb"], (t, plan)
+        assert t["peak_memory_mb"] <= 2 * plan["per_trial_mb"], (t, plan)
+
+
+@slow
+def test_every_trial_records_its_estimate_beside_its_peak(figures):
+    for t in _ran(figures):
+        assert t["peak_memory_mb"] and t["memory_estimate_mb"], t
+        ratio = t["peak_memory_mb"] / t["memory_estimate_mb"]
+        assert RATIO_LOW <= ratio <= RATIO_HIGH, (
+            f"trial {t['number']} ({t['params']}): peak {t['peak_memory_mb']} MB vs estimate "
+            f"{t['memory_estimate_mb']} MB = {ratio:.2f}x")
+
+
+# -- the pure pieces, on made-up figures -----------------------------------------------------------
+
+
+def test_overlap_counts_runs_open_at_once_and_not_back_to_back_ones():
+    from bench.real_model import max_overlap
+
+    assert max_overlap([(0, 10), (1, 5), (6, 9)]) == 2
+    assert max_overlap([(0, 5), (5, 9)]) == 1  # one ends as the next starts
+    assert max_overlap([(0, 10), (1, 10), (2, 3)]) == 3
+
+
+def test_step_timings_split_set_up_from_trl_step_times():
+    from bench.real_model import timings
+
+    record = {"seconds_to_first_step": 40.0, "wall_seconds": 90.0, "steps_run": 3}
+    history = [{"step": 1, "step_time": 30.0}, {"step": 2, "step_time": 20.0}, {"step": 3, "step_time": 22.0}]
+    assert timings(record, history) == {"setup_seconds": 10.0, "first_step_seconds": 30.0, "step_seconds": 21.0}
+    # without TRL's step_time: the wall time after step 1, spread over the later steps
+    assert timings(record, [])["step_seconds"] == 25.0
+    assert timings({"seconds_to_first_step": None, "steps_run": 0}, []) == {
+        "setup_seconds": None, "first_step_seconds": None, "step_seconds": None}
+
+
+def _figures(gpu):
+    trial = {"number": 0, "params": {"precision": "bf16-pure", "use_peft": True}, "status": "ok", "reason": "",
+             "device": "cpu", "steps_run": 2, "seconds_to_first_step": 40.0, "setup_seconds": 5.0,
+             "first_step_seconds": 35.0, "step_seconds": 30.0, "wall_seconds": 75.0, "tokens_per_second": 9.5,
+             "peak_memory_mb": 3300.0, "memory_estimate_mb": 7400.0, "peak_over_estimate": 0.446}
+    return {
+        "command": "python -m bench.real_model", "date": "2026-01-01 00:00 UTC", "total_seconds": 140.0,
+        "machine": {"cpu": "AMD EPYC", "cpus": 2, "memory": "23.5 GiB", "load_before": "1.00 1.00 1.00",
+                    "gpu": "NVIDIA H100" if gpu else None},
+        "versions": {"torch": "2.13.0", "tuner": "abc1234"},
+        "model": {"name": "qwen2.5-0.5b-shaped", "parameters": 494032768, "dtype": "bfloat16", "build_seconds": 15.0,
+                  "reused": False},
+        "search": {"trainer": "grpo", "trials": 1, "max_steps": 2, "seed": 4, "space_note": "CPU_SPACE",
+                   "space": {"fixed": {"num_generations": 4}, "params": {"use_peft": {}}},
+                   "prepare_seconds": 4.0, "run_seconds": 130.0, "concurrency": 2, "max_overlap": 2,
+                   "plan": {"device": "cpu", "concurrent": 2, "gpus_per_trial": 0.0, "limit": "host memory",
+                            "per_trial_mb": 7849, "budget_mb": 10245},
+                   "statuses": {"ok": 1}, "recommended": None, "process_tree_peak_mb": 9000,
+                   "machine_in_use_before_mb": 4000, "machine_in_use_peak_mb": 13000},
+        "trials": [trial],
+        "gpu": ({"measured": True, "pick": "trial 0", "device": "cuda", "pick_over_trl_defaults": 3.2,
+                 "runs": [{**trial, "config": "trial 0"},
+                          {**trial, "config": "TRL defaults", "params": {"precision": "bf16-mixed"}}]}
+                if gpu else {"measured": False, "note": "no GPU: GPU figures not measured"}),
+    }
+
+
+def test_the_results_section_says_plainly_when_no_gpu_was_there():
+    from bench.report import real_model_section
+
+    text = "\n".join(real_model_section(_figures(gpu=False)))
+    assert "No GPU was available in this session" in text and "no GPU: GPU figures not measured" in text
+    assert "| 0 | `precision=bf16-pure lora=True` | ok | 40.0 | 5.0 | 35.0 | 30.0 | 9.5 | 3300 | 7400 | 0.45 |" in text
+    assert "2 trial(s) at once on cpu, bounded by host memory" in text and "`python -m bench.real_model`" in text
+
+
+def test_the_results_section_has_the_gpu_comparison_when_measured():
+    from bench.report import real_model_section
+
+    text = "\n".join(real_model_section(_figures(gpu=True)))
+    assert "GPU: NVIDIA H100" in text and "whole GPU" in text
+    assert "| TRL defaults | `precision=bf16-mixed` | ok |" in text
+    assert "tokens/s of the pick / TRL defaults: **3.20**" in text
