@@ -227,17 +227,20 @@ def verdicts_by_number(finished: Finished) -> dict[int, tuple]:
 
 
 def replay(space, sampler: str, seed: int, n: int, told: list[dict[str, Any]] | None = None):
-    """What the sampler proposes for ``space`` with ``seed``, asked n times with no training; with ``told``,
-    each proposal is answered with that trial's recorded outcome, as the search answered it."""
+    """What the search's proposer (tuner.sampling.Proposer: the sampler, staged for tpe) proposes for ``space``
+    with ``seed``, asked n times with no training; with ``told``, each proposal is answered with that trial's
+    recorded outcome, as the search answered it."""
     import optuna
 
+    from tuner.sampling import Proposer
+
     study = optuna.create_study(sampler=make_sampler(sampler, seed, n), direction="maximize")
+    proposer = Proposer(study, space, sampler, n)
     proposed = {}
     for i in range(n):
-        trial = study.ask()
-        proposed[i] = space.suggest(trial)
+        trial, proposed[i] = proposer.ask()
         if told is not None:
-            tell(study, trial, told[i])
+            proposer.tell(trial, {**told[i], "params": proposed[i]})
     return proposed
 
 
@@ -301,7 +304,8 @@ def test_export_after_a_search_that_recommended_nothing_exits_2_with_one_line(un
 
 @pytest.mark.slow
 def test_tpe_search_at_concurrency_1_is_reproduced_by_its_seed_and_outcomes(tmp_path, tiny_model):
-    # 4 trials: 3 random start-up trials, then one TPE proposes from the first three outcomes. With one trial
+    # 4 trials: 3 speed-stage trials (random start-up, learning knobs pinned: tuner.staging), then one learning-
+    # stage trial TPE proposes from the first three outcomes on the fastest stable system config. With one trial
     # at a time each outcome is told before the next ask, so the proposals are a function of the seed and the
     # outcomes: a fresh TPE sampler with the same seed, told the same outcomes, proposes the same params.
     # (A second real search gives the same params only while its measured tokens/s rank the same; see
