@@ -1,31 +1,32 @@
-"""The anchor: what users write today to sweep a reward model, plain Ray Tune + ASHA.
+"""The anchor: what a user writes today to search a TRL trainer's config, Ray Tune + OptunaSearch (TPE) + ASHA.
 
-    python -m bench.anchor_asha --out anchor.json [--max-steps 20]
+    python -m bench.anchor_asha --out anchor.json --trainer reward --seed 0 --trials 12 --max-steps 20
 
-Grid {float16, bfloat16, float32 weights} x {learning rate 1e-4, 0.3}; TRL's RewardTrainer at
-batch 8 on tuner's tiny model and built-in preference pairs. A TrainerCallback reports
-``{"loss", "grad_norm"}`` to Tune at every logged step; ASHA (metric "loss", mode "min") cuts
-trials at its rungs; the pick is the trial with the lowest last reported loss.
+A hand-written ``tune.Tuner``: ``OptunaSearch`` (Optuna's TPE, seeded with ``--seed``, as tuner's sampler is)
+over the trainer's shipped search space (search_spaces/<trainer>.yaml, sampled through the space's own
+define-by-run ``suggest``, less the precisions this machine cannot run, as tuner drops them), ``ASHAScheduler``,
+``--trials`` trials of ``--max-steps`` optimizer steps, plain TRL trainers with their defaults on tuner's tiny
+model and built-in data (GRPO: tuner's built-in reward). Each trial reports its logged metric to Tune every
+step (reward models: ``loss``, min; GRPO: ``reward``, max); the pick is the best trial by that metric at its
+last report. Then, as a careful user would before training with it, the pick is run on 2 more seeds
+(``--seed`` + 1, + 2; tuner's confirmation seeds) in a second Tune run; the time measured ends there.
 
-Trainer defaults are kept, ``logging_nan_inf_filter=True`` above all: that is what users have,
-and it rewrites a NaN loss as the running mean (0.0 when logging every step). The few settings
-changed from the defaults, each for a reason a user would share:
+No guard: Trainer's defaults are kept, ``logging_nan_inf_filter=True`` above all, which logs a NaN loss as the
+running mean (0.0 when logging every step). The settings changed from TRL's defaults, each for a reason a user
+would share:
 
-- ``logging_steps=1``: ASHA needs a report per step to act within 20 steps (TRL's default is 10).
-- ``save_strategy="no"``: no checkpoint at the end; tuner writes none, and timing is about search.
-- ``report_to="none"``: the user reports to Tune by the callback.
-- ``max_length=64``: the same as tuner's grid space (bench/grid.yaml); the pairs are shorter anyway.
-- ``bf16=False``: TRL turns bf16 autocast on by default; the grid's precision is the weights' dtype
-  alone, as in tuner's ``fp16-pure``/``bf16-pure``/``fp32``. (Left on, a CPU run stops with "Your
-  setup doesn't support bf16/gpu".)
-- ``use_cpu=True`` on a machine without CUDA, as that same error message tells users to set.
+- ``logging_steps=1``: ASHA needs a report per step to act within 20 steps (TRL's default is 10);
+- ``save_strategy="no"``, ``report_to="none"``: no checkpoints, the user reports to Tune by the callback;
+- ``seed``: the trial's seed (TRL's default is 42 for every trial), and ``transformers.set_seed`` before the
+  model is built, so a reward model's new score head is the same for the same seed, as in tuner's trials;
+- ``use_cpu=True`` on a machine without CUDA, as TRL's error message tells users to set;
+- the space's params: ``precision`` as the weights' dtype plus TRL's ``bf16``/``fp16`` autocast flags,
+  ``use_peft``/``lora_*`` as a PEFT ``LoraConfig``, every other param as the TRL config field of that name.
 
-Ray is started with the same ``ray.init`` arguments tuner uses, so both sides get the same
-cluster (2 CPUs here, 1 CPU per trial, so 2 trials at a time); everything else is Tune's defaults
-(a fresh worker process per trial, ``reuse_actors=False``).
-
-Each trial also appends its log rows to a JSONL file, before reporting them, so the per-step
-history survives ASHA stopping the trial; the driver reads those files afterwards.
+Ray is started with the same ``ray.init`` arguments tuner uses (this machine's CPUs, 1 CPU per trial, so as many
+trials at a time as tuner runs); everything else is Tune's defaults (a fresh worker process per trial).
+Each trial appends its log rows to a JSONL file before reporting them, so the per-step history survives ASHA
+stopping the trial; the driver reads those files afterwards and judges each run from them (``judge_run``).
 """
 
 from __future__ import annotations
@@ -41,137 +42,219 @@ from typing import Any
 
 from bench.history import first_nonfinite_step, last_value, wasted_steps
 
-DTYPES = ("float16", "bfloat16", "float32")
-LEARNING_RATES = (1e-4, 0.3)
-# tuner's precision names for the same weight dtypes (bench/grid.yaml)
-PRECISION_OF_DTYPE = {"float16": "fp16-pure", "bfloat16": "bf16-pure", "float32": "fp32"}
-GRACE_PERIOD = 2  # ASHA's first rung: small, so it can act inside a 20-step trial
-BATCH_SIZE = 8
+# The metric each trainer's user watches: what TRL logs as the training objective.
+METRIC = {"grpo": ("reward", "max")}
+DEFAULT_METRIC = ("loss", "min")
+CONFIRM_SEEDS = 2
+# precision -> (weights dtype, bf16 autocast, fp16 autocast): what the space's precision names mean in TRL terms
+PRECISION = {"fp32": ("float32", False, False), "bf16-mixed": ("float32", True, False),
+             "fp16-mixed": ("float32", False, True), "bf16-pure": ("bfloat16", False, False),
+             "fp16-pure": ("float16", False, False)}
+LORA_TASK = {"reward": "SEQ_CLS"}  # every other trainer here is a causal LM
 
 
-def train_reward_model(config: dict[str, Any]) -> None:
-    """The Tune trainable: one RewardTrainer run, reporting each logged step to Tune."""
+def metric_of(trainer: str) -> tuple[str, str]:
+    return METRIC.get(trainer, DEFAULT_METRIC)
+
+
+def grace_period(max_steps: int) -> int:
+    # ASHA's first rung a quarter of the way in: early enough to save time, late enough that the loss moved
+    return max(1, max_steps // 4)
+
+
+def train(config: dict[str, Any], run: dict[str, Any]) -> None:
+    """The Tune trainable: one plain TRL run, reporting each logged step to Tune."""
     started = time.time()  # before the heavy imports: a fresh Tune worker pays for them per trial
     import torch
+    import trl
     from ray import tune
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer, TrainerCallback
-    from trl import RewardConfig, RewardTrainer
+    from transformers import (AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer,
+                              TrainerCallback, set_seed)
 
     from tuner.data import builtin_dataset
+    from tuner.rewards import builtin_reward
+
+    trainer_name, metric = run["trainer"], metric_of(run["trainer"])[0]
+    params = dict(config)
+    seed = int(params.pop("seed", run["seed"]))
+    log_path = Path(run["log_dir"]) / f"{tune.get_context().get_trial_id()}.jsonl"
 
     class ReportToTune(TrainerCallback):
-        def __init__(self, log_path: Path):
-            self.log_path = log_path
-
         def on_log(self, args, state, control, logs=None, **kwargs):
             if not logs or "loss" not in logs:  # the end-of-training summary has train_loss instead
                 return
             row = {"step": state.global_step, **{k: v for k, v in logs.items() if isinstance(v, (int, float))},
                    "time": time.time(), "trainable_started": started}
-            with open(self.log_path, "a") as f:
+            with open(log_path, "a") as f:
                 f.write(json.dumps(row) + "\n")
-            tune.report({"loss": logs["loss"], "grad_norm": logs.get("grad_norm", math.nan)})
+            tune.report({metric: logs.get(metric, math.nan), "step": state.global_step})
 
-    path = config["model_path"]
-    tokenizer = AutoTokenizer.from_pretrained(path)
-    model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=1, dtype=getattr(torch, config["dtype"]))
-    args = RewardConfig(
-        output_dir=tempfile.mkdtemp(prefix="anchor-"),
-        per_device_train_batch_size=BATCH_SIZE,
-        learning_rate=config["learning_rate"],
-        max_steps=config["max_steps"],
-        max_length=64,
-        logging_steps=1,
-        save_strategy="no",
-        report_to="none",
-        bf16=False,
-        use_cpu=not torch.cuda.is_available(),
-    )
-    log_path = Path(config["log_dir"]) / f"{config['dtype']}-lr{config['learning_rate']:g}.jsonl"
-    trainer = RewardTrainer(model=model, args=args, train_dataset=builtin_dataset("reward"),
-                            processing_class=tokenizer, callbacks=[ReportToTune(log_path)])
+    dtype, bf16, fp16 = PRECISION[params.pop("precision", "fp32")]
+    use_peft = bool(params.pop("use_peft", False))
+    lora = {k: params.pop(k) for k in list(params) if k.startswith("lora_")}
+    args = getattr(trl, {"reward": "RewardConfig", "grpo": "GRPOConfig"}[trainer_name])(
+        output_dir=tempfile.mkdtemp(prefix="anchor-"), max_steps=run["max_steps"], seed=seed,
+        logging_steps=1, save_strategy="no", report_to="none", bf16=bf16, fp16=fp16,
+        use_cpu=not torch.cuda.is_available(), **params)
+    set_seed(seed)
+    tokenizer = AutoTokenizer.from_pretrained(run["model_path"])
+    if trainer_name == "reward":
+        model = AutoModelForSequenceClassification.from_pretrained(run["model_path"], num_labels=1,
+                                                                   dtype=getattr(torch, dtype))
+        model.config.pad_token_id = tokenizer.pad_token_id
+    else:
+        model = AutoModelForCausalLM.from_pretrained(run["model_path"], dtype=getattr(torch, dtype))
+    peft_config = None
+    if use_peft:
+        from peft import LoraConfig
+
+        peft_config = LoraConfig(task_type=LORA_TASK.get(trainer_name, "CAUSAL_LM"), r=lora.get("lora_r", 16),
+                                 lora_alpha=lora.get("lora_alpha", 32), lora_dropout=lora.get("lora_dropout", 0.05),
+                                 target_modules=lora.get("lora_target_modules", "all-linear"))
+    kwargs = {"reward_funcs": [builtin_reward]} if trainer_name == "grpo" else {}
+    trainer = getattr(trl, {"reward": "RewardTrainer", "grpo": "GRPOTrainer"}[trainer_name])(
+        model=model, args=args, train_dataset=builtin_dataset(trainer_name), processing_class=tokenizer,
+        peft_config=peft_config, callbacks=[ReportToTune()], **kwargs)
     trainer.train()
 
 
+class DefineByRun:
+    """OptunaSearch's define-by-run space: the shipped space's params (fixed ones included), sampled on the trial
+    Tune hands over. The returned values replace the captured ones, so a choice such as [q_proj, v_proj] arrives
+    as the list it is. A class, not a closure: Tune pickles the searcher with its space."""
+
+    def __init__(self, space, seed: int):
+        self.space, self.seed = space, seed
+
+    def __call__(self, trial) -> dict[str, Any]:
+        return {**self.space.suggest(trial), "seed": self.seed}
+
+
 def ray_init_kwargs() -> dict[str, Any]:
-    # The same as tuner.search._init_ray for a local run, so the two sides get the same cluster.
+    # The same as tuner.execution.init_ray for a local run, so the two sides get the same cluster.
     return dict(include_dashboard=False, log_to_driver=False, logging_level="ERROR", num_cpus=os.cpu_count())
 
 
-def run_anchor(max_steps: int = 20, workdir: str | None = None, dtypes: tuple[str, ...] = DTYPES) -> dict[str, Any]:
-    """Run the sweep; returns per-trial records, the pick, and the time from ray.init to the pick.
-    ``dtypes`` narrows the grid (the harness's --quick run uses float16 only)."""
+def judge_run(trainer: str, history: list[dict[str, Any]], error: str | None, max_steps: int) -> dict[str, Any]:
+    """A run's status from its own logs: ``diverged`` at the first non-finite loss or grad_norm (what the
+    anchor's own results show; TRL's filter hides a NaN loss, its grad_norm does not), ``crashed`` when the
+    trial raised (GRPO sampling from NaN probabilities raises), ``stopped`` when ASHA cut it, else ``ok``.
+    ``learned``: tuner's learning test on the run's logged metric, shown beside the status, not part of it."""
+    from tuner.learning import judge_learning
+
+    first = first_nonfinite_step(history)
+    steps = len(history)
+    if error:
+        status = "crashed"
+    elif first is not None:
+        status = "diverged"
+    elif steps < max_steps:
+        status = "stopped"
+    else:
+        status = "ok"
+    learning = judge_learning(trainer, history) if history else None
+    return {"status": status, "steps_run": steps, "first_nonfinite_step": first,
+            "wasted_steps": wasted_steps(history, steps), "error": error,
+            "learned": bool(learning and learning.learned), "progress": learning.effect if learning else None,
+            "last_metric": last_value(history, metric_of(trainer)[0]), "last_grad_norm": last_value(history, "grad_norm"),
+            "seconds_to_first_step": history[0]["time"] - history[0]["trainable_started"] if history else None}
+
+
+def _records(results, trainer: str, log_dir: Path, max_steps: int) -> list[dict[str, Any]]:
+    records = []
+    for result in results:
+        trial_id = (result.metrics or {}).get("trial_id")  # none: the trial raised before its first report
+        path = log_dir / f"{trial_id}.jsonl"
+        history = [json.loads(line) for line in path.read_text().splitlines()] if trial_id and path.exists() else []
+        error = None if result.error is None else f"{type(result.error).__name__}: {str(result.error)[:300]}"
+        params = {k: v for k, v in result.config.items() if k != "seed"}
+        records.append({"trial_id": trial_id, "params": params, "seed": result.config.get("seed"),
+                        **judge_run(trainer, history, error, max_steps), "history": history})
+    return records
+
+
+def _tokens_per_second(record: dict[str, Any]) -> float | None:
+    from tuner.trial.measure import samples_per_step, throughput
+
+    times = [(int(r["step"]), float(r["time"])) for r in record["history"] if "time" in r]
+    return throughput(record["history"], times, 2, samples_per_step(record["params"]))[0]
+
+
+def run_anchor(trainer: str = "reward", seed: int = 0, trials: int = 12, max_steps: int = 20,
+               workdir: str | None = None, confirm_seeds: int = CONFIRM_SEEDS) -> dict[str, Any]:
+    """The search, the pick, its confirmation runs; the time from ray.init to the last confirmation run."""
     import ray
     from ray import tune
     from ray.tune.schedulers import ASHAScheduler
+    from ray.tune.search.optuna import OptunaSearch
 
+    from bench.reference import shipped_space
     from tuner.models import resolve_model
 
     workdir = Path(workdir or tempfile.mkdtemp(prefix="bench-anchor-"))
     log_dir = workdir / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
-    model_path = resolve_model("tiny")
+    space = shipped_space(trainer)
+    metric, mode = metric_of(trainer)
+    run = {"trainer": trainer, "model_path": resolve_model("tiny"), "max_steps": max_steps, "seed": seed,
+           "log_dir": str(log_dir)}
 
     started = time.perf_counter()
     ray.init(**ray_init_kwargs())
     try:
-        scheduler = ASHAScheduler(metric="loss", mode="min", max_t=max_steps, grace_period=min(GRACE_PERIOD, max_steps))
-        tuner = tune.Tuner(
-            train_reward_model,
-            param_space={
-                "dtype": tune.grid_search(list(dtypes)),
-                "learning_rate": tune.grid_search(list(LEARNING_RATES)),
-                "max_steps": max_steps, "model_path": model_path, "log_dir": str(log_dir),
-            },
-            tune_config=tune.TuneConfig(scheduler=scheduler),
+        searcher = OptunaSearch(space=DefineByRun(space, seed), metric=metric, mode=mode, seed=seed)
+        scheduler = ASHAScheduler(time_attr="training_iteration", max_t=max_steps, grace_period=grace_period(max_steps))
+        results = tune.Tuner(
+            tune.with_parameters(train, run=run),
+            tune_config=tune.TuneConfig(search_alg=searcher, scheduler=scheduler, num_samples=trials,
+                                        metric=metric, mode=mode),
             run_config=tune.RunConfig(name="anchor", storage_path=str(workdir / "ray"), verbose=0),
-        )
-        results = tuner.fit()
-        best = results.get_best_result(metric="loss", mode="min", scope="last")
+        ).fit()
+        search_seconds = time.perf_counter() - started
+        try:
+            best = results.get_best_result(metric=metric, mode=mode, scope="last")
+        except RuntimeError:  # no trial reported a finite metric: nothing to pick
+            best = None
+        confirmations = None
+        if best is not None and confirm_seeds:
+            picked = {k: v for k, v in best.config.items() if k != "seed"}
+            confirmations = tune.Tuner(
+                tune.with_parameters(train, run=run),
+                param_space={**picked, "seed": tune.grid_search([seed + i for i in range(1, confirm_seeds + 1)])},
+                run_config=tune.RunConfig(name="anchor-confirm", storage_path=str(workdir / "ray"), verbose=0),
+            ).fit()
         seconds = time.perf_counter() - started
     finally:
         ray.shutdown()
 
-    trials = []
-    for result in results:
-        config = result.config
-        log_path = log_dir / f"{config['dtype']}-lr{config['learning_rate']:g}.jsonl"
-        history = [json.loads(line) for line in log_path.read_text().splitlines()] if log_path.exists() else []
-        steps_run = len(history)
-        # the log row is written at the end of each optimizer step, as tuner's step times are taken
-        to_first_step = history[0]["time"] - history[0]["trainable_started"] if history else None
-        trials.append({
-            "precision": PRECISION_OF_DTYPE[config["dtype"]], "dtype": config["dtype"],
-            "learning_rate": config["learning_rate"], "steps_run": steps_run,
-            "stopped_by_asha": result.error is None and steps_run < max_steps,
-            "error": None if result.error is None else f"{type(result.error).__name__}: {str(result.error)[:200]}",
-            "first_nonfinite_step": first_nonfinite_step(history),
-            "wasted_steps": wasted_steps(history, steps_run),
-            "last_loss": last_value(history, "loss"), "last_grad_norm": last_value(history, "grad_norm"),
-            "seconds_to_first_step": to_first_step,
-            "history": history,
-        })
-    trials.sort(key=lambda t: (DTYPES.index(t["dtype"]), t["learning_rate"]))
-    picked = {"precision": PRECISION_OF_DTYPE[best.config["dtype"]], "dtype": best.config["dtype"],
-              "learning_rate": best.config["learning_rate"], "last_loss": best.metrics.get("loss")}
-    return {"side": "anchor", "seconds": seconds, "max_steps": max_steps, "grace_period": GRACE_PERIOD,
-            "trials": trials, "picked": picked}
+    trials_run = _records(results, trainer, log_dir, max_steps)
+    pick = None
+    if best is not None:
+        best_id = best.metrics.get("trial_id")
+        pick = next((t for t in trials_run if t["trial_id"] == best_id), None)
+    confirmation_runs = _records(confirmations, trainer, log_dir, max_steps) if confirmations is not None else []
+    for record in [*trials_run, *confirmation_runs]:
+        record["tokens_per_second"] = _tokens_per_second(record)
+    return {"side": "anchor", "trainer": trainer, "seed": seed, "trials": trials, "max_steps": max_steps,
+            "metric": metric, "mode": mode, "grace_period": grace_period(max_steps), "seconds": seconds,
+            "search_seconds": search_seconds, "records": trials_run,
+            "pick": None if pick is None else {"trial_id": pick["trial_id"], "params": pick["params"]},
+            "confirmations": confirmation_runs}
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, help="write the records here (JSON)")
+    parser.add_argument("--trainer", default="reward", choices=("reward", "grpo"))
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--trials", type=int, default=12)
     parser.add_argument("--max-steps", type=int, default=20)
+    parser.add_argument("--confirm-seeds", type=int, default=CONFIRM_SEEDS)
     parser.add_argument("--workdir", default=None, help="Ray storage and trial logs (default: a new temp dir)")
-    parser.add_argument("--dtypes", default=",".join(DTYPES), help="weight dtypes of the grid, comma-separated")
     args = parser.parse_args(argv)
-    dtypes = tuple(args.dtypes.split(","))
-    unknown = [d for d in dtypes if d not in DTYPES]
-    if unknown:
-        parser.error(f"--dtypes: unknown dtype {unknown[0]!r}; choose from {', '.join(DTYPES)}")
-    outcome = run_anchor(args.max_steps, args.workdir, dtypes)
-    Path(args.out).write_text(json.dumps(outcome, indent=1))
-    print(f"anchor: picked {outcome['picked']} in {outcome['seconds']:.1f}s")
+    outcome = run_anchor(args.trainer, args.seed, args.trials, args.max_steps, args.workdir, args.confirm_seeds)
+    Path(args.out).write_text(json.dumps(outcome, indent=1, default=str))
+    print(f"anchor: picked {outcome['pick']} in {outcome['seconds']:.1f}s")
 
 
 if __name__ == "__main__":

@@ -4,7 +4,9 @@ Real 20-step trials cost seconds to tens of seconds each on a 2-core CPU, too ma
 of searches per sampler. So one real reference search per trainer (random sampler, many trials)
 measures configs for real, and each sampler is then run many times against
 ``NearestMeasured``: a suggested config gets the outcome (status, tokens/s, progress, stop step)
-of the closest measured config. The samplers, the space's ``suggest`` and ``tell`` are tuner's own.
+of the closest measured config. What asks and tells is tuner's own: ``tuner.sampling.Proposer``, the one entry
+point tuner's searcher uses (for ``tpe``, tuner's default, it stages speed knobs then learning knobs), with
+tuner's samplers, the space's ``suggest`` and tuner's ``tell``.
 
 Figures per sampler, over seeds:
 
@@ -83,20 +85,32 @@ def _qualifying(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
             and r.get("learned", (r.get("progress") or 0.0) > MIN_EFFECT)]
 
 
+def proposer(study, space: SearchSpace, sampler: str, n_trials: int):
+    """What tuner's searcher asks and tells through: ``tuner.sampling.Proposer``."""
+    from tuner.sampling import Proposer
+
+    return Proposer(study, space, sampler, n_trials)
+
+
 def simulate(space: SearchSpace, lookup: NearestMeasured, sampler: str, seed: int, budget: int,
              hit_numbers: set[int], max_steps: int, quartile_numbers: set[int] = frozenset()) -> dict[str, Any]:
-    """One search of ``budget`` trials on the lookup with tuner's sampler, suggest and tell."""
+    """One search of ``budget`` trials on the lookup, asked and told as tuner's searcher does. The outcome
+    told is the nearest measured one, with the params the trial was asked for (what the search would record)."""
+    import warnings
+
     import optuna
 
-    from tuner.sampling import make_sampler, tell
+    from tuner.sampling import make_sampler
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
     study = optuna.create_study(direction="maximize", sampler=make_sampler(sampler, seed, budget))
+    asker = proposer(study, space, sampler, budget)
     statuses, first_hit, first_quartile = [], None, None
     for i in range(1, budget + 1):
-        trial = study.ask()
-        measured = lookup(space.suggest(trial))
-        tell(study, trial, {**measured, "max_steps": max_steps})
+        trial, params = asker.ask()
+        measured = lookup(params)
+        asker.tell(trial, {**measured, "params": params, "max_steps": max_steps})
         statuses.append(measured["status"])
         if first_hit is None and measured["number"] in hit_numbers:
             first_hit = i

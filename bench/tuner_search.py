@@ -1,10 +1,12 @@
 """One tuner search, as the benchmark runs it: tuner's public API, then the histories from MLflow.
 
-    python -m bench.tuner_search --out grid.json --space bench/grid.yaml --trainer reward --sampler grid
+    python -m bench.tuner_search --out tuner.json --trainer reward --sampler tpe --seed 0 --trials 12
 
 The time measured is from ``prepare`` to ``run_search`` returning (Ray start and stop, every
-trial, MLflow logging, the recommendation). Each trial's per-step history is read back from the
-``result.json`` artifact of its nested MLflow run, as a user reviewing the search would find it.
+trial, the confirmation re-runs, MLflow logging, the recommendation). Each trial's per-step history is
+read back from the ``result.json`` artifact of its nested MLflow run, as a user reviewing the search would
+find it, and so is the run's start and end (``run_seconds``: for a trial that successive halving stopped,
+the only measure of how long its process ran, since such a trial reports no ``wall_seconds``).
 """
 
 from __future__ import annotations
@@ -39,7 +41,8 @@ def run_tuner_search(trainer: str, search_space: str | None, sampler: str, max_s
     for record in outcome.records:
         history = _history(mlflow, record["run_id"])
         records.append({**record, "history": history, "first_nonfinite_step": first_nonfinite_step(history),
-                        "wasted_steps": wasted_steps(history, int(record.get("steps_run") or 0))})
+                        "wasted_steps": wasted_steps(history, int(record.get("steps_run") or 0)),
+                        "run_seconds": _run_seconds(mlflow, record["run_id"])})
     confirmations = []
     for run in mlflow.search_runs([parent.info.experiment_id], filter_string=(
             f"tags.mlflow.parentRunId = '{parent.info.run_id}' and tags.`tuner.confirmation` = 'true'")):
@@ -47,6 +50,7 @@ def run_tuner_search(trainer: str, search_space: str | None, sampler: str, max_s
         history = result.pop("history", [])
         confirmations.append({**result, "confirms": int(run.data.tags.get("tuner.confirms", -1)),
                               "seed": int(run.data.params.get("tuner.seed", -1)), "run_id": run.info.run_id,
+                              "run_seconds": _run_seconds(mlflow, run.info.run_id),
                               "first_nonfinite_step": first_nonfinite_step(history),
                               "wasted_steps": wasted_steps(history, int(result.get("steps_run") or 0))})
     params_of = {r["number"]: r["params"] for r in records}
@@ -61,9 +65,20 @@ def run_tuner_search(trainer: str, search_space: str | None, sampler: str, max_s
     }
 
 
+def _run_seconds(mlflow, run_id: str | None) -> float | None:
+    """How long the trial's MLflow run was open: from the trial's start to its verdict, as the driver saw them."""
+    if not run_id:
+        return None
+    info = mlflow.get_run(run_id).info
+    return (info.end_time - info.start_time) / 1000 if info.end_time and info.start_time else None
+
+
 def _result(mlflow, run_id: str) -> dict[str, Any]:
     folder = tempfile.mkdtemp(prefix="bench-result-")
-    return json.loads(Path(mlflow.download_artifacts(run_id, "result.json", folder)).read_text())
+    try:
+        return json.loads(Path(mlflow.download_artifacts(run_id, "result.json", folder)).read_text())
+    except Exception:  # noqa: BLE001 - a trial stopped by successive halving may have no result.json
+        return {}
 
 
 def _history(mlflow, run_id: str) -> list[dict[str, Any]]:
@@ -75,28 +90,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", required=True, help="write the records here (JSON)")
     parser.add_argument("--trainer", default="reward")
     parser.add_argument("--space", default=None, help="search-space YAML (default: the shipped one)")
-    parser.add_argument("--sampler", default="grid")
+    parser.add_argument("--sampler", default="tpe")
     parser.add_argument("--trials", type=int, default=None)
     parser.add_argument("--max-steps", type=int, default=20)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--confirm-seeds", type=int, default=None, help="default: tuner's own default")
     parser.add_argument("--store", default=None, help="MLflow store folder (default: a new temp dir)")
-    parser.add_argument("--reference", action="append", default=[], metavar="TRAINER:TRIALS:STEPS",
-                        help="instead of one search: a random-sampler search of the shipped space per flag, in this "
-                             "one process, no confirmation; the JSON maps each trainer to its search")
     args = parser.parse_args(argv)
     store = args.store or tempfile.mkdtemp(prefix="bench-tuner-")
-    if args.reference:
-        outcome = {}
-        for reference in args.reference:
-            trainer, trials, steps = reference.split(":")
-            started = time.perf_counter()
-            outcome[trainer] = run_tuner_search(trainer, None, "random", int(steps), str(Path(store) / trainer),
-                                                int(trials), args.seed, confirm_seeds=0)
-            outcome[trainer]["process_seconds"] = time.perf_counter() - started  # this search's share of the process
-    else:
-        outcome = run_tuner_search(args.trainer, args.space, args.sampler, args.max_steps, store, args.trials,
-                                   args.seed, args.confirm_seeds)
+    outcome = run_tuner_search(args.trainer, args.space, args.sampler, args.max_steps, store, args.trials,
+                               args.seed, args.confirm_seeds)
     Path(args.out).write_text(json.dumps(outcome, indent=1))
 
 

@@ -5,7 +5,9 @@ import math
 
 import pytest
 
+from bench.anchor_asha import judge_run
 from bench.efficiency import NearestMeasured, compare, targets
+from bench.headline import anchor_verdict, slot_share, speed_verdict, summarize, tuner_verdict
 from bench.history import first_nonfinite_step, wasted_steps
 from tuner.space import parse_space
 
@@ -70,6 +72,89 @@ def test_compare_runs_both_samplers_on_the_lookup():
         assert all(r["first_hit"] is None or 1 <= r["first_hit"] <= 12 for r in runs)
 
 
+# -- the headline's judgement, on made-up records ---------------------------------------------------------
+
+REFERENCE = {"crossed": ["precision", "per_device_train_batch_size", "use_peft"], "records": [
+    {"params": {"precision": "fp32", "per_device_train_batch_size": 8, "use_peft": False}, "status": "ok", "tokens_per_second": 1000.0},
+    {"params": {"precision": "fp32", "per_device_train_batch_size": 4, "use_peft": False}, "status": "ok", "tokens_per_second": 960.0},
+    {"params": {"precision": "bf16-pure", "per_device_train_batch_size": 8, "use_peft": False}, "status": "ok", "tokens_per_second": 800.0},
+    {"params": {"precision": "fp16-pure", "per_device_train_batch_size": 8, "use_peft": False}, "status": "diverged", "tokens_per_second": 5000.0},
+    {"params": {"precision": "fp32", "per_device_train_batch_size": 8, "use_peft": True, "lora_r": 16}, "status": "ok", "tokens_per_second": 700.0},
+]}
+
+
+def test_a_pick_is_held_to_the_best_stable_speed_of_the_reference_by_its_speed_knobs_alone():
+    # a diverged reference trial is no target, however fast; learning knobs and lora_r do not change the lookup
+    assert speed_verdict(REFERENCE, {"precision": "fp32", "per_device_train_batch_size": 4, "learning_rate": 0.3})["fast_enough"]
+    slower = speed_verdict(REFERENCE, {"precision": "bf16-pure", "per_device_train_batch_size": 8})
+    assert slower["speed_ratio"] == pytest.approx(0.8) and not slower["fast_enough"]
+    assert speed_verdict(REFERENCE, {"precision": "fp32", "per_device_train_batch_size": 8, "use_peft": True,
+                                     "lora_r": 4})["reference_tokens_per_second"] == 700.0
+    assert not speed_verdict(REFERENCE, None)["fast_enough"]
+
+
+def tuner_run(confirmed=True, seeds_ok=(True, True), params=None, seconds=50.0):
+    pick = {"number": 3, "params": params or {"precision": "fp32", "per_device_train_batch_size": 8}, "status": "ok",
+            "learned": True, "confirmation": {"confirmed": confirmed}}
+    confirmations = [{"confirms": 3, "seed": 1 + i, "status": "ok" if ok else "diverged", "learned": ok,
+                      "stopped_at_step": 20 if ok else 4} for i, ok in enumerate(seeds_ok)]
+    return {"seed": 0, "seconds": seconds, "recommended": pick if confirmed else None, "records": [pick],
+            "confirmations": confirmations}
+
+
+def anchor_run(statuses=("ok", "ok", "ok"), params=None, seconds=80.0):
+    params = params or {"precision": "fp32", "per_device_train_batch_size": 8}
+    search = {"trial_id": "a", "params": params, "status": statuses[0], "learned": True}
+    return {"seed": 0, "seconds": seconds, "pick": {"trial_id": "a", "params": params},
+            "records": [search, {"trial_id": "b", "params": {}, "status": "diverged", "first_nonfinite_step": 2}],
+            "confirmations": [{"params": params, "status": s, "learned": True} for s in statuses[1:]]}
+
+
+def test_each_side_is_judged_on_its_own_three_runs_of_its_own_pick():
+    assert tuner_verdict(tuner_run(), REFERENCE)["in_hand"]
+    assert not tuner_verdict(tuner_run(confirmed=False), REFERENCE)["in_hand"]  # nothing recommended
+    slow = tuner_verdict(tuner_run(params={"precision": "bf16-pure", "per_device_train_batch_size": 8}), REFERENCE)
+    assert slow["stable"] and not slow["in_hand"]
+    assert anchor_verdict(anchor_run(), REFERENCE)["in_hand"]
+    # another trial of the anchor's search diverging is not held against its pick; its pick diverging on a seed is
+    broken = anchor_verdict(anchor_run(statuses=("ok", "diverged", "ok")), REFERENCE)
+    assert broken["runs"] == 3 and not broken["stable"] and broken["time_to_in_hand"] == math.inf
+    assert anchor_verdict(anchor_run(statuses=("stopped", "ok", "ok")), REFERENCE)["stable"]  # ASHA cut its search run
+
+
+def test_summary_counts_a_seed_without_a_config_in_hand_as_never():
+    pairs = [{"tuner": tuner_verdict(tuner_run(seconds=s), REFERENCE),
+              "anchor": anchor_verdict(anchor_run(statuses=a, seconds=100.0), REFERENCE)}
+             for s, a in ((40.0, ("ok", "ok", "ok")), (50.0, ("ok", "crashed", "ok")), (60.0, ("diverged", "ok", "ok")))]
+    summary = summarize(pairs)
+    assert summary["tuner"]["successes"] == 3 and summary["anchor"]["successes"] == 1
+    assert summary["tuner"]["median_time_to_in_hand"] == 50.0
+    assert summary["anchor"]["median_time_to_in_hand"] == math.inf  # 2 of 3 seeds never had one
+    assert summary["time_ratio"] == 0.0 and summary["seconds_ratio"] == pytest.approx(0.5)
+
+
+def test_slot_share_counts_every_trial_process_once():
+    run = {"concurrency": 2, "search_wall_seconds": 100.0,
+           "records": [{"wall_seconds": 40.0}, {"wall_seconds": None, "run_seconds": 20.0}],
+           "confirmations": [{"wall_seconds": 30.0}]}
+    share = slot_share(run)
+    assert share["share"] == pytest.approx(1 - 90.0 / 200.0)
+    assert share["measured_only"] == pytest.approx(1 - 70.0 / 200.0) and share["without_wall"] == 1
+
+
+def test_the_anchor_reads_instability_from_its_own_logs():
+    rows = [{"step": i, "loss": 0.7 - 0.02 * i, "grad_norm": 2.0, "time": float(i), "trainable_started": 0.0}
+            for i in range(1, 21)]
+    assert judge_run("reward", rows, None, 20)["status"] == "ok"
+    hidden = [dict(r, loss=0.0, grad_norm=NAN) if r["step"] >= 5 else r for r in rows]  # TRL's filter hid the loss
+    assert judge_run("reward", hidden, None, 20)["status"] == "diverged"
+    assert judge_run("grpo", rows[:3], "RuntimeError: probability tensor contains either inf, nan", 20)["status"] == "crashed"
+    assert judge_run("reward", rows[:5], None, 20)["status"] == "stopped"
+
+
+# -- the whole harness, on a tiny budget ------------------------------------------------------------------
+
+
 @pytest.mark.slow
 def test_quick_run_writes_every_table(tmp_path):
     from bench.run import main
@@ -77,15 +162,29 @@ def test_quick_run_writes_every_table(tmp_path):
     output = tmp_path / "RESULTS.md"
     assert main(["--quick", "--output", str(output)]) == 0
     text = output.read_text()
-    for row in ("picked config (per round)", "rounds whose pick is not fp16-pure lr=0.3",
-                "wasted steps after the first non-finite step (per round)", "optimizer steps run (per round)",
-                "trial start to first optimizer step, median (s)"):
-        assert f"| {row} |" in text, row
-    assert "wall time of the whole process, median of 1 (s)" in text
-    for trainer in ("reward", "grpo"):
-        for sampler in ("tpe", "random"):
-            assert f"| {trainer} | {sampler} |" in text
-    assert "| fp16-pure lr=0.3 |" in text  # the per-trial table has the failing config's row
+    assert text.index("## Targets (issue 11)") < text.index("## Headline")  # the targets come first
+    for row in ("| reward | tuner |", "| reward | anchor (Ray Tune + OptunaSearch TPE + ASHA) |",
+                "| reward | **tuner / anchor** |", "| all | **tuner / anchor** |",
+                "| reward | tpe (tuner's default, staged) |", "| reward | random |", "| reward | **tpe / random** |"):
+        assert row in text, row
+    targets = text[text.index("## Targets"):text.index("## Headline")]
+    assert targets.count("| tuner's success rate >= 9/10") == 1 and targets.count("**met**") + targets.count(
+        "**not met**") + targets.count("not measured") == 4  # time, success, trials to target (reward), slot time
     assert "GPU: " in text and "command: `" in text
     raw = json.loads((tmp_path / "results.json").read_text())
-    assert len(raw["rounds"]) == 1 and set(raw["references"]) == {"reward", "grpo"}
+    (pair,) = raw["headline"]
+    assert pair["order"] == ["anchor", "tuner"] and pair["trainer"] == "reward"
+    # the speed reference crossed what it says: one trial per precision this machine runs
+    speed = raw["speed_references"]["reward"]
+    assert speed["crossed"] == ["precision"]
+    assert sorted(r["params"]["precision"] for r in speed["records"]) == sorted({r["params"]["precision"] for r in speed["records"]})
+    anchor, tuner = pair["anchor"], pair["tuner"]
+    assert len(anchor["records"]) == 3 and len(tuner["records"]) == 3  # the same trial budget
+    if anchor["pick"] is not None:  # its pick ran on 2 more seeds, each judged from its own logs
+        assert sorted(c["seed"] for c in anchor["confirmations"]) == [1, 2]
+        assert pair["verdicts"]["anchor"]["runs"] == 3
+    for side in ("tuner", "anchor"):
+        v = pair["verdicts"][side]
+        assert v["in_hand"] == (v["stable"] and v["fast_enough"])
+    share = slot_share(tuner)
+    assert 0.0 <= share["share"] <= share["measured_only"] <= 1.0
