@@ -17,8 +17,11 @@ def test_the_shipped_grpo_space_splits_into_speed_and_learning_knobs():
     stages = staging.Stages.for_space(space, 12)
     assert {"precision", "per_device_train_batch_size", "gradient_accumulation_steps", "use_peft", "lora_r",
             "activation_checkpointing"} <= set(stages.speed_names)
-    assert {"learning_rate", "max_grad_norm", "beta", "loss_type", "lora_alpha"} <= set(stages.learning_pins)
+    assert {"learning_rate", "max_grad_norm", "loss_type", "lora_alpha"} <= set(stages.learning_pins)
+    assert "beta" in stages.speed_names  # GRPO's beta 0 runs no reference model: a speed knob here
     assert not set(stages.learning_pins) & staging.SPEED_PARAMS
+    dpo = staging.Stages.for_space(load_space(None, "dpo"), 12)
+    assert "beta" in dpo.learning_pins  # DPO's beta scales the loss; the reference runs either way
     assert stages.speed_trials == round(0.4 * 12)
     lr = space.params["learning_rate"]
     # TRL's GRPO default (1e-6) is outside the tiny model's range: the geometric middle instead

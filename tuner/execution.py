@@ -19,6 +19,7 @@ import os
 import signal
 import tempfile
 import threading
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -141,7 +142,8 @@ class DriverCallback(Callback):
         job = trial.config
         key = uuid.uuid4().hex
         run_id = self.tracker.start_trial(key, job["number"], job["spec"], tags=job.get("tags"))
-        state = self.running[trial.trial_id] = {"key": key, "run_id": run_id, "streamed": 0}
+        state = self.running[trial.trial_id] = {"key": key, "run_id": run_id, "streamed": 0,
+                                                "started": time.perf_counter()}
         return state
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
@@ -163,6 +165,9 @@ class DriverCallback(Callback):
         result = dict(trial.last_result or {})
         if is_live(result):  # stopped between its live reports: successive halving pruned it
             result = pruned_result(result, trial.config["spec"]["max_steps"])
+            state = self.running.get(trial.trial_id)
+            if state is not None:  # its process reported no wall time: the driver's view, start to stop
+                result["wall_seconds"] = time.perf_counter() - state["started"]
         self._record(trial, result)
 
     def on_trial_error(self, iteration, trials, trial, **info):

@@ -4,7 +4,8 @@
     stages.pinned(finished)    # the params the next trial fixes, or {} (sample everything)
 
 Tokens/s depends on the system config only: precision, batch size, gradient accumulation, LoRA and its rank
-and targets, activation checkpointing, lengths (``SPEED_PARAMS``). The learning rate, clipping, warm-up,
+and targets, activation checkpointing, lengths (``SPEED_PARAMS``), and GRPO's beta when it may be 0 (no
+reference model). The learning rate, clipping, warm-up,
 scheduler, LoRA's alpha and dropout and the trainers' own knobs (beta, loss_type, epsilon, ...) decide whether a
 trial stays stable and learns, and change tokens/s not at all. One sampler told progress x tokens/s for all of
 them spends trials re-measuring the speed of learning-rate changes. So:
@@ -14,7 +15,8 @@ them spends trials re-measuring the speed of learning-rate changes. So:
   nearly every trial is a stable, learning measurement of one system config's speed;
 - the learning stage (the rest): the system knobs are pinned to the fastest stable system configs measured so
   far (the top ``TOP_SYSTEMS``, taken in turn) and the sampler searches the learning knobs, where they change
-  the answer. Successive halving (tuner.execution.Halving) stops learning-stage trials that fall behind.
+  the answer. Successive halving (tuner.execution.Halving) stops trials of either stage that fall behind
+  (a stopped speed-stage trial's tokens/s still ranks its system config).
 
 Until one speed-stage trial has finished stable, trials sample everything. The grid and random samplers are
 not staged: random is the baseline the staging is measured against (bench/).
@@ -43,6 +45,14 @@ TOP_SYSTEMS = 2  # system configs the learning stage searches on
 # tuner's own learning knobs and their defaults (tuner.trainers.lora_config_kwargs, TRL's ModelConfig).
 TUNER_DEFAULTS = {"lora_alpha": 32, "lora_dropout": 0.05}
 STABLE = (Status.OK, Status.PRUNED)  # ran without a failure: its tokens/s is a speed measurement
+
+
+def is_speed_knob(name: str, param) -> bool:
+    """A SPEED_PARAMS knob, or a KL weight ``beta`` that may be 0: GRPO with beta 0 loads and runs no reference
+    model (beta > 0 scores every batch with one too), while DPO's and KTO's beta only scale the loss."""
+    if name in SPEED_PARAMS:
+        return True
+    return name == "beta" and 0 in (getattr(param, "choices", None) or [getattr(param, "low", None)])
 
 
 def _trl_defaults(trainer: str) -> dict[str, Any]:
@@ -87,8 +97,8 @@ class Stages:
         from tuner.space import FixedParam
 
         searched = {n: p for n, p in space.params.items() if not isinstance(p, FixedParam)}
-        speed = tuple(n for n in searched if n in SPEED_PARAMS)
-        learning = {n: p for n, p in searched.items() if n not in SPEED_PARAMS}
+        speed = tuple(n for n, p in searched.items() if is_speed_knob(n, p))
+        learning = {n: p for n, p in searched.items() if n not in speed}
         if not speed or not learning or n_trials < MIN_SPEED_TRIALS + 1:
             return None
         defaults = {**_trl_defaults(space.trainer), **TUNER_DEFAULTS}
