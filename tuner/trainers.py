@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Callable, Literal, Union
 
 from tuner import precision as precisions
-from tuner import tasks, tiny_data
+from tuner import tasks, tiny_data, weights
 from tuner.errors import TunerError
 
 # tuner's own params and what each holds; every other param is a field of the trainer's TRL config.
@@ -184,11 +184,13 @@ def build_trainer(trainer: str, model_path: str, params: dict[str, Any], dataset
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
+    # The weights come from the node's one converted copy in shared memory when that pays (tuner.weights).
+    trained = not split.use_peft  # full fine-tuning writes them
     if a.sequence_classifier:
-        model = AutoModelForSequenceClassification.from_pretrained(model_path, num_labels=1, dtype=dtype)
+        model = weights.from_pretrained(AutoModelForSequenceClassification, model_path, dtype, trained, num_labels=1)
         model.config.pad_token_id = tokenizer.pad_token_id
     else:
-        model = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype)
+        model = weights.from_pretrained(AutoModelForCausalLM, model_path, dtype, trained)
 
     peft_config = None
     if split.use_peft:
