@@ -211,6 +211,9 @@ def run_search(prepared: Prepared, echo: Callable[[str], None] = print) -> Searc
             tracker.set_tags({"tuner.plan": placement.describe()})
         return _run(prepared, tracker, study, run_name, records, placement, concurrency, started, echo)
     finally:
+        from tuner import weights
+
+        weights.release_everywhere(prepared.model_path)  # the shared weight copies, on every node, while Ray is up
         execution.shutdown_ray()  # also on errors and Ctrl-C/SIGTERM: no Ray process outlives the search
 
 
