@@ -38,7 +38,10 @@ fixed:
 params:
   learning_rate: {type: categorical, choices: [1.0e-4, 2.0e-4, 3.0e-4]}
 """
-STEPS = 120  # long enough that a trial is seen running for several seconds on a loaded 2-core machine
+STEPS = 40
+# Every step of these trials takes at least SLOW_STEP_S longer (the TUNER_FAULT=slow hook), so a trial runs for
+# 10 s or more however fast the machine is: long enough to be seen running, never so long that a slow one drags.
+SLOW = {"TUNER_FAULT": "slow@1"}
 
 
 # -- the pieces, without training ------------------------------------------------------------------------------
@@ -256,7 +259,9 @@ def test_search_streams_running_trials_to_mlflow_and_the_log(tmp_path, tiny_mode
     from tuner import search
 
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(Progress, "live_every", 2.0)  # the non-terminal status line, often enough to see here
+    for name, value in SLOW.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(Progress, "live_every", 1.0)  # the non-terminal status line, often enough to see here
     (tmp_path / "space.yaml").write_text(SPACE)
     store = tmp_path / "mlflow"
     seen: list[tuple[str, str, int]] = []
@@ -319,7 +324,7 @@ def test_interrupted_search_says_what_is_kept_and_how_to_resume(tmp_path, tiny_m
     out = tmp_path / "search.log"
     with out.open("wb") as log:
         driver = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                  cwd=tmp_path, start_new_session=True)
+                                  cwd=tmp_path, start_new_session=True, env={**os.environ, **SLOW})
     try:
         deadline = time.monotonic() + 480
         # one trial done, the next one running with steps in MLflow already
