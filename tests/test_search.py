@@ -467,6 +467,40 @@ def test_confirmation_demotes_a_candidate_that_does_not_learn_on_another_seed():
         "seed 1: ok, but no learning shown (progress +0.004, trend p=0.4: trend not significant)")
 
 
+def test_free_slots_confirm_the_best_so_far_then_the_final_candidates_each_run_once():
+    from tuner import confirm
+
+    def trial(number: int, speed: float) -> dict[str, Any]:
+        return {"number": number, "status": "ok", "tokens_per_second": speed, "progress": 0.2,
+                "progress_p_value": 1e-6, "learned": True, "params": {"learning_rate": number / 100}, "seed": 0}
+
+    said: list[str] = []
+    schedule = confirm.Schedule({"seed": 0, "max_steps": 8}, seeds=2, top=2, timeout=60, announce=said.append)
+    handed = lambda job: (job["number"], job["spec"]["seed"])  # noqa: E731
+    # while the last trials run, a free slot confirms the best so far, at most one candidate's runs
+    assert schedule.next([], final=False) is None  # nothing finished that qualifies yet
+    first = [schedule.next([trial(0, 500.0)], final=False) for _ in range(3)]
+    assert [handed(j) for j in first[:2]] == [(0, 1), (0, 2)] and first[2] is None
+    assert first[0]["spec"]["params"] == {"learning_rate": 0.0} and first[0]["extra"] == {"confirms": 0}
+    assert schedule.next([trial(0, 500.0), trial(1, 900.0)], final=False) is None  # a new leader: no more early
+    # final: trial 1 leads; trial 0 is second and its runs are not repeated
+    finished = [trial(0, 500.0), trial(1, 900.0), trial(2, 100.0)]
+    final = []
+    while (job := schedule.next(finished, final=True)) is not None:
+        final.append(handed(job))
+    assert final == [(1, 1), (1, 2)]
+    assert len(first[:2]) + len(final) <= schedule.most_runs
+    assert said == ["confirming trial 0, the best so far, on 2 more seeds while the last trials run",
+                    "confirming the top 2 candidates (trials 1, 0) on 2 more seeds"]
+    # early runs of a trial that is no final candidate stay within most_runs, and the candidates get theirs
+    other = confirm.Schedule({"seed": 0, "max_steps": 8}, seeds=2, top=2, timeout=60, announce=said.append)
+    early = [other.next([trial(5, 300.0)], final=False) for _ in range(2)]
+    late = []
+    while (job := other.next([trial(5, 300.0), trial(6, 900.0), trial(7, 800.0)], final=True)) is not None:
+        late.append(handed(job))
+    assert late == [(6, 1), (6, 2), (7, 1), (7, 2)] and len(early) + len(late) == other.most_runs
+
+
 CONFIRM_SPACE = """\
 trainer: reward
 fixed:

@@ -14,7 +14,7 @@ from tuner import recommend as rec
 from tuner.learning import ALPHA
 from tuner.records import is_ok
 
-__all__ = ["candidates", "confirmation_jobs", "judge"]
+__all__ = ["Schedule", "candidates", "confirmation_jobs", "judge"]
 
 
 def candidates(records: list[dict[str, Any]], top: int) -> list[dict[str, Any]]:
@@ -39,6 +39,46 @@ def confirmation_jobs(cands: list[dict[str, Any]], base_spec: dict[str, Any], se
                 "extra": {"confirms": c["number"]},
             })
     return jobs
+
+
+class Schedule:
+    """Which confirmation run a free trial slot gets next, in the search's own Ray Tune run.
+
+    Once every search trial has finished (``final``): the top candidates' runs, each (trial, seed) once. Before
+    that, while the last search trials run, a slot that would idle confirms the best trial so far (at most one
+    candidate's runs in all): it is the likeliest to stay a candidate, and its runs then count for it; if it
+    does not, they were run in time that was idle anyway.
+    """
+
+    def __init__(self, base_spec: dict[str, Any], seeds: int, top: int, timeout: float, announce=print):
+        self.base_spec, self.seeds, self.top, self.timeout, self.announce = base_spec, seeds, top, timeout, announce
+        self.handed: set[tuple[int, int]] = set()  # (trial, seed) of the runs handed out
+        self.early = 0  # of those, handed out before every search trial had finished
+        self.announced: set[tuple[bool, tuple[int, ...]]] = set()
+
+    @property
+    def most_runs(self) -> int:
+        """The most runs next() can hand out: every candidate's, and one more candidate's early."""
+        return (self.top + 1) * self.seeds if self.seeds > 0 else 0
+
+    def next(self, finished: list[dict[str, Any]], final: bool) -> dict[str, Any] | None:
+        if self.seeds <= 0 or (not final and self.early >= self.seeds):
+            return None
+        cands = candidates(finished, self.top if final else 1)
+        numbers = tuple(c["number"] for c in cands)
+        if cands and (final, numbers) not in self.announced:
+            self.announced.add((final, numbers))
+            self.announce(
+                f"confirming the top {len(cands)} candidates (trials {', '.join(map(str, numbers))}) on "
+                f"{self.seeds} more seeds" if final else
+                f"confirming trial {numbers[0]}, the best so far, on {self.seeds} more seeds while the last trials run")
+        for job in confirmation_jobs(cands, self.base_spec, self.seeds, self.timeout):
+            key = (job["number"], job["spec"]["seed"])
+            if key not in self.handed:
+                self.handed.add(key)
+                self.early += not final
+                return job
+        return None
 
 
 def _why(run: dict[str, Any]) -> str:

@@ -193,9 +193,10 @@ class DriverCallback(Callback):
 class OptunaSearcher(Searcher):
     """Ray Tune searcher over an Optuna study (ask/tell, tuner.sampling), with the trial spec as Ray's config.
 
-    After its ``n_search`` trials have all finished it asks ``then(finished_records)`` once for
-    follow-up jobs (confirmation re-runs) and hands those out in the same Ray Tune run, so
-    the trial workers, with torch and TRL already imported, are reused.
+    Once its ``n_search`` trials are all handed out, each free slot asks ``then(finished_records, final)`` for a
+    follow-up job (a confirmation re-run) to hand out in the same Ray Tune run: ``final`` once every search trial
+    has finished, and before that, while the last ones run, so that a free slot confirms the best trial so far
+    instead of idling (and Ray Tune keeps its worker). None: nothing to run now (FINISHED, once final).
     """
 
     def __init__(self, proposer: sampling.Proposer, base_spec: dict[str, Any], timeout: float,
@@ -206,7 +207,6 @@ class OptunaSearcher(Searcher):
         self.asked: dict[str, Any] = {}  # Ray trial id -> (optuna.Trial, its params)
         self.suggested = 0
         self.finished: list[TrialRecord] = list(done)
-        self.followups: list[dict[str, Any]] | None = None
         self.stopped_because: str | None = None  # a failure no config avoids (tuner.diagnose): nothing more is run
         self.fits = fits  # params -> None, or why the config cannot fit (tuner.placement): then it is not run
 
@@ -222,11 +222,11 @@ class OptunaSearcher(Searcher):
             job = {"spec": spec, "number": trial.number, "timeout": self.timeout}
             too_big = self.fits(params) if self.fits else None
             return {**job, "skip": too_big} if too_big else job
-        if self.asked:
-            return None  # follow-ups depend on every search trial's outcome: wait
-        if self.followups is None:
-            self.followups = list(self.then(self.finished)) if self.then else []
-        return self.followups.pop(0) if self.followups else Searcher.FINISHED
+        final = not self.asked  # every search trial has finished
+        job = self.then(self.finished, final) if self.then else None
+        if job is None:
+            return Searcher.FINISHED if final else None
+        return job
 
     def on_trial_complete(self, trial_id: str, result=None, error: bool = False):
         trial, params = self.asked.pop(trial_id, (None, None))

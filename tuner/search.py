@@ -10,6 +10,7 @@ counts them as bad outcomes and steers away from their region instead of ignorin
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import dataclasses
 import datetime as dt
 import json
@@ -176,45 +177,69 @@ class SearchOutcome:
 def run_search(prepared: Prepared, echo: Callable[[str], None] = print) -> SearchOutcome:
     """Run (or resume) the search, confirm the best candidates, recommend; logs everything to MLflow."""
     from tuner import execution, tracking
-    from tuner import resume as resuming
+    from tuner.trial import launcher
 
     o = prepared.options
     started = time.perf_counter()
     for warning in prepared.warnings:
         echo(f"warning: {warning}")
-    ray = execution.init_ray(o.ray_address, o.gpus_per_trial)
+    # While Ray starts: this node's trial launcher imports torch and TRL (on a Ray cluster's other nodes each worker
+    # does), and the MLflow and Optuna stores are opened (their tables created, on a fresh store: seconds).
+    node_launcher = None if o.ray_address else launcher.start()
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        opening = pool.submit(_open_stores, prepared)
+        try:
+            ray = execution.init_ray(o.ray_address, o.gpus_per_trial)
+        except BaseException:
+            if node_launcher:
+                launcher.stop(node_launcher)
+            raise
     try:
+        tracker, run_name, study, records = opening.result()
         placement = _place(prepared, ray)
         for note in placement.notes:
             echo(f"warning: {note}")
         placement.concurrency = concurrency = max(1, min(placement.concurrency, prepared.n_trials))
-        storage = _study_storage(o)
-
-        def study_named(name: str):
-            return make_study(o.sampler, o.seed, prepared.n_trials, storage, name, prepared.grid)
-
-        # Creating the SQLite tables of a fresh store is not safe from two processes at once.
-        with tracking.store_lock(Path(o.store)):
-            tracker = tracking.SearchTracker(prepared.tracking_uri, prepared.experiment, Path(o.store))
-            if prepared.resume_run_id:
-                run_name, study, records = resuming.reattach(tracker, prepared.resume_run_id, study_named)
-                echo(f"resuming {run_name}: {len(records)} of {prepared.n_trials} trials already done")
-            else:
-                run_name = "search-" + dt.datetime.now().strftime("%Y%m%d-%H%M%S-%f")[:-3]
-                study, records = study_named(run_name), []  # before the run: no parent left RUNNING if it fails
+        if prepared.resume_run_id:
+            echo(f"resuming {run_name}: {len(records)} of {prepared.n_trials} trials already done")
+        else:
+            with tracking.store_lock(Path(o.store)):
                 tracker.start(run_name, {
                     "trainer": o.trainer, "model": o.model, "sampler": o.sampler, "trials": prepared.n_trials,
                     "max_steps": o.max_steps, "seed": o.seed, "search_space": prepared.space.source,
                     "dataset": o.dataset or "builtin", "reward_funcs": o.reward_funcs, "concurrency": concurrency,
                     "confirm_seeds": o.confirm_seeds, "confirm_top": o.confirm_top, "prune": prunes(o),
-                }, {"tuner.study": run_name, "tuner.study_storage": storage})
-            tracker.set_tags({"tuner.plan": placement.describe()})
+                }, {"tuner.study": run_name, "tuner.study_storage": _study_storage(o)})
+        tracker.set_tags({"tuner.plan": placement.describe()})
         return _run(prepared, tracker, study, run_name, records, placement, concurrency, started, echo)
     finally:
         from tuner import weights
 
         weights.release_everywhere(prepared.model_path)  # the shared weight copies, on every node, while Ray is up
         execution.shutdown_ray()  # also on errors and Ctrl-C/SIGTERM: no Ray process outlives the search
+        if node_launcher:
+            launcher.stop(node_launcher)
+
+
+def _open_stores(prepared: Prepared):
+    """(tracker, run name, study, records so far): the MLflow experiment and the Optuna study, before any run is
+    started (a resumed search: its own run and study, reattached)."""
+    from tuner import resume as resuming
+    from tuner import tracking
+
+    o = prepared.options
+    storage = _study_storage(o)
+
+    def study_named(name: str):
+        return make_study(o.sampler, o.seed, prepared.n_trials, storage, name, prepared.grid)
+
+    # Creating the SQLite tables of a fresh store is not safe from two processes at once.
+    with tracking.store_lock(Path(o.store)):
+        tracker = tracking.SearchTracker(prepared.tracking_uri, prepared.experiment, Path(o.store))
+        if prepared.resume_run_id:
+            return (tracker, *resuming.reattach(tracker, prepared.resume_run_id, study_named))
+        run_name = "search-" + dt.datetime.now().strftime("%Y%m%d-%H%M%S-%f")[:-3]
+        return tracker, run_name, study_named(run_name), []  # before the run: no parent left RUNNING if it fails
 
 
 def _place(prepared: Prepared, ray):
@@ -242,22 +267,19 @@ def _run(prepared, tracker, study, run_name, records, placement, concurrency, st
     status = "FAILED"
     confirmations: list[dict[str, Any]] = []
 
-    def confirmation_jobs(finished: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        # Called by the searcher once every search trial is done, in the same Ray Tune run.
-        cands = confirm.candidates(finished, o.confirm_top) if o.confirm_seeds > 0 else []
-        if not cands:
-            return []
-        jobs = confirm.confirmation_jobs(cands, base_spec, o.confirm_seeds, o.trial_timeout)
-        progress.total += len(jobs)
-        echo(f"confirming the top {len(cands)} candidates (trials {', '.join(str(c['number']) for c in cands)}) "
-             f"on {o.confirm_seeds} more seeds")
-        return jobs
+    schedule = confirm.Schedule(base_spec, o.confirm_seeds, o.confirm_top, o.trial_timeout, announce=echo)
+
+    def next_confirmation(finished: list[dict[str, Any]], final: bool) -> dict[str, Any] | None:
+        job = schedule.next(finished, final)
+        if job is not None:
+            progress.total += 1
+        return job
 
     try:
         proposer = Proposer(study, prepared.space, o.sampler, prepared.n_trials, done=records)
         searcher = execution.OptunaSearcher(proposer, base_spec, o.trial_timeout, n_search=remaining,
-                                            then=confirmation_jobs, done=records, fits=placement.check)
-        at_most = remaining + o.confirm_top * o.confirm_seeds  # the searcher says FINISHED when it has fewer
+                                            then=next_confirmation, done=records, fits=placement.check)
+        at_most = remaining + schedule.most_runs  # the searcher says FINISHED when it has fewer
         if at_most:
             execution.run_trials(name=f"{run_name}-{len(records)}", storage=ray_storage, per_trial=placement.resources,
                                  concurrency=concurrency, callback=execution.DriverCallback(tracker, progress, records, confirmations),

@@ -56,6 +56,18 @@ def _mp_context():
     return _context
 
 
+def _start(spec_dict: dict[str, Any], workdir: str):
+    """The trial's child: forked by this node's launcher when a search started one (tuner.trial.launcher),
+    else by this process's own forkserver."""
+    from tuner.trial.launcher import LaunchedProcess
+
+    process = LaunchedProcess.start_or_none(spec_dict, workdir)
+    if process is None:
+        process = _mp_context().Process(target=_child, args=(spec_dict, workdir, _tuner_environment()), daemon=False)
+        process.start()
+    return process
+
+
 LIVE_POLL_S = 1.0  # how often a running trial's metrics.jsonl is read for rows to hand to ``on_rows``
 
 
@@ -74,9 +86,7 @@ def run_trial_isolated(spec: TrialSpec, workdir: str | os.PathLike, timeout: flo
     for stale in (metrics_path, result_path):
         stale.unlink(missing_ok=True)
     started = time.perf_counter()
-    process = _mp_context().Process(target=_child, args=(spec.to_dict(), str(workdir), _tuner_environment()),
-                                     daemon=False)
-    process.start()
+    process = _start(spec.to_dict(), str(workdir))
     try:
         if on_rows is None:
             process.join(timeout)
