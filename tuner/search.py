@@ -185,7 +185,7 @@ def run_search(prepared: Prepared, echo: Callable[[str], None] = print) -> Searc
         echo(f"warning: {warning}")
     # While Ray starts: this node's trial launcher imports torch and TRL (on a Ray cluster's other nodes each worker
     # does), and the MLflow and Optuna stores are opened (their tables created, on a fresh store: seconds).
-    node_launcher = None if o.ray_address else launcher.start()
+    node_launcher = None if o.ray_address or not launcher.wanted() else launcher.start()
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         opening = pool.submit(_open_stores, prepared)
         try:

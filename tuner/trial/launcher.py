@@ -37,10 +37,15 @@ from pathlib import Path
 from typing import Any
 
 ENV = "TUNER_LAUNCHER"  # the socket of this node's launcher, in the environment Ray's local workers inherit
+SWITCH = "TUNER_TRIAL_LAUNCHER"  # "off": every Ray worker forks its trials itself (bench/slots.py compares)
 LOG_NAME = "process.log"  # the child's stdout and stderr, in its trial's workdir
 
 
 # -- the driver's side --------------------------------------------------------------------------------------
+
+
+def wanted() -> bool:
+    return os.environ.get(SWITCH, "on").lower() not in ("off", "0", "false", "no")
 
 
 def start(timeout: float = 30.0) -> subprocess.Popen | None:

@@ -1,0 +1,81 @@
+"""Slot time outside trial processes, with the node's trial launcher (tuner.trial.launcher) and without it, side by
+side in one run: the same tuner search (shipped space, tuner's defaults) alternately with TUNER_TRIAL_LAUNCHER=on
+and off, each in a fresh Python process.
+
+    python -m bench.slots                                  # 3 pairs of reward searches; writes bench/slots.json
+    python -m bench.slots --pairs 5 --trainer grpo --max-steps 12
+
+Per search: its wall (``run_search``: Ray start to the recommendation), the whole call (``prepare`` included), and
+(search wall x concurrency - trial process seconds) / (search wall x concurrency), as bench/headline.py computes it
+(tuner.execution stops pruned trials before they report a process time: their MLflow run's open time counts).
+Medians per mode and the ratio on/off. Both modes have the other changes that came with the launcher (stores
+opened while Ray starts, free slots confirming the best trial so far): this isolates the launcher alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.headline import slot_share
+
+OUT = Path(__file__).with_name("slots.json")
+
+
+def one_search(mode: str, trainer: str, trials: int, max_steps: int, seed: int) -> dict[str, Any]:
+    folder = Path(tempfile.mkdtemp(prefix=f"bench-slots-{mode}-"))
+    out = folder / "search.json"
+    env = {**os.environ, "TUNER_TRIAL_LAUNCHER": mode}
+    subprocess.run([sys.executable, "-m", "bench.tuner_search", "--out", str(out), "--trainer", trainer,
+                    "--trials", str(trials), "--max-steps", str(max_steps), "--seed", str(seed),
+                    "--store", str(folder / "store")], check=True, env=env, stdout=subprocess.DEVNULL,
+                   cwd=Path(__file__).resolve().parent.parent)
+    run = json.loads(out.read_text())
+    share = slot_share(run)
+    return {"mode": mode, "seed": seed, "search_wall_seconds": run["search_wall_seconds"], "seconds": run["seconds"],
+            "concurrency": run["concurrency"], "slot_share_outside": share["share"],
+            "trials": len(run["records"]), "confirmations": len(run.get("confirmations", [])),
+            "recommended": (run.get("recommended") or {}).get("number")}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pairs", type=int, default=3)
+    parser.add_argument("--trainer", default="reward")
+    parser.add_argument("--trials", type=int, default=6)
+    parser.add_argument("--max-steps", type=int, default=20)
+    parser.add_argument("--out", type=Path, default=OUT)
+    args = parser.parse_args(argv)
+    started, load_before = time.time(), os.getloadavg()
+    runs = []
+    for pair in range(args.pairs):
+        for mode in (("on", "off") if pair % 2 == 0 else ("off", "on")):  # alternate which goes first
+            runs.append(one_search(mode, args.trainer, args.trials, args.max_steps, seed=pair))
+            print(json.dumps(runs[-1]), flush=True)
+    summary = {}
+    for mode in ("on", "off"):
+        mine = [r for r in runs if r["mode"] == mode]
+        summary[mode] = {key: statistics.median(r[key] for r in mine)
+                         for key in ("search_wall_seconds", "seconds", "slot_share_outside")}
+    summary["ratio_on_off"] = {key: summary["on"][key] / summary["off"][key] for key in summary["on"]}
+    result = {"command": "python -m bench.slots " + " ".join(argv if argv is not None else sys.argv[1:]),
+              "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(started)),
+              "minutes": round((time.time() - started) / 60, 1), "machine": f"{platform.processor() or platform.machine()}, "
+              f"{os.cpu_count()} CPUs", "load_before": load_before, "load_after": os.getloadavg(),
+              "trainer": args.trainer, "trials": args.trials, "max_steps": args.max_steps,
+              "summary": summary, "runs": runs}
+    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    print(json.dumps(summary, indent=1))
+
+
+if __name__ == "__main__":
+    main()
