@@ -203,6 +203,7 @@ def serve(path: str) -> None:
     os.set_blocking(wake_w, False)
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # killed politely: its trials go first (finally, below)
     children: dict[int, socket.socket] = {}  # child pid -> the worker's connection
     stdin = sys.stdin.fileno()
     try:
