@@ -7,6 +7,7 @@
     measure.py    throughput after warm-up, peak memory, out-of-memory errors
     faults.py     fault injection (TUNER_FAULT), the test hook for crashes and NaNs
     isolation.py  run_trial_isolated: the same in a child process, so a dying trial dies alone
+    launcher.py   the node's trial launcher (launcher_server.py): children forked from one import of torch
 """
 
 from tuner.records import TrialResult
