@@ -76,7 +76,8 @@ class Schedule:
             key = (job["number"], job["spec"]["seed"])
             if key not in self.handed:
                 self.handed.add(key)
-                self.early += not final
+                if not final:
+                    self.early += 1
                 return job
         return None
 

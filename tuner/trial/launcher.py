@@ -71,15 +71,11 @@ def start(timeout: float = 30.0) -> subprocess.Popen | None:
 
 def stop(process: subprocess.Popen, timeout: float = 30.0) -> None:
     """Close its stdin: it kills the trials it forked and exits. TUNER_LAUNCHER is unset."""
+    from tuner import reaper
+
     if os.environ.get(ENV) == process.socket_path:
         del os.environ[ENV]
-    if process.stdin is not None:
-        process.stdin.close()
-    try:
-        process.wait(timeout)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
+    reaper.stop(process, timeout)  # the same end as the reaper's: stdin closed, then a kill if it lingers
     Path(process.socket_path).unlink(missing_ok=True)
     with contextlib.suppress(OSError):
         Path(process.socket_path).parent.rmdir()
@@ -148,7 +144,5 @@ class LaunchedProcess:
 
     def kill(self) -> None:
         if self.exitcode is None:
-            try:
+            with contextlib.suppress(OSError):  # the launcher is gone: so is the child
                 self.sock.sendall(b'"kill"\n')
-            except OSError:
-                pass
