@@ -222,9 +222,11 @@ def test_server_gone_mid_trial_keeps_the_writes_and_sync_completes_the_same_run(
 
 
 @pytest.mark.slow
-def test_isolated_trial_hands_over_its_rows_while_it_runs(tiny_model, tmp_path):
+def test_isolated_trial_hands_over_its_rows_while_it_runs(tiny_model, tmp_path, monkeypatch):
     from tuner.trial import TrialSpec, run_trial_isolated
 
+    for name, value in SLOW.items():  # 10 s or more: many looks while it runs, on any machine
+        monkeypatch.setenv(name, value)
     calls: list[list[dict]] = []
     spec = TrialSpec(trainer="sft", params={"per_device_train_batch_size": 2, "max_length": 32}, max_steps=40, seed=0)
     result = run_trial_isolated(spec, tmp_path / "trial", timeout=300,
