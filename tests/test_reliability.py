@@ -651,7 +651,9 @@ class RayCluster:
         # Set explicitly on every node and the driver: with RAY_AUTH_MODE unset, `ray start --head` turns token
         # auth on when ~/.ray/auth_token exists (any local ray.init() writes one) but a joining `ray start`
         # does not send the token, and the second node is refused.
-        self.env = {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+        self.env = {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0",
+                    # every step 0.25 s longer: a trial is still running when a test looks, on any machine
+                    "TUNER_FAULT": "slow@1"}
         self.nodes: list[RayNode] = []
 
     def start_node(self, name: str, *args: str) -> RayNode:
