@@ -76,3 +76,43 @@ def test_the_learning_stage_searches_learning_knobs_on_the_fastest_stable_system
         assert any(system == {k: v for k, v in t.items() if k in system} for t in top), system
         assert params["precision"] != "fp16-pure"  # diverged systems are never built on
     assert len({p["learning_rate"] for p in learning_stage}) == len(learning_stage)  # the learning knobs move
+
+
+@pytest.mark.parametrize("trainer", ["reward", "grpo", "dpo", "sft"])
+def test_the_first_trial_runs_the_system_config_expected_fastest_on_its_device(trainer):
+    space = load_space(None, trainer)
+    for device, precision in (("cpu", "fp32"), ("cuda", "bf16-pure")):
+        n = 8
+        proposer = sampling.Proposer(sampling.make_study("tpe", 0, n, None, trainer), space, "tpe", n, device=device)
+        first = proposer.ask()[1]
+        assert first["precision"] == precision
+        assert first["activation_checkpointing"] is False  # recomputing activations trades time for memory
+        assert first["per_device_train_batch_size"] == max(space.params["per_device_train_batch_size"].choices)
+        if "beta" in proposer.stages.speed_names:
+            assert first["beta"] == 0  # GRPO without a reference model
+        for name, value in proposer.stages.learning_pins.items():
+            assert first.get(name, value) == value  # still a speed-stage trial: learning knobs at safe values
+        # the knobs nobody can call in advance are sampled, not pinned
+        assert not {"use_peft", "gradient_accumulation_steps"} & set(proposer.stages.first_system)
+
+
+def test_a_gpu_without_bfloat16_starts_from_the_next_fast_precision():
+    space = load_space(None, "reward").without_precisions(["bf16-mixed", "bf16-pure"])
+    assert staging.expected_fastest(space, "cuda")["precision"] == "fp16-mixed"
+    assert staging.expected_fastest(space, "cpu")["precision"] == "fp32"
+
+
+def test_an_expected_fastest_config_that_does_not_fit_is_drawn_again_without_it():
+    space = load_space(None, "reward")
+    too_big = {8: "not run: estimated 30 GiB over 10 GiB"}
+
+    def fits(params):
+        return too_big.get(params["per_device_train_batch_size"]) if not params["activation_checkpointing"] else None
+
+    proposer = sampling.Proposer(sampling.make_study("tpe", 0, 8, None, "fits"), space, "tpe", 8, fits=fits)
+    trial, params = proposer.ask()
+    skipped = [t for t in proposer.study.trials if "tuner.skipped" in t.user_attrs]
+    assert len(skipped) == 1 and "30 GiB" in skipped[0].user_attrs["tuner.skipped"]
+    assert skipped[0].params["per_device_train_batch_size"] == 8 and trial.number > skipped[0].number
+    assert trial.user_attrs["tuner.stage"] == "speed"
+    assert all(params.get(k, v) == v for k, v in proposer.stages.learning_pins.items())

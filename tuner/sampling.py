@@ -136,12 +136,14 @@ class Proposer:
         proposer.tell(trial, record)      # record: the trial's outcome (tuner.records)
     """
 
-    def __init__(self, study, space: SearchSpace, sampler: str, n_trials: int, done: list[dict[str, Any]] = ()):
+    def __init__(self, study, space: SearchSpace, sampler: str, n_trials: int, done: list[dict[str, Any]] = (),
+                 device: str = "cpu", fits=None):
         from tuner.staging import Stages
 
         self.study, self.space = study, space
         self.grid_size = grid_size(space)
-        self.stages = Stages.for_space(space, n_trials) if sampler == "tpe" else None
+        self.stages = Stages.for_space(space, n_trials, device) if sampler == "tpe" else None
+        self.fits = fits  # params -> None, or why they cannot fit in memory (tuner.placement.Placement.check)
         self.finished: list[dict[str, Any]] = list(done)
         self.asked = len(self.finished)  # a resumed search goes on in the stage it had reached
 
@@ -154,6 +156,15 @@ class Proposer:
             trial, params = ask(self.study, self.space, self.grid_size)
         else:
             trial, params = _ask_pinned(self.study, self.space, self.grid_size, pins)
+            too_big = self.fits(params) if self.fits and self.stages.starts_here(self.asked - 1) else None
+            if too_big:
+                # The expected-fastest system config does not fit this device's memory: drawn again without it,
+                # so the speed stage does not spend a trial on a config the searcher would not run.
+                import optuna
+
+                trial.set_user_attr("tuner.skipped", f"expected-fastest system config {too_big}; drawn again")
+                self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
+                trial, params = _ask_pinned(self.study, self.space, self.grid_size, self.stages.learning_pins)
         if self.stages is not None:
             trial.set_user_attr("tuner.stage", stage)
         return trial, params

@@ -276,7 +276,8 @@ def _run(prepared, tracker, study, run_name, records, placement, concurrency, st
         return job
 
     try:
-        proposer = Proposer(study, prepared.space, o.sampler, prepared.n_trials, done=records)
+        proposer = Proposer(study, prepared.space, o.sampler, prepared.n_trials, done=records,
+                            device=placement.device, fits=placement.check)
         searcher = execution.OptunaSearcher(proposer, base_spec, o.trial_timeout, n_search=remaining,
                                             then=next_confirmation, done=records, fits=placement.check)
         at_most = remaining + schedule.most_runs  # the searcher says FINISHED when it has fewer

@@ -12,7 +12,12 @@ them spends trials re-measuring the speed of learning-rate changes. So:
 
 - the speed stage (the first ``speed_trials``, 40% of the budget): the system knobs are sampled and the learning
   knobs pinned to safe values (TRL's default where the space allows it, else the middle of the range), so
-  nearly every trial is a stable, learning measurement of one system config's speed;
+  nearly every trial is a stable, learning measurement of one system config's speed. Its first trial does not
+  sample the knobs whose effect on speed is known in advance (``expected_fastest``): activation checkpointing
+  off (it recomputes activations: memory for time), the largest batch, the device's fast precision (bf16 on a
+  GPU that has it, fp32 on a CPU), GRPO without a reference model (beta 0). A space of 100+ system configs
+  and a speed stage of a few trials: a random start rarely lands near the fastest; this one starts there and
+  the sampler measures the knobs nobody can call in advance (LoRA, gradient accumulation, lengths);
 - the learning stage (the rest): the system knobs are pinned to the fastest stable system configs measured so
   far (the top ``TOP_SYSTEMS``, taken in turn) and the sampler searches the learning knobs, where they change
   the answer. Successive halving (tuner.execution.Halving) stops trials of either stage that fall behind
@@ -55,6 +60,40 @@ def is_speed_knob(name: str, param) -> bool:
     return name == "beta" and 0 in (getattr(param, "choices", None) or [getattr(param, "low", None)])
 
 
+# The precisions a trial on each device is expected to train fastest in, fastest first. A GPU with bfloat16
+# (Ampere and later) runs its matmuls in half precision at several times the fp32 rate, and bf16 weights
+# without autocast skip the casts and the fp32 copy; a GPU without it drops bf16 (tuner.search), so fp16 comes
+# next. A CPU's half-precision matmuls are emulated or narrow on most CPUs: fp32 is its fast mode.
+FAST_PRECISIONS = {
+    "cuda": ("bf16-pure", "bf16-mixed", "fp16-mixed", "fp16-pure", "fp32"),
+    "cpu": ("fp32", "bf16-mixed", "bf16-pure"),
+}
+CHECKPOINTING = ("activation_checkpointing", "gradient_checkpointing")
+
+
+def expected_fastest(space, device: str) -> dict[str, Any]:
+    """The values of the speed knobs whose effect on tokens/s is known before anything runs, for a trial on
+    ``device`` ("cuda" or "cpu"): checkpointing off, the largest batch, the device's fast precision, beta 0
+    (GRPO: no reference model). Knobs whose effect depends on the model and the machine (LoRA, gradient
+    accumulation, lengths) are left out: the sampler measures them."""
+    from tuner.space import CategoricalParam, FixedParam, IntParam
+
+    pins: dict[str, Any] = {}
+    for name, param in space.params.items():
+        if isinstance(param, FixedParam) or not is_speed_knob(name, param):
+            continue
+        choices = list(param.choices) if isinstance(param, CategoricalParam) else None
+        if name in CHECKPOINTING and choices and False in choices:
+            pins[name] = False
+        elif name == "per_device_train_batch_size":
+            pins[name] = max(choices) if choices else param.high if isinstance(param, IntParam) else None
+        elif name == "precision" and choices:
+            pins[name] = next((p for p in FAST_PRECISIONS.get(device, ()) if p in choices), None)
+        elif name == "beta" and choices and 0 in choices:
+            pins[name] = 0
+    return {n: v for n, v in pins.items() if v is not None}
+
+
 def _trl_defaults(trainer: str) -> dict[str, Any]:
     from tuner.trainers import config_class
 
@@ -90,10 +129,12 @@ class Stages:
     speed_trials: int  # the first trials, with the learning knobs pinned
     learning_pins: dict[str, Any]  # learning knob -> its safe value
     speed_names: tuple[str, ...]  # the space's searched speed knobs
+    first_system: dict[str, Any] = dataclasses.field(default_factory=dict)  # the first trial's (expected_fastest)
 
     @classmethod
-    def for_space(cls, space, n_trials: int) -> "Stages | None":
-        """The staging of ``space`` for a ``n_trials`` search; None when one of the two sides is empty."""
+    def for_space(cls, space, n_trials: int, device: str = "cpu") -> "Stages | None":
+        """The staging of ``space`` for a ``n_trials`` search of trials on ``device``; None when one of the two
+        sides is empty."""
         from tuner.space import FixedParam
 
         searched = {n: p for n, p in space.params.items() if not isinstance(p, FixedParam)}
@@ -103,11 +144,16 @@ class Stages:
             return None
         defaults = {**_trl_defaults(space.trainer), **TUNER_DEFAULTS}
         pins = {n: safe_value(n, p, defaults.get(n)) for n, p in learning.items()}
-        return cls(max(MIN_SPEED_TRIALS, round(SPEED_SHARE * n_trials)), pins, speed)
+        return cls(max(MIN_SPEED_TRIALS, round(SPEED_SHARE * n_trials)), pins, speed,
+                   expected_fastest(space, device))
 
     def stage(self, asked: int) -> str:
         """"speed" or "learning": the stage of the ``asked``-th trial (0-based) of the search."""
         return "speed" if asked < self.speed_trials else "learning"
+
+    def starts_here(self, asked: int) -> bool:
+        """Whether the ``asked``-th trial is the first one, the one that runs the expected-fastest system config."""
+        return asked == 0 and bool(self.first_system)
 
     def systems(self, finished: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         """The fastest stable system configs measured so far (speed knobs only), fastest first, each once."""
@@ -125,7 +171,7 @@ class Stages:
     def pinned(self, asked: int, finished: Sequence[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
         """(stage, the params the ``asked``-th trial fixes); ({}: sample everything)."""
         if self.stage(asked) == "speed":
-            return "speed", dict(self.learning_pins)
+            return "speed", {**self.learning_pins, **(self.first_system if self.starts_here(asked) else {})}
         systems = self.systems(finished)
         if not systems:
             return "learning", {}  # no speed measured yet: nothing to build on
