@@ -8,6 +8,17 @@ of the closest measured config. What asks and tells is tuner's own: ``tuner.samp
 point tuner's searcher uses (for ``tpe``, tuner's default, it stages speed knobs then learning knobs), with
 tuner's samplers, the space's ``suggest`` and tuner's ``tell``.
 
+Two lookups, each reported:
+
+- ``nearest``: the whole outcome, tokens/s included, is the nearest measured trial's. Its weakness: the target
+  is the few random trials within 5% of the best, and which measured trial a proposal maps to is decided by
+  every knob, learning knobs that do not change tokens/s included. A search whose speed stage holds the
+  learning knobs at one safe value maps to whichever trials share those values, whatever its system config.
+- ``factored`` (``SpeedAndOutcome``): tokens/s is the speed reference's measurement of the proposal's own
+  combination of speed knobs (bench/reference.py measures every combination), as the headline judges a
+  pick's speed; whether it stays stable and learns is still the nearest random trial's. The target is then
+  "stable, learned, and within 5% of the best stable tokens/s of the speed reference", as in the headline.
+
 Figures per sampler, over seeds:
 
 - trials until the first config whose outcome is stable, learned, and within 5% of the best
@@ -62,6 +73,22 @@ class NearestMeasured:
         return min(self.records, key=lambda r: self.distance(params, r["params"]))
 
 
+class SpeedAndOutcome:
+    """The factored lookup: the nearest measured trial's status and learning, with the tokens/s the speed
+    reference measured for the config's combination of speed knobs (None when that combination was not
+    measured)."""
+
+    def __init__(self, space: SearchSpace, records: list[dict[str, Any]], speed_reference: dict[str, Any]):
+        self.nearest = NearestMeasured(space, records)
+        self.speed_reference = speed_reference
+
+    def __call__(self, params: dict[str, Any]) -> dict[str, Any]:
+        from bench.headline import speed_of
+
+        match = speed_of(self.speed_reference, params)
+        return {**self.nearest(params), "tokens_per_second": match.get("tokens_per_second") if match else None}
+
+
 def targets(records: list[dict[str, Any]]) -> tuple[dict[str, Any] | None, list[int]]:
     """(the fastest stable record that learned, numbers of records within WITHIN of its tokens/s)."""
     qualifying = _qualifying(records)
@@ -92,10 +119,11 @@ def proposer(study, space: SearchSpace, sampler: str, n_trials: int):
     return Proposer(study, space, sampler, n_trials)
 
 
-def simulate(space: SearchSpace, lookup: NearestMeasured, sampler: str, seed: int, budget: int,
-             hit_numbers: set[int], max_steps: int, quartile_numbers: set[int] = frozenset()) -> dict[str, Any]:
+def simulate(space: SearchSpace, lookup, sampler: str, seed: int, budget: int, is_hit, max_steps: int,
+             is_top=lambda outcome: False) -> dict[str, Any]:
     """One search of ``budget`` trials on the lookup, asked and told as tuner's searcher does. The outcome
-    told is the nearest measured one, with the params the trial was asked for (what the search would record)."""
+    told is the lookup's, with the params the trial was asked for (what the search would record);
+    ``is_hit``/``is_top``: whether an outcome is the target / in the top quarter."""
     import warnings
 
     import optuna
@@ -112,9 +140,9 @@ def simulate(space: SearchSpace, lookup: NearestMeasured, sampler: str, seed: in
         measured = lookup(params)
         asker.tell(trial, {**measured, "params": params, "max_steps": max_steps})
         statuses.append(measured["status"])
-        if first_hit is None and measured["number"] in hit_numbers:
+        if first_hit is None and is_hit(measured):
             first_hit = i
-        if first_quartile is None and measured["number"] in quartile_numbers:
+        if first_quartile is None and is_top(measured):
             first_quartile = i
     half = budget // 2
     return {"seed": seed, "first_hit": first_hit, "first_top_quartile": first_quartile,
@@ -126,23 +154,38 @@ def _share(statuses: list[str]) -> float:
 
 
 def compare(space: SearchSpace, records: list[dict[str, Any]], seeds: list[int], budget: int,
-            max_steps: int, samplers: tuple[str, ...] = ("tpe", "random")) -> dict[str, Any]:
-    """Every sampler on the same lookup and seeds; None figures when the reference found nothing stable."""
+            max_steps: int, samplers: tuple[str, ...] = ("tpe", "random"),
+            speed_reference: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Every sampler on the same lookup and seeds; None figures when the reference found nothing stable.
+    ``speed_reference`` given: the factored lookup (``SpeedAndOutcome``) and its target, else ``nearest``."""
     measured = [r for r in records if r.get("params")]
     best, hits = targets(measured)
     quartile = top_quartile(measured)
     result: dict[str, Any] = {
+        "lookup": "factored" if speed_reference else "nearest",
         "reference_trials": len(measured), "budget": budget, "seeds": seeds,
         "reference_statuses": _counts(r["status"] for r in measured),
         "reference_unstable_share": _share([r["status"] for r in measured]),
         "best": None if best is None else {k: best.get(k) for k in ("number", "params", "tokens_per_second", "progress")},
         "targets": hits, "top_quartile": quartile, "samplers": {},
     }
-    if best is None:
-        return result
-    lookup = NearestMeasured(space, measured)
+    if speed_reference is not None:
+        lookup = SpeedAndOutcome(space, measured, speed_reference)
+        floor, top = _speed_floors(speed_reference)
+        result.update(best_speed=None if floor is None else floor / (1.0 - WITHIN), targets=None, top_quartile=None)
+        if floor is None or not _qualifying(measured):
+            return result
+        def is_hit(o): return _stable_learned(o) and o["tokens_per_second"] >= floor  # noqa: E704
+        def is_top(o): return _stable_learned(o) and o["tokens_per_second"] >= top  # noqa: E704
+    else:
+        if best is None:
+            return result
+        lookup = NearestMeasured(space, measured)
+        hit_numbers, top_numbers = set(hits), set(quartile)
+        def is_hit(o): return o["number"] in hit_numbers  # noqa: E704
+        def is_top(o): return o["number"] in top_numbers  # noqa: E704
     for sampler in samplers:
-        runs = [simulate(space, lookup, sampler, seed, budget, set(hits), max_steps, set(quartile)) for seed in seeds]
+        runs = [simulate(space, lookup, sampler, seed, budget, is_hit, max_steps, is_top) for seed in seeds]
         found = [r["first_hit"] for r in runs if r["first_hit"] is not None]
         # a search that never hit counts as budget + 1 trials in the median (a lower bound on its cost)
         censored = [r["first_hit"] or budget + 1 for r in runs]
@@ -155,6 +198,20 @@ def compare(space: SearchSpace, records: list[dict[str, Any]], seeds: list[int],
             "unstable_second_half": statistics.fmean(r["unstable_second_half"] for r in runs),
         }
     return result
+
+
+def _stable_learned(outcome: dict[str, Any]) -> bool:
+    return bool(_qualifying([outcome]))
+
+
+def _speed_floors(speed_reference: dict[str, Any]) -> tuple[float | None, float | None]:
+    """(within 5% of the best stable combination's tokens/s, the slowest of the fastest quarter of the stable
+    combinations)."""
+    speeds = sorted((r["tokens_per_second"] for r in speed_reference["records"]
+                     if r["status"] == "ok" and r.get("tokens_per_second")), reverse=True)
+    if not speeds:
+        return None, None
+    return (1.0 - WITHIN) * speeds[0], speeds[math.ceil(len(speeds) / 4) - 1]
 
 
 def _counts(statuses) -> dict[str, int]:

@@ -6,7 +6,7 @@ import math
 import pytest
 
 from bench.anchor_asha import judge_run
-from bench.efficiency import NearestMeasured, compare, targets
+from bench.efficiency import NearestMeasured, SpeedAndOutcome, compare, targets
 from bench.headline import anchor_verdict, slot_share, speed_verdict, summarize, tuner_verdict
 from bench.history import first_nonfinite_step, wasted_steps
 from tuner.space import parse_space
@@ -70,6 +70,33 @@ def test_compare_runs_both_samplers_on_the_lookup():
         runs = result["samplers"][sampler]["runs"]
         assert len(runs) == 3
         assert all(r["first_hit"] is None or 1 <= r["first_hit"] <= 12 for r in runs)
+
+
+SPEEDS = {"crossed": ["precision", "per_device_train_batch_size"], "records": [
+    {"params": {"precision": "fp32", "per_device_train_batch_size": 8}, "status": "ok", "tokens_per_second": 1000.0},
+    {"params": {"precision": "fp32", "per_device_train_batch_size": 4}, "status": "ok", "tokens_per_second": 970.0},
+    {"params": {"precision": "bf16-pure", "per_device_train_batch_size": 8}, "status": "ok", "tokens_per_second": 600.0},
+    {"params": {"precision": "bf16-pure", "per_device_train_batch_size": 4}, "status": "ok", "tokens_per_second": 500.0},
+    {"params": {"precision": "fp16-pure", "per_device_train_batch_size": 8}, "status": "diverged", "tokens_per_second": 9000.0},
+    {"params": {"precision": "fp16-pure", "per_device_train_batch_size": 4}, "status": "ok", "tokens_per_second": 400.0},
+]}
+
+
+def test_the_factored_lookup_takes_speed_from_the_speed_reference_and_stability_from_the_nearest_trial():
+    # the nearest random trial (bf16-pure, noisy 5000 tokens/s) says stable and learned; its speed is not used
+    records = [record(0, "bf16-pure", 1e-4, 8, tps=5000.0), record(1, "fp32", 0.5, 4, status="diverged", stopped=2)]
+    lookup = SpeedAndOutcome(SPACE, records, SPEEDS)
+    fast = lookup({"precision": "fp32", "learning_rate": 2e-4, "per_device_train_batch_size": 8})
+    assert fast["number"] == 0 and fast["tokens_per_second"] == 1000.0
+    assert lookup({"precision": "fp32", "learning_rate": 0.4, "per_device_train_batch_size": 4})["status"] == "diverged"
+    result = compare(SPACE, records, seeds=[0, 1, 2, 3], budget=12, max_steps=20, speed_reference=SPEEDS)
+    assert result["lookup"] == "factored" and result["best_speed"] == pytest.approx(1000.0)
+    # a hit is a stable, learning outcome on an fp32 system (970 and 1000 are within 5%; 600 and the diverged
+    # fp16-pure's 9000 are not): at least one of four searches of 12 trials in a 3 x 2 system space finds one
+    runs = [r for s in result["samplers"].values() for r in s["runs"]]
+    assert any(r["first_hit"] for r in runs)
+    for r in runs:
+        assert r["first_hit"] is None or 1 <= r["first_hit"] <= 12
 
 
 # -- the headline's judgement, on made-up records ---------------------------------------------------------
