@@ -28,7 +28,11 @@ INF = math.inf
 
 
 def _key(params: dict[str, Any], crossed: list[str]) -> tuple:
-    return tuple(repr(bool(params.get(k, False)) if k == "use_peft" else params.get(k)) for k in crossed)
+    def value(k):
+        v = params.get(k, False) if k == "use_peft" else params.get(k)
+        # 0 and 0.0 are one value (a space's choice 0.0, a pin of 0): compared as numbers, not as their repr
+        return repr(float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v)
+    return tuple(value(k) for k in crossed)
 
 
 def best_stable(reference: dict[str, Any]) -> dict[str, Any] | None:

@@ -215,3 +215,11 @@ def test_quick_run_writes_every_table(tmp_path):
         assert v["in_hand"] == (v["stable"] and v["fast_enough"])
     share = slot_share(tuner)
     assert 0.0 <= share["share"] <= share["measured_only"] <= 1.0
+
+
+def test_a_pick_with_beta_0_finds_the_reference_combination_with_beta_0_0():
+    reference = {"crossed": ["precision", "beta"], "records": [
+        {"params": {"precision": "fp32", "beta": 0.0}, "status": "ok", "tokens_per_second": 1000.0},
+        {"params": {"precision": "fp32", "beta": 0.04}, "status": "ok", "tokens_per_second": 700.0}]}
+    assert speed_verdict(reference, {"precision": "fp32", "beta": 0})["fast_enough"]
+    assert not speed_verdict(reference, {"precision": "fp32", "beta": 0.04})["fast_enough"]

@@ -87,13 +87,14 @@ def test_the_first_trial_runs_the_system_config_expected_fastest_on_its_device(t
         first = proposer.ask()[1]
         assert first["precision"] == precision
         assert first["activation_checkpointing"] is False  # recomputing activations trades time for memory
-        assert first["per_device_train_batch_size"] == max(space.params["per_device_train_batch_size"].choices)
+        for knob in ("per_device_train_batch_size", "gradient_accumulation_steps"):
+            assert first[knob] == max(space.params[knob].choices)
         if "beta" in proposer.stages.speed_names:
             assert first["beta"] == 0  # GRPO without a reference model
         for name, value in proposer.stages.learning_pins.items():
             assert first.get(name, value) == value  # still a speed-stage trial: learning knobs at safe values
-        # the knobs nobody can call in advance are sampled, not pinned
-        assert not {"use_peft", "gradient_accumulation_steps"} & set(proposer.stages.first_system)
+        # LoRA is faster on a large model and slower on a tiny one: sampled, not pinned
+        assert "use_peft" not in proposer.stages.first_system
 
 
 def test_a_gpu_without_bfloat16_starts_from_the_next_fast_precision():

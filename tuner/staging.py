@@ -14,10 +14,10 @@ them spends trials re-measuring the speed of learning-rate changes. So:
   knobs pinned to safe values (TRL's default where the space allows it, else the middle of the range), so
   nearly every trial is a stable, learning measurement of one system config's speed. Its first trial does not
   sample the knobs whose effect on speed is known in advance (``expected_fastest``): activation checkpointing
-  off (it recomputes activations: memory for time), the largest batch, the device's fast precision (bf16 on a
-  GPU that has it, fp32 on a CPU), GRPO without a reference model (beta 0). A space of 100+ system configs
-  and a speed stage of a few trials: a random start rarely lands near the fastest; this one starts there and
-  the sampler measures the knobs nobody can call in advance (LoRA, gradient accumulation, lengths);
+  off (it recomputes activations: memory for time), the largest batch and gradient accumulation, the device's
+  fast precision (bf16 on a GPU that has it, fp32 on a CPU), GRPO without a reference model (beta 0). A space
+  of 100+ system configs and a speed stage of a few trials: a random start rarely lands near the fastest;
+  this one starts there and the sampler measures the knobs nobody can call in advance (LoRA, lengths);
 - the learning stage (the rest): the system knobs are pinned to the fastest stable system configs measured so
   far (the top ``TOP_SYSTEMS``, taken in turn) and the sampler searches the learning knobs, where they change
   the answer. Successive halving (tuner.execution.Halving) stops trials of either stage that fall behind
@@ -73,9 +73,10 @@ CHECKPOINTING = ("activation_checkpointing", "gradient_checkpointing")
 
 def expected_fastest(space, device: str) -> dict[str, Any]:
     """The values of the speed knobs whose effect on tokens/s is known before anything runs, for a trial on
-    ``device`` ("cuda" or "cpu"): checkpointing off, the largest batch, the device's fast precision, beta 0
-    (GRPO: no reference model). Knobs whose effect depends on the model and the machine (LoRA, gradient
-    accumulation, lengths) are left out: the sampler measures them."""
+    ``device`` ("cuda" or "cpu"): checkpointing off, the largest batch and accumulation, the device's fast
+    precision, beta 0 (GRPO: no reference model). Knobs whose effect depends on the model and the machine
+    (LoRA: slower on a tiny model, faster on a large one; lengths, which also change the task) are left out:
+    the sampler measures them."""
     from tuner.space import CategoricalParam, FixedParam, IntParam
 
     pins: dict[str, Any] = {}
@@ -85,12 +86,14 @@ def expected_fastest(space, device: str) -> dict[str, Any]:
         choices = list(param.choices) if isinstance(param, CategoricalParam) else None
         if name in CHECKPOINTING and choices and False in choices:
             pins[name] = False
-        elif name == "per_device_train_batch_size":
+        elif name in ("per_device_train_batch_size", "gradient_accumulation_steps"):
+            # A larger batch keeps the device busier; more accumulation pays the per-step costs (the optimizer
+            # step, logging, the guard; GRPO: one generation per accumulated batch) once for more micro-batches.
             pins[name] = max(choices) if choices else param.high if isinstance(param, IntParam) else None
         elif name == "precision" and choices:
             pins[name] = next((p for p in FAST_PRECISIONS.get(device, ()) if p in choices), None)
         elif name == "beta" and choices and 0 in choices:
-            pins[name] = 0
+            pins[name] = choices[choices.index(0)]  # the space's own value (0.0 in a YAML list of floats)
     return {n: v for n, v in pins.items() if v is not None}
 
 
