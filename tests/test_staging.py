@@ -79,22 +79,24 @@ def test_the_learning_stage_searches_learning_knobs_on_the_fastest_stable_system
 
 
 @pytest.mark.parametrize("trainer", ["reward", "grpo", "dpo", "sft"])
-def test_the_first_trial_runs_the_system_config_expected_fastest_on_its_device(trainer):
+def test_the_first_trials_run_the_system_config_expected_fastest_on_its_device_with_lora_off_and_on(trainer):
     space = load_space(None, trainer)
     for device, precision in (("cpu", "fp32"), ("cuda", "bf16-pure")):
         n = 8
         proposer = sampling.Proposer(sampling.make_study("tpe", 0, n, None, trainer), space, "tpe", n, device=device)
-        first = proposer.ask()[1]
-        assert first["precision"] == precision
-        assert first["activation_checkpointing"] is False  # recomputing activations trades time for memory
-        for knob in ("per_device_train_batch_size", "gradient_accumulation_steps"):
-            assert first[knob] == max(space.params[knob].choices)
-        if "beta" in proposer.stages.speed_names:
-            assert first["beta"] == 0  # GRPO without a reference model
-        for name, value in proposer.stages.learning_pins.items():
-            assert first.get(name, value) == value  # still a speed-stage trial: learning knobs at safe values
-        # LoRA is faster on a large model and slower on a tiny one: sampled, not pinned
-        assert "use_peft" not in proposer.stages.first_system
+        first, second = (proposer.ask()[1] for _ in range(2))
+        for params in (first, second):
+            assert params["precision"] == precision
+            assert params["activation_checkpointing"] is False  # recomputing activations trades time for memory
+            for knob in ("per_device_train_batch_size", "gradient_accumulation_steps"):
+                assert params[knob] == max(space.params[knob].choices)
+            if "beta" in proposer.stages.speed_names:
+                assert params["beta"] == 0  # GRPO without a reference model
+            for name, value in proposer.stages.learning_pins.items():
+                assert params.get(name, value) == value  # speed-stage trials: learning knobs at safe values
+        # LoRA is faster on a large model and slower on a tiny one: both are measured, at the same system
+        assert (first["use_peft"], second["use_peft"]) == (False, True)
+        assert len(proposer.stages.first_systems) == 2 and not proposer.stages.starts_here(2)
 
 
 def test_a_gpu_without_bfloat16_starts_from_the_next_fast_precision():

@@ -15,9 +15,10 @@ them spends trials re-measuring the speed of learning-rate changes. So:
   nearly every trial is a stable, learning measurement of one system config's speed. Its first trial does not
   sample the knobs whose effect on speed is known in advance (``expected_fastest``): activation checkpointing
   off (it recomputes activations: memory for time), the largest batch and gradient accumulation, the device's
-  fast precision (bf16 on a GPU that has it, fp32 on a CPU), GRPO without a reference model (beta 0). A space
-  of 100+ system configs and a speed stage of a few trials: a random start rarely lands near the fastest;
-  this one starts there and the sampler measures the knobs nobody can call in advance (LoRA, lengths);
+  fast precision (bf16 on a GPU that has it, fp32 on a CPU), GRPO without a reference model (beta 0), and its
+  second trial is the same with LoRA flipped (``first_systems``: faster on a large model, slower on a tiny
+  one). A space of 100+ system configs and a speed stage of a few trials: a random start rarely lands near
+  the fastest; this one starts there, and the sampler measures the rest (LoRA's rank, lengths);
 - the learning stage (the rest): the system knobs are pinned to the fastest stable system configs measured so
   far (the top ``TOP_SYSTEMS``, taken in turn) and the sampler searches the learning knobs, where they change
   the answer. Successive halving (tuner.execution.Halving) stops trials of either stage that fall behind
@@ -97,6 +98,21 @@ def expected_fastest(space, device: str) -> dict[str, Any]:
     return {n: v for n, v in pins.items() if v is not None}
 
 
+def first_systems(space, fastest: dict[str, Any]) -> tuple[dict[str, Any], ...]:
+    """The first speed-stage trials' system pins: ``fastest``, once with LoRA off and once on when the space
+    searches ``use_peft``. LoRA is the one speed knob whose direction depends on the model: it skips the frozen
+    weights' gradients and optimizer state (faster on a large model) and adds its adapters' matmuls (slower on
+    a tiny one). One trial would leave it to a coin flip; the pair measures both sides at the same system."""
+    from tuner.space import CategoricalParam
+
+    if not fastest:
+        return ()
+    peft = space.params.get("use_peft")
+    if isinstance(peft, CategoricalParam) and {False, True} <= set(peft.choices):
+        return ({**fastest, "use_peft": False}, {**fastest, "use_peft": True})
+    return (fastest,)
+
+
 def _trl_defaults(trainer: str) -> dict[str, Any]:
     from tuner.trainers import config_class
 
@@ -132,7 +148,8 @@ class Stages:
     speed_trials: int  # the first trials, with the learning knobs pinned
     learning_pins: dict[str, Any]  # learning knob -> its safe value
     speed_names: tuple[str, ...]  # the space's searched speed knobs
-    first_system: dict[str, Any] = dataclasses.field(default_factory=dict)  # the first trial's (expected_fastest)
+    # The first trials' system pins: expected_fastest, with LoRA off then on where the space searches it.
+    first_systems: tuple[dict[str, Any], ...] = ()
 
     @classmethod
     def for_space(cls, space, n_trials: int, device: str = "cpu") -> "Stages | None":
@@ -148,15 +165,15 @@ class Stages:
         defaults = {**_trl_defaults(space.trainer), **TUNER_DEFAULTS}
         pins = {n: safe_value(n, p, defaults.get(n)) for n, p in learning.items()}
         return cls(max(MIN_SPEED_TRIALS, round(SPEED_SHARE * n_trials)), pins, speed,
-                   expected_fastest(space, device))
+                   first_systems(space, expected_fastest(space, device)))
 
     def stage(self, asked: int) -> str:
         """"speed" or "learning": the stage of the ``asked``-th trial (0-based) of the search."""
         return "speed" if asked < self.speed_trials else "learning"
 
     def starts_here(self, asked: int) -> bool:
-        """Whether the ``asked``-th trial is the first one, the one that runs the expected-fastest system config."""
-        return asked == 0 and bool(self.first_system)
+        """Whether the ``asked``-th trial is one of the first ones, which run the expected-fastest system config."""
+        return asked < len(self.first_systems)
 
     def systems(self, finished: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         """The fastest stable system configs measured so far (speed knobs only), fastest first, each once."""
@@ -174,7 +191,7 @@ class Stages:
     def pinned(self, asked: int, finished: Sequence[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
         """(stage, the params the ``asked``-th trial fixes); ({}: sample everything)."""
         if self.stage(asked) == "speed":
-            return "speed", {**self.learning_pins, **(self.first_system if self.starts_here(asked) else {})}
+            return "speed", {**self.learning_pins, **(self.first_systems[asked] if self.starts_here(asked) else {})}
         systems = self.systems(finished)
         if not systems:
             return "learning", {}  # no speed measured yet: nothing to build on
