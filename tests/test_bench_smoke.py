@@ -196,7 +196,8 @@ def test_quick_run_writes_every_table(tmp_path):
         assert row in text, row
     targets = text[text.index("## Targets"):text.index("## Headline")]
     assert targets.count("| tuner's success rate >= 9/10") == 1 and targets.count("**met**") + targets.count(
-        "**not met**") + targets.count("not measured") == 4  # time, success, trials to target (reward), slot time
+        "**not met**") + targets.count("not measured") == 5  # time, success, trials to target (reward, 2 lookups), slot
+    assert "(factored lookup: speed from the speed reference;" in targets and "(nearest-trial lookup;" in targets
     assert "GPU: " in text and "command: `" in text
     raw = json.loads((tmp_path / "results.json").read_text())
     (pair,) = raw["headline"]
