@@ -153,6 +153,8 @@ def _ratio(value: float | None) -> str:
         return "undefined (neither side had one in hand)"
     if math.isinf(value):
         return "inf (tuner had none in hand)"
+    if value == 0.0:
+        return "0 (the anchor had none in hand)"
     return f"{value:.2f}"
 
 
