@@ -175,8 +175,8 @@ def compare(space: SearchSpace, records: list[dict[str, Any]], seeds: list[int],
         result.update(best_speed=None if floor is None else floor / (1.0 - WITHIN), targets=None, top_quartile=None)
         if floor is None or not _qualifying(measured):
             return result
-        def is_hit(o): return _stable_learned(o) and o["tokens_per_second"] >= floor  # noqa: E704
-        def is_top(o): return _stable_learned(o) and o["tokens_per_second"] >= top  # noqa: E704
+        def is_hit(o): return bool(_qualifying([o])) and o["tokens_per_second"] >= floor  # noqa: E704
+        def is_top(o): return bool(_qualifying([o])) and o["tokens_per_second"] >= top  # noqa: E704
     else:
         if best is None:
             return result
@@ -198,10 +198,6 @@ def compare(space: SearchSpace, records: list[dict[str, Any]], seeds: list[int],
             "unstable_second_half": statistics.fmean(r["unstable_second_half"] for r in runs),
         }
     return result
-
-
-def _stable_learned(outcome: dict[str, Any]) -> bool:
-    return bool(_qualifying([outcome]))
 
 
 def _speed_floors(speed_reference: dict[str, Any]) -> tuple[float | None, float | None]:

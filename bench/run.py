@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="run nothing: write the Markdown again from a run's raw numbers (after a layout change)")
     parser.add_argument("--lookups", action="store_true",
                         help="with --render: run the trials-to-target lookups again on the run's own references "
-                             "(no training; after a change of the sampler or of the lookup)")
+                             "and write them into RESULTS_JSON (no training; after a change of the sampler or lookup)")
     args = parser.parse_args(argv)
     if args.render:
         results = json.loads(Path(args.render).read_text())

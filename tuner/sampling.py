@@ -149,14 +149,16 @@ class Proposer:
 
     def ask(self):
         pins: dict[str, Any] = {}
+        first = False  # one of the first trials, on the expected-fastest system config
         if self.stages is not None:
             stage, pins = self.stages.pinned(self.asked, self.finished)
+            first = self.stages.starts_here(self.asked)
         self.asked += 1
         if not pins:
             trial, params = ask(self.study, self.space, self.grid_size)
         else:
             trial, params = _ask_pinned(self.study, self.space, self.grid_size, pins)
-            too_big = self.fits(params) if self.fits and self.stages.starts_here(self.asked - 1) else None
+            too_big = self.fits(params) if first and self.fits else None
             if too_big:
                 # The expected-fastest system config does not fit this device's memory: drawn again without it,
                 # so the speed stage does not spend a trial on a config the searcher would not run.
