@@ -15,6 +15,7 @@ run and shows them. A live result is never the trial's outcome: that is the one 
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import tempfile
@@ -65,14 +66,19 @@ def _trainable(config: dict[str, Any]) -> None:
         return
     workdir = tempfile.mkdtemp(prefix=f"tuner-trial-{config['number']:03d}-")
     seen: list[dict[str, Any]] = []  # every row so far: the figures so far that successive halving judges
+    rungs = set(halving_rungs(spec.max_steps))
 
     def live(rows: list[dict[str, Any]]) -> None:
-        # SEARCH_METRIC: Ray Tune requires it in every result; 0.0 means nothing here (LIVE says so).
-        first = len(seen)
-        seen.extend(rows)
-        figures = so_far(spec.trainer, seen, spec.params, spec.warmup_steps)
-        tune.report({LIVE: True, SEARCH_METRIC: 0.0, SO_FAR: speed_so_far(figures), "so_far": figures,
-                     "number": config["number"], "first": first, "rows": rows, "step": rows[-1].get("step")})
+        # One report ends at each rung's step: successive halving judges every trial by its figures at that step,
+        # however many steps ran before the rows were read (a fast machine) or after (the decision's way back).
+        for batch in cut_at(rows, rungs):
+            # SEARCH_METRIC: Ray Tune requires it in every result; 0.0 means nothing here (LIVE says so).
+            first = len(seen)
+            seen.extend(batch)
+            figures = so_far(spec.trainer, seen, spec.params, spec.warmup_steps)
+            tune.report({LIVE: True, SEARCH_METRIC: 0.0, SO_FAR: speed_so_far(figures), "so_far": figures,
+                         "number": config["number"], "first": first, "rows": batch,
+                         "step": batch[-1].get("step")})
 
     result = run_trial_isolated(spec, workdir, timeout=config["timeout"], on_rows=live)
     node = ray.get_runtime_context().get_node_id()
@@ -89,15 +95,39 @@ def pruned_result(live: dict[str, Any], max_steps: int) -> dict[str, Any]:
     speed, progress = figures.get("tokens_per_second"), figures.get("progress")
     measured = (f"progress {progress:+.3f} x {speed:.0f} tokens/s" if speed and progress is not None
                 else "not yet measured")
-    reason = (f"stopped at step {step} of {max_steps} by successive halving (ASHA, the top 1/{HALVING_RATE} of "
-              f"trials at each rung go on): its learning speed so far ({measured}) was behind")
+    reason = (f"{PRUNED_REASON} at step {step} of {max_steps} (ASHA: the top 1/{HALVING_RATE} of the trials "
+              f"that reach a rung go on): its learning speed so far ({measured}) was behind")
     return TrialResult(status=Status.PRUNED, reason=reason, stopped_at_step=step,
                        **{k: v for k, v in figures.items() if k != "steps_run"},
                        steps_run=int(figures.get("steps_run") or step)).summary()
 
 
 HALVING_RATE = 3  # successive halving keeps the top 1/3 of trials at each rung
+PRUNED_REASON = "behind the leaders at a successive-halving rung"
 MIN_GRACE_STEPS = MIN_STEPS  # the first rung: no earlier than a learning trend can be measured
+
+
+def _grace_and_max(max_steps: int) -> tuple[int, int]:
+    grace = max(MIN_GRACE_STEPS, max_steps // 4)
+    return grace, max(grace, 2 * max_steps // 3)
+
+
+def halving_rungs(max_steps: int) -> list[int]:
+    """The steps at which ``Halving`` judges a trial of ``max_steps``: its first rung, then every
+    ``HALVING_RATE`` times later up to two thirds of the budget (the milestones of Ray Tune's ASHA bracket)."""
+    grace, max_t = _grace_and_max(max_steps)
+    count = int(math.log(max_t / grace) / math.log(HALVING_RATE) + 1)
+    return [grace * HALVING_RATE ** k for k in range(count)]
+
+
+def cut_at(rows: list[dict[str, Any]], steps: set[int]) -> list[list[dict[str, Any]]]:
+    """``rows`` in order, in batches that each end at one of ``steps`` (or at the last row)."""
+    batches: list[list[dict[str, Any]]] = [[]]
+    for row in rows:
+        batches[-1].append(row)
+        if row.get("step") in steps:
+            batches.append([])
+    return [batch for batch in batches if batch]
 
 
 class Halving(ASHAScheduler):
@@ -105,12 +135,17 @@ class Halving(ASHAScheduler):
     ``grace`` (a quarter of the budget, at least the steps a learning trend needs) and every ``HALVING_RATE``
     times later while at least a third of the budget is left, a trial whose learning speed so far (``SO_FAR``)
     is below the top third of the trials that reached that step is stopped: ``pruned``. Trials past the last
-    rung run to the end. Confirmation re-runs are never stopped by it."""
+    rung run to the end. Confirmation re-runs are never stopped by it.
+
+    A trial's rows reach the driver in batches cut at every rung's step (``halving_rungs``, ``cut_at``): each trial
+    is judged by its figures at the rung itself, never by later ones, and one that ran on (even to its end)
+    before the decision came back is pruned at the rung all the same: a verdict that does not depend on the
+    machine's speed or the rows' latency."""
 
     def __init__(self, max_steps: int):
-        self.grace = grace = max(MIN_GRACE_STEPS, max_steps // 4)
-        super().__init__(time_attr="step", metric=SO_FAR, mode="max", max_t=max(grace, 2 * max_steps // 3),
-                         grace_period=grace, reduction_factor=HALVING_RATE, stop_last_trials=False)
+        self.grace, max_t = _grace_and_max(max_steps)
+        super().__init__(time_attr="step", metric=SO_FAR, mode="max", max_t=max_t, grace_period=self.grace,
+                         reduction_factor=HALVING_RATE, stop_last_trials=False)
 
     def on_trial_result(self, tune_controller, trial, result):
         if "confirms" in trial.config.get("extra", {}) or trial.config.get("skip"):

@@ -68,17 +68,24 @@ def _start(spec_dict: dict[str, Any], workdir: str):
     return process
 
 
-LIVE_POLL_S = 1.0  # how often a running trial's metrics.jsonl is read for rows to hand to ``on_rows``
+# How often a running trial's metrics.jsonl is read for rows to hand to ``on_rows`` (seconds); TUNER_LIVE_POLL_S
+# changes it (tests use a long one: a trial whose rows all arrive after it ended, as on a fast machine).
+LIVE_POLL_S = 1.0
+
+
+def live_poll_seconds() -> float:
+    return float(os.environ.get("TUNER_LIVE_POLL_S") or LIVE_POLL_S)
 
 
 def run_trial_isolated(spec: TrialSpec, workdir: str | os.PathLike, timeout: float | None = None,
                        on_rows: Callable[[list[dict[str, Any]]], None] | None = None,
-                       poll: float = LIVE_POLL_S) -> TrialResult:
+                       poll: float | None = None) -> TrialResult:
     """Run the trial in a child process; a signal or hard exit becomes ``crashed`` with its cause.
 
     With ``on_rows``, the per-step rows the child appends to metrics.jsonl are handed over while it runs:
-    every ``poll`` seconds, the rows written since the last call, in order, each once (a Ray trainable
-    reports them to the driver). The result's history is read from the same file at the end, as without."""
+    every ``poll`` seconds (default ``LIVE_POLL_S``, or TUNER_LIVE_POLL_S), the rows written since the last call,
+    in order, each once, and those written after the last read once it ended (a Ray trainable reports them to
+    the driver). The result's history is read from the same file at the end, as without."""
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     metrics_path = workdir / "metrics.jsonl"
@@ -91,7 +98,7 @@ def run_trial_isolated(spec: TrialSpec, workdir: str | os.PathLike, timeout: flo
         if on_rows is None:
             process.join(timeout)
         else:
-            _follow(process, MetricsTail(metrics_path), on_rows, poll,
+            _follow(process, MetricsTail(metrics_path), on_rows, poll or live_poll_seconds(),
                     None if timeout is None else started + timeout)
     except BaseException:
         # on_rows raised (or the caller was interrupted): the trial must not outlive its caller
@@ -124,16 +131,16 @@ def run_trial_isolated(spec: TrialSpec, workdir: str | os.PathLike, timeout: flo
 
 
 def _follow(process, tail: "MetricsTail", on_rows, poll: float, deadline: float | None) -> None:
-    """Wait for ``process`` (until ``deadline``), handing ``on_rows`` the new rows every ``poll`` seconds."""
+    """Wait for ``process`` (until ``deadline``), handing ``on_rows`` the new rows every ``poll`` seconds, and
+    once it has ended, the rows it wrote since the last read: every row is handed over, whatever the timing."""
     while process.is_alive():
         wait = poll if deadline is None else min(poll, deadline - time.perf_counter())
         if wait <= 0:
             return
         process.join(wait)
-        if process.is_alive():
-            rows = tail.read()
-            if rows:
-                on_rows(rows)
+        rows = tail.read()
+        if rows:
+            on_rows(rows)
 
 
 class MetricsTail:
