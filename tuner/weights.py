@@ -234,8 +234,8 @@ def release(model_path: str | None = None) -> int:
 
 
 def release_everywhere(model_path: str | None = None, timeout: float = 60.0) -> dict[str, Any]:
-    """``release(model_path)`` on every alive node of the Ray cluster while Ray is up (a zero-CPU task pinned to each),
-    then here: what trials on other nodes built does not outlive the search either. Best effort: a node that does
+    """``release(model_path)`` on every other alive node of the Ray cluster while Ray is up (a zero-CPU task pinned
+    to each), then here: what trials on other nodes built does not outlive the search either. Best effort: a node that does
     not answer within ``timeout`` keeps its copy until a later tuner run there sweeps it; never raises (the driver
     calls it while ending the search, also on errors). Returns the bytes freed: {"nodes": {node id: bytes}, "local":
     bytes}."""
@@ -247,9 +247,10 @@ def release_everywhere(model_path: str | None = None, timeout: float = 60.0) -> 
             from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
             remote = ray.remote(num_cpus=0, max_retries=0)(_release_on_node)
+            here = ray.get_runtime_context().get_node_id()  # released below without a task (a worker's start)
             refs = {node["NodeID"]: remote.options(
                 scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)).remote(model_path)
-                for node in ray.nodes() if node.get("Alive")}
+                for node in ray.nodes() if node.get("Alive") and node["NodeID"] != here}
             ray.wait(list(refs.values()), num_returns=len(refs), timeout=timeout)
             for node_id, ref in refs.items():
                 with contextlib.suppress(Exception):
