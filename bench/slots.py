@@ -4,6 +4,7 @@ and off, each in a fresh Python process.
 
     python -m bench.slots                                  # 3 pairs of reward searches; writes bench/slots.json
     python -m bench.slots --pairs 5 --trainer grpo --max-steps 12
+    python -m bench.slots --lengths 20,60,120 --out /tmp/lengths.json  # the default mode alone, by trial length
 
 Per search: its wall (``run_search``: Ray start to the recommendation), the whole call (``prepare`` included), and
 (search wall x concurrency - trial process seconds) / (search wall x concurrency), as bench/headline.py computes it
@@ -29,6 +30,7 @@ from typing import Any
 from bench.headline import slot_share
 
 OUT = Path(__file__).with_name("slots.json")
+FIGURES = ("search_wall_seconds", "seconds", "slot_share_outside", "slot_share_outside_with_prepare")
 
 
 def one_search(mode: str, trainer: str, trials: int, max_steps: int, seed: int) -> dict[str, Any]:
@@ -41,8 +43,11 @@ def one_search(mode: str, trainer: str, trials: int, max_steps: int, seed: int) 
                    cwd=Path(__file__).resolve().parent.parent)
     run = json.loads(out.read_text())
     share = slot_share(run)
-    return {"mode": mode, "seed": seed, "search_wall_seconds": run["search_wall_seconds"], "seconds": run["seconds"],
-            "concurrency": run["concurrency"], "slot_share_outside": share["share"],
+    busy = (1 - share["share"]) * run["search_wall_seconds"] * run["concurrency"]  # trial process seconds
+    return {"mode": mode, "seed": seed, "max_steps": max_steps, "search_wall_seconds": run["search_wall_seconds"],
+            "seconds": run["seconds"], "concurrency": run["concurrency"], "slot_share_outside": share["share"],
+            # the same over the whole call, prepare included: what the user waits for
+            "slot_share_outside_with_prepare": 1 - busy / (run["seconds"] * run["concurrency"]),
             "trials": len(run["records"]), "confirmations": len(run.get("confirmations", [])),
             "recommended": (run.get("recommended") or {}).get("number")}
 
@@ -54,23 +59,38 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--trials", type=int, default=6)
     parser.add_argument("--max-steps", type=int, default=20)
     parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--lengths", help="comma-separated step budgets: instead of on/off pairs, the default mode "
+                                          "alone at each budget, --pairs rounds in alternating order (the share by "
+                                          "trial length)")
     args = parser.parse_args(argv)
     started, load_before = time.time(), os.getloadavg()
     runs = []
+    if args.lengths:
+        lengths = [int(steps) for steps in args.lengths.split(",")]
+        for round_ in range(args.pairs):
+            for steps in (lengths if round_ % 2 == 0 else lengths[::-1]):
+                runs.append(one_search("on", args.trainer, args.trials, steps, seed=round_))
+                print(json.dumps(runs[-1]), flush=True)
+        summary = {str(steps): {key: statistics.median(r[key] for r in runs if r["max_steps"] == steps)
+                                for key in FIGURES} for steps in lengths}
+        _write(args, argv, started, load_before, summary, runs)
+        return
     for pair in range(args.pairs):
         for mode in (("on", "off") if pair % 2 == 0 else ("off", "on")):  # alternate which goes first
             runs.append(one_search(mode, args.trainer, args.trials, args.max_steps, seed=pair))
             print(json.dumps(runs[-1]), flush=True)
     summary = {}
     for mode in ("on", "off"):
-        mine = [r for r in runs if r["mode"] == mode]
-        summary[mode] = {key: statistics.median(r[key] for r in mine)
-                         for key in ("search_wall_seconds", "seconds", "slot_share_outside")}
+        summary[mode] = {key: statistics.median(r[key] for r in runs if r["mode"] == mode) for key in FIGURES}
     summary["ratio_on_off"] = {key: summary["on"][key] / summary["off"][key] for key in summary["on"]}
+    _write(args, argv, started, load_before, summary, runs)
+
+
+def _write(args, argv, started: float, load_before, summary: dict[str, Any], runs: list[dict[str, Any]]) -> None:
     result = {"command": "python -m bench.slots " + " ".join(argv if argv is not None else sys.argv[1:]),
               "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(started)),
-              "minutes": round((time.time() - started) / 60, 1), "machine": f"{platform.processor() or platform.machine()}, "
-              f"{os.cpu_count()} CPUs", "load_before": load_before, "load_after": os.getloadavg(),
+              "minutes": round((time.time() - started) / 60, 1),
+              "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs", "load_before": load_before, "load_after": os.getloadavg(),
               "trainer": args.trainer, "trials": args.trials, "max_steps": args.max_steps,
               "summary": summary, "runs": runs}
     args.out.write_text(json.dumps(result, indent=1) + "\n")
