@@ -90,7 +90,8 @@ def _write(args, argv, started: float, load_before, summary: dict[str, Any], run
     result = {"command": "python -m bench.slots " + " ".join(argv if argv is not None else sys.argv[1:]),
               "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(started)),
               "minutes": round((time.time() - started) / 60, 1),
-              "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs", "load_before": load_before, "load_after": os.getloadavg(),
+              "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs",
+              "load_before": load_before, "load_after": os.getloadavg(),
               "trainer": args.trainer, "trials": args.trials, "max_steps": args.max_steps,
               "summary": summary, "runs": runs}
     args.out.write_text(json.dumps(result, indent=1) + "\n")
