@@ -237,9 +237,8 @@ def release_everywhere(model_path: str | None = None, timeout: float = 60.0) -> 
     """``release(model_path)`` on every other alive node of the Ray cluster while Ray is up (a zero-CPU task pinned
     to each), then here: what trials on other nodes built does not outlive the search either. Best effort: a node
     that does not answer within ``timeout`` keeps its copy until a later tuner run there sweeps it; never raises
-    (the driver calls it while ending the search, also on errors). Returns the bytes freed: {"nodes": {node id:
-    bytes}, "local":
-    bytes}."""
+    (the driver calls it while ending the search, also on errors). Returns the bytes freed:
+    {"nodes": {node id: bytes}, "local": bytes}."""
     nodes: dict[str, int] = {}
     try:
         import ray
