@@ -439,6 +439,7 @@ def _per_seed(pairs: list[dict[str, Any]]) -> list[str]:
 
 def _references(results: dict[str, Any], trainers: list[str]) -> list[str]:
     from bench.headline import best_stable
+    from bench.reference import NOISE_BAND, REMEASURE
 
     lines = ["## The speed reference", ""]
     for t in trainers:
@@ -457,7 +458,8 @@ def _references(results: dict[str, Any], trainers: list[str]) -> list[str]:
             + (f"; best stable: {best['tokens_per_second']:.0f} tokens/s ({_describe(best['params'])}"
                + (f", readings {', '.join(f'{x:.0f}' for x in best['tokens_per_second_runs'])}" if best.get("tokens_per_second_runs") else "")
                + ")" if best else "; nothing stable")
-            + (f". The {len(spreads)} fastest combinations, each run on 3 seeds: a single reading lay between"
+            + (f". The {len(spreads)} fastest combinations (every one whose first reading was at least {NOISE_BAND}x the"
+               f" best's, at least {REMEASURE}), each run on 3 seeds: a single reading lay between"
                f" {min(a for a, _ in spreads):.2f}x and {max(b for _, b in spreads):.2f}x of its combination's mean"
                " (the load of a shared 2-core machine), against a 5% bar" if spreads else ""))
     lines += [

@@ -224,3 +224,14 @@ def test_a_pick_with_beta_0_finds_the_reference_combination_with_beta_0_0():
         {"params": {"precision": "fp32", "beta": 0.04}, "status": "ok", "tokens_per_second": 700.0}]}
     assert speed_verdict(reference, {"precision": "fp32", "beta": 0})["fast_enough"]
     assert not speed_verdict(reference, {"precision": "fp32", "beta": 0.04})["fast_enough"]
+
+
+def test_every_combination_within_the_noise_of_the_best_reading_is_measured_again():
+    from bench.reference import contenders
+
+    readings = [100, 90, 70, 61, 59, 50]
+    records = [{"status": "ok", "tokens_per_second": x, "n": i} for i, x in enumerate(readings)]
+    records.append({"status": "diverged", "tokens_per_second": 200, "n": 99})  # never a contender
+    assert [r["n"] for r in contenders(records, top=2, band=0.6)] == [0, 1, 2, 3]  # 59 < 0.6 x 100
+    assert [r["n"] for r in contenders(records, top=5, band=0.9)] == [0, 1, 2, 3, 4]  # at least the top 5
+    assert contenders([], top=8) == []

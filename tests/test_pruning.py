@@ -20,7 +20,7 @@ def test_a_pruned_trial_keeps_its_figures_so_far_and_says_why():
     result = execution.pruned_result(LIVE, max_steps=40)
     assert result["status"] == Status.PRUNED and result["stopped_at_step"] == 9 and result["steps_run"] == 9
     assert result["tokens_per_second"] == 1200.0 and result["progress"] == 0.05 and not result["learned"]
-    assert "step 9 of 40" in result["reason"] and "successive-halving rung" in result["reason"]
+    assert "step 9 of 40" in result["reason"] and "stopped by successive halving" in result["reason"]
 
 
 @pytest.mark.parametrize("max_steps", [8, 12, 20, 30, 40, 100, 400, 1000])
@@ -37,6 +37,14 @@ def test_rows_are_cut_so_that_a_report_ends_at_every_rung():
     assert [batch[-1]["step"] for batch in batches] == [7, 21, 30]
     assert [row for batch in batches for row in batch] == rows  # every row once, in order
     assert execution.cut_at(rows[:5], {7}) == [rows[:5]] and execution.cut_at([], {7}) == []
+
+
+def test_the_summary_names_successive_halving_as_what_stopped_pruned_trials():
+    from tuner.recommend import failure_summary
+
+    pruned = [{**execution.pruned_result({**LIVE, "step": step}, max_steps=40), "params": {}} for step in (9, 27)]
+    summary = failure_summary(pruned)
+    assert "2 x pruned: e.g. stopped by successive halving\n" in summary + "\n", summary  # one group, whole words
 
 
 def test_optuna_is_told_a_pruned_trial_as_pruned_and_stable():
@@ -70,43 +78,23 @@ def test_halving_never_stops_a_confirmation_rerun():
     assert halving.on_trial_result(None, rerun, behind) == execution.TrialScheduler.CONTINUE
 
 
-@pytest.mark.slow
-def test_a_trial_far_behind_at_a_rung_is_pruned_and_the_search_goes_on(tmp_path, tiny_model, monkeypatch):
-    """Grid order, one at a time: a learning rate that learns finishes first; one 100000x smaller, slowed so
-    it is still running at the first rung (step 10 of 40), is stopped there by ASHA, not run to the end."""
-    from tests.test_search import run_search_in
-
-    monkeypatch.setenv("TUNER_FAULT", "slow@1")
-    monkeypatch.setenv("TUNER_FAULT_WHEN", "learning_rate=1.0e-7")
-    space = """\
-trainer: sft
-fixed: {use_peft: false, max_length: 64, precision: fp32, per_device_train_batch_size: 8}
-params:
-  learning_rate: {type: categorical, choices: [0.01, 1.0e-7]}
-"""
-    finished = run_search_in(tmp_path, space, trainer="sft", sampler="grid", max_steps=40, concurrency=1,
-                             confirm_seeds=0, prune=True)
-    good, slow = finished.by_params(learning_rate=0.01), finished.by_params(learning_rate=1e-7)
-    assert good["status"] == Status.OK and good["learned"]
-    assert slow["status"] == Status.PRUNED, slow
-    assert slow["stopped_at_step"] == slow["steps_run"] == execution.Halving(40).grace  # judged at the rung itself
-    assert "successive-halving rung" in slow["reason"]
-    assert finished.outcome.recommended["number"] == good["number"]
-    # its MLflow run is closed with the verdict (KILLED: stopped by the search, not failed)
-    from tests.test_search import runs_of
-
-    (run,) = [r for r in runs_of(finished, "trial") if r.data.params.get("learning_rate") == "1e-07"]
-    assert run.info.status == "KILLED" and run.data.tags.get("tuner.status") == Status.PRUNED
+# How the rows of the trial that falls behind reach the driver: while it still runs (each step slowed), or all of
+# them only once it ended (a poll longer than the trials: a machine fast enough to end a trial before its rows are
+# read). Either way, the verdict must be the same.
+TIMINGS = {"still running at the rung": {"TUNER_FAULT": "slow@1", "TUNER_FAULT_WHEN": "learning_rate=1.0e-7"},
+           "rows only after its end": {"TUNER_LIVE_POLL_S": "600"}}
 
 
 @pytest.mark.slow
-def test_a_trial_judged_at_a_rung_is_pruned_there_however_late_its_rows_arrive(tmp_path, tiny_model, monkeypatch):
-    """As on a machine fast enough that a trial ends before its rows are read: no row reaches the driver while
-    the trials run (a poll longer than the trials). The one behind at the rung is still pruned at the rung's
-    step, with its figures there, not recorded from its end; the other is judged by its whole run."""
-    from tests.test_search import run_search_in
+@pytest.mark.parametrize("timing", TIMINGS)
+def test_a_trial_far_behind_at_a_rung_is_pruned_there_whatever_the_timing(tmp_path, tiny_model, monkeypatch, timing):
+    """Grid order, one at a time: a learning rate that learns finishes first; one 100000x smaller is judged at the
+    first rung (step 10 of 40) by its figures there and stopped: pruned at step 10 exactly, never recorded from
+    a later step or from its end, and the search goes on."""
+    from tests.test_search import run_search_in, runs_of
 
-    monkeypatch.setenv("TUNER_LIVE_POLL_S", "600")
+    for name, value in TIMINGS[timing].items():
+        monkeypatch.setenv(name, value)
     space = """\
 trainer: sft
 fixed: {use_peft: false, max_length: 64, precision: fp32, per_device_train_batch_size: 8}
@@ -119,5 +107,9 @@ params:
     assert good["status"] == Status.OK and good["learned"] and good["steps_run"] == 40
     assert behind["status"] == Status.PRUNED, behind
     rung = execution.Halving(40).grace
-    assert behind["stopped_at_step"] == behind["steps_run"] == rung and f"step {rung} of 40" in behind["reason"]
+    assert behind["stopped_at_step"] == behind["steps_run"] == rung, behind  # judged at the rung itself
+    assert f"stopped by successive halving at step {rung} of 40" in behind["reason"]
     assert finished.outcome.recommended["number"] == good["number"]
+    # its MLflow run is closed with the verdict (KILLED: stopped by the search, not failed)
+    (run,) = [r for r in runs_of(finished, "trial") if r.data.params.get("learning_rate") == "1e-07"]
+    assert run.info.status == "KILLED" and run.data.tags.get("tuner.status") == Status.PRUNED

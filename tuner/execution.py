@@ -95,15 +95,15 @@ def pruned_result(live: dict[str, Any], max_steps: int) -> dict[str, Any]:
     speed, progress = figures.get("tokens_per_second"), figures.get("progress")
     measured = (f"progress {progress:+.3f} x {speed:.0f} tokens/s" if speed and progress is not None
                 else "not yet measured")
-    reason = (f"{PRUNED_REASON} at step {step} of {max_steps} (ASHA: the top 1/{HALVING_RATE} of the trials "
-              f"that reach a rung go on): its learning speed so far ({measured}) was behind")
+    reason = (f"{PRUNED_REASON} at step {step} of {max_steps}: its learning speed so far ({measured}) was below "
+              f"the top 1/{HALVING_RATE} of the trials that reached that step (Ray Tune's ASHA)")
     return TrialResult(status=Status.PRUNED, reason=reason, stopped_at_step=step,
                        **{k: v for k, v in figures.items() if k != "steps_run"},
                        steps_run=int(figures.get("steps_run") or step)).summary()
 
 
 HALVING_RATE = 3  # successive halving keeps the top 1/3 of trials at each rung
-PRUNED_REASON = "behind the leaders at a successive-halving rung"
+PRUNED_REASON = "stopped by successive halving"  # the reason's start: what the summary groups trials by
 MIN_GRACE_STEPS = MIN_STEPS  # the first rung: no earlier than a learning trend can be measured
 
 
