@@ -12,8 +12,10 @@ warm-up, the learning test), on the shipped space of the trainer less the precis
   so "the best stable tokens/s" of the space is the best of these trials, and a pick's speed is the one
   measured here for its combination (bench/headline.py), all measured in one block under one load. The
   fastest stable combinations (``contenders``: the ``REMEASURE`` fastest, and any other whose reading is within
-  the noise of the best) are run twice more (seeds 1 and 2) and keep the mean of their three tokens/s: the best
+  the noise of the best) are run twice more (seeds 1 and 2) and keep the median of their three tokens/s: the best
   of 100+ single noisy readings is otherwise mostly the luckiest one, a bar no pick could be held to within 5%.
+  The median, not the mean: on a shared machine whatever else runs pulls a reading down, and one such reading
+  (22082 tokens/s beside 34584 and 31487) had moved the mean of the fastest combination 5% down.
 - ``random``: configs drawn by Optuna's RandomSampler from the whole space: the measured outcomes (status,
   tokens/s, learning) that the sampler-efficiency lookup answers from (bench/efficiency.py).
 
@@ -29,6 +31,7 @@ import json
 import math
 import os
 import random
+import statistics
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -43,7 +46,7 @@ SPEED_KNOBS = ("precision", "per_device_train_batch_size", "gradient_accumulatio
                "activation_checkpointing", "use_peft", "beta")
 REMEASURE = 8  # the fastest stable speed-reference combinations, run twice more
 # ... and every other one whose single reading is at least this share of the best reading: on a shared 2-core CPU one
-# reading lay between 0.76x and 1.20x of its combination's mean (bench/RESULTS.md), so a combination as fast as
+# reading lay between 0.76x and 1.20x of its combination's median (bench/RESULTS.md), so a combination as fast as
 # the best can read 0.63x of the best's reading. Re-measuring only the 8 fastest once left the fastest combination
 # of the reward space at one unlucky reading (0.73x of the best) and judged every pick of it "not within 5%".
 NOISE_BAND = 0.6
@@ -163,8 +166,8 @@ def contenders(records: list[dict[str, Any]], top: int = REMEASURE,
 
 
 def remeasure(trainer: str, records: list[dict[str, Any]], max_steps: int, seed: int) -> None:
-    """The ``contenders`` run on 2 more seeds; each keeps the mean tokens/s of its 3 runs (``tokens_per_second_runs``
-    holds them). A re-run that is not ok keeps its reading out of the mean."""
+    """The ``contenders`` run on 2 more seeds; each keeps the median tokens/s of its 3 runs
+    (``tokens_per_second_runs`` holds them). A re-run that is not ok keeps its reading out of the median."""
     fastest = contenders(records)
     again = []
     for offset in (1, 2):  # one seed at a time: the two runs of a config never run side by side
@@ -173,7 +176,7 @@ def remeasure(trainer: str, records: list[dict[str, Any]], max_steps: int, seed:
         runs = [record["tokens_per_second"]] + [a["tokens_per_second"] for a in (again[i], again[len(fastest) + i])
                                                  if a["status"] == "ok" and a.get("tokens_per_second")]
         record["tokens_per_second_runs"] = runs
-        record["tokens_per_second"] = sum(runs) / len(runs)
+        record["tokens_per_second"] = statistics.median(runs)
 
 
 def run_reference(trainer: str, kind: str, max_steps: int, seed: int = 0, trials: int = 0,

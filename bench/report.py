@@ -460,7 +460,7 @@ def _references(results: dict[str, Any], trainers: list[str]) -> list[str]:
                + ")" if best else "; nothing stable")
             + (f". The {len(spreads)} fastest combinations (every one whose first reading was at least {NOISE_BAND}x the"
                f" best's, at least {REMEASURE}), each run on 3 seeds: a single reading lay between"
-               f" {min(a for a, _ in spreads):.2f}x and {max(b for _, b in spreads):.2f}x of its combination's mean"
+               f" {min(a for a, _ in spreads):.2f}x and {max(b for _, b in spreads):.2f}x of its combination's median"
                " (the load of a shared 2-core machine), against a 5% bar" if spreads else ""))
     lines += [
         "",
