@@ -43,11 +43,10 @@ def one_search(mode: str, trainer: str, trials: int, max_steps: int, seed: int) 
                    cwd=Path(__file__).resolve().parent.parent)
     run = json.loads(out.read_text())
     share = slot_share(run)
-    busy = (1 - share["share"]) * run["search_wall_seconds"] * run["concurrency"]  # trial process seconds
     return {"mode": mode, "seed": seed, "max_steps": max_steps, "search_wall_seconds": run["search_wall_seconds"],
             "seconds": run["seconds"], "concurrency": run["concurrency"], "slot_share_outside": share["share"],
             # the same over the whole call, prepare included: what the user waits for
-            "slot_share_outside_with_prepare": 1 - busy / (run["seconds"] * run["concurrency"]),
+            "slot_share_outside_with_prepare": 1 - share["inside"] / (run["seconds"] * run["concurrency"]),
             "trials": len(run["records"]), "confirmations": len(run.get("confirmations", [])),
             "recommended": (run.get("recommended") or {}).get("number")}
 

@@ -136,11 +136,14 @@ def _follow(process, tail: "MetricsTail", on_rows, poll: float, deadline: float 
     while process.is_alive():
         wait = poll if deadline is None else min(poll, deadline - time.perf_counter())
         if wait <= 0:
-            return
+            break
         process.join(wait)
         rows = tail.read()
         if rows:
             on_rows(rows)
+    rows = tail.read()  # also when it had ended before the first look
+    if rows:
+        on_rows(rows)
 
 
 class MetricsTail:
