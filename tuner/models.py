@@ -185,8 +185,9 @@ def _ask_hub(repo_id: str, repo_type: str) -> str | None:
 
 def tiny_model_dir() -> Path:
     """The tiny model's folder, built on first use: $TUNER_CACHE_DIR/tiny-qwen2-v1 (default ~/.cache/tuner)."""
-    cache = os.environ.get("TUNER_CACHE_DIR") or Path.home() / ".cache" / "tuner"
-    return build_tiny_model(Path(cache).expanduser() / TINY_MODEL_VERSION)
+    from tuner.cache import cache_dir
+
+    return build_tiny_model(cache_dir() / TINY_MODEL_VERSION)
 
 
 def build_tiny_model(path: str | os.PathLike) -> Path:

@@ -24,6 +24,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from tuner import empty_store
 from tuner.errors import TunerError
 from tuner.records import Status, TrialRecord, is_ok, new_record
 
@@ -96,6 +97,8 @@ def client(uri: str):
     import mlflow
     from mlflow.tracking import MlflowClient
 
+    if uri.startswith("sqlite:///"):
+        empty_store.seed(uri.removeprefix("sqlite:///"))  # a new store: a copy of an empty one, not migrations
     mlflow.set_tracking_uri(uri)
     return MlflowClient(tracking_uri=uri)
 
