@@ -57,6 +57,7 @@ def test_trials_are_the_launchers_children_and_die_alone(launcher, tmp_path, mon
     crashed = run_trial_isolated(TrialSpec(**SPEC), tmp_path / "crash", timeout=300)
     assert crashed.status == "crashed" and "SIGFPE" in crashed.reason, crashed.reason
     assert [row["step"] for row in crashed.history] == [1]
+    assert crashed.output.splitlines()[-1] == "injected sigfpe at step 2", crashed.output
     monkeypatch.setenv(FAULT_ENV, "slow@1")  # 0.25 s more per step: rows are seen while it runs, on any machine
     assert launcher.poll() is None  # the launcher lived through its child's death
     forked: set[int] = set()  # the launcher's children while the trial ran: the trial's process

@@ -271,9 +271,17 @@ FAULTS = [("sigfpe", "crashed", "SIGFPE"), ("oom", "oom", "out of memory")]
 def test_trial_dying_inside_a_search_is_recorded_and_the_search_goes_on(kind, status, in_reason, space_file,
                                                                       tmp_path, spawn):
     store, trials, faulty = tmp_path / "S", 3, LEARNING_RATES[1]
+    # the search's temporary folder (each trial's working folder, Ray's session): short, for Ray's socket paths
+    scratch = Path(tempfile.mkdtemp(prefix="t", dir="/tmp"))
     # TUNER_FAULT_WHEN picks one trial: its process dies at the end of step 2, the other two run normally
-    code, out = spawn.run(search_args(space_file, store, "faults", trials, 3), "search",
-                          env={"TUNER_FAULT": f"{kind}@2", "TUNER_FAULT_WHEN": f"learning_rate={faulty}"})
+    try:
+        code, out = spawn.run(search_args(space_file, store, "faults", trials, 3), "search",
+                              env={"TUNER_FAULT": f"{kind}@2", "TUNER_FAULT_WHEN": f"learning_rate={faulty}",
+                                   "TMPDIR": str(scratch)})
+        left = sorted(p.name for p in scratch.glob("tuner-trial-*"))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    assert not left, left  # every trial's working folder went with it, the dead one's too
     assert code == expected_exit_code(load_search(local_uri(store), "faults")[1]), out[-4000:]
     client = mlflow_client(local_uri(store))
     parents, runs = runs_of(client, "faults")
@@ -287,6 +295,13 @@ def test_trial_dying_inside_a_search_is_recorded_and_the_search_goes_on(kind, st
     assert dead.data.tags["tuner.stopped_at_step"] in ("1", "2"), dead.data.tags
     # the step before the death reached the store; the dying step was never logged
     assert [m.step for m in client.get_metric_history(dead.info.run_id, "loss")] == [1]
+    logs = {run.info.run_id: [a.path for a in client.list_artifacts(run.info.run_id)] for run in runs}
+    if status == "crashed":  # a dead process's last words are kept with its trial, and only there
+        with tempfile.TemporaryDirectory(prefix="reliability-") as folder:
+            output = Path(client.download_artifacts(dead.info.run_id, "process.log", folder)).read_text()
+        assert output.splitlines()[-1] == f"injected {kind} at step 2", output
+    assert [run_id for run_id, paths in logs.items() if "process.log" in paths] == (
+        [dead.info.run_id] if status == "crashed" else []), logs
     for run in by_rate.values():  # the trials beside it are untouched
         assert run.data.tags["tuner.status"] == "ok", run.data.tags
         assert int(run.data.metrics["trial/steps_run"]) == 3

@@ -91,6 +91,7 @@ def test_isolated_trial_survives_its_process_dying(fault, via_env, status, in_re
     assert in_reason in result.reason
     if fault is None:
         assert [row["step"] for row in result.history] == [1, 2, 3, 4]
+        assert result.output == ""  # only a dead process's output is kept
         return
     # The steps before the crash reached metrics.jsonl and are kept; the dying step's row never did.
     assert [row["step"] for row in result.history] == [1]
@@ -98,6 +99,8 @@ def test_isolated_trial_survives_its_process_dying(fault, via_env, status, in_re
     if status == "crashed":
         assert result.guard_signal == "process_died"
         assert result.stopped_at_step == 1
+        # the last thing the process wrote to its stderr before the signal
+        assert result.output.splitlines()[-1] == f"injected {fault.split('@')[0]} at step 2", result.output
 
 
 # -- trial configs -----------------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import os
+import shutil
 import signal
 import tempfile
 import threading
@@ -80,12 +81,15 @@ def _trainable(config: dict[str, Any]) -> None:
                          "number": config["number"], "first": first, "rows": batch,
                          "step": batch[-1].get("step")})
 
-    result = run_trial_isolated(spec, workdir, timeout=config["timeout"], on_rows=live)
+    try:
+        result = run_trial_isolated(spec, workdir, timeout=config["timeout"], on_rows=live)
+    finally:  # all it holds is in the result now (its rows, a dead process's last output): nothing left behind
+        shutil.rmtree(workdir, ignore_errors=True)
     node = ray.get_runtime_context().get_node_id()
     summary = result.summary()
     # Ray Tune requires the searcher's metric in every result
     tune.report({**summary, SEARCH_METRIC: objective(summary), SO_FAR: speed_so_far(summary), "step": result.steps_run,
-                 "history": result.history, "node_id": node, "number": config["number"]})
+                 "history": result.history, "output": result.output, "node_id": node, "number": config["number"]})
 
 
 def pruned_result(live: dict[str, Any], max_steps: int) -> dict[str, Any]:
@@ -214,12 +218,13 @@ class DriverCallback(Callback):
         if "status" not in result:
             result.update(TrialResult.crashed("the trial reported no result").summary())
         history = result.pop("history", []) or []
+        output = result.pop("output", "") or ""
         record = new_record(result, number=job["number"], params=spec["params"], max_steps=spec["max_steps"],
                             seed=spec["seed"], node_id=result.get("node_id"), **job.get("extra", {}))
         state = self.running.pop(trial.trial_id, None) or self._open(trial)
         self.running.pop(trial.trial_id, None)
         self.tracker.finish_trial(state["key"], spec, {k: record[k] for k in SUMMARY_FIELDS}, history,
-                                  streamed=state["streamed"])
+                                  streamed=state["streamed"], output=output)
         record["run_id"] = state["run_id"] or self.tracker.run_id_of(state["key"])
         (self.confirmations if "confirms" in record else self.records).append(record)
         self.progress.finished(record, trial.trial_id)

@@ -56,6 +56,7 @@ class TrialResult:
     guard_signal: str | None = None
     device: str | None = None  # "cpu" or "cuda": the export sets use_cpu from it
     history: list[dict[str, Any]] = field(default_factory=list)
+    output: str = ""  # the end of what the trial's process printed, when it died: MLflow keeps it as process.log
 
     def __post_init__(self):
         self.status = Status(self.status)  # "ok" read back from result.json is Status.OK
@@ -66,12 +67,14 @@ class TrialResult:
         return cls(status=Status.CRASHED, reason=reason, stopped_at_step=stopped_at_step, **measured)
 
     def summary(self) -> dict[str, Any]:
-        """Every field but the per-step history (which goes to MLflow as metrics)."""
-        return {k: v for k, v in dataclasses.asdict(self).items() if k != "history"}
+        """Every field but the per-step history (which goes to MLflow as metrics) and the process's output
+        (which goes to MLflow as a file)."""
+        return {k: v for k, v in dataclasses.asdict(self).items() if k not in _NOT_SUMMARY}
 
 
-# Every field of a trial's result but its per-step history.
-SUMMARY_FIELDS = tuple(f.name for f in dataclasses.fields(TrialResult) if f.name != "history")
+_NOT_SUMMARY = ("history", "output")
+# Every field of a trial's result but its per-step history and its process's output.
+SUMMARY_FIELDS = tuple(f.name for f in dataclasses.fields(TrialResult) if f.name not in _NOT_SUMMARY)
 
 
 class TrialRecord(TypedDict, total=False):

@@ -31,6 +31,7 @@ from tuner.records import Status, TrialRecord, is_ok, new_record
 DEFAULT_STORE = Path("mlflow")  # relative to where tuner runs, like ./mlruns for plain MLflow
 SEARCH_TAG = "tuner.kind"  # "search" on parent runs, "trial" on nested runs
 TRIAL_KEY_TAG = "tuner.trial_key"  # the driver's key of a trial run: kept writes find their run by it
+LOG_ARTIFACT = "process.log"  # a trial run's file: the end of what its process printed, when it died
 RUNNING_STATUS = "running"  # the tuner.status tag of a trial run until its verdict is written
 RETRY_AFTER_S = 10.0  # while the server is away, writes go straight to the spool; it is tried again after this
 
@@ -274,12 +275,13 @@ class SearchTracker:
             self._send("steps", {"key": key, "rows": rows})
 
     def finish_trial(self, key: str, spec: dict[str, Any], summary: dict[str, Any], history: list[dict[str, Any]],
-                     streamed: int = 0) -> None:
+                     streamed: int = 0, output: str = "") -> None:
         """The trial's verdict: ``history`` is its whole per-step history (kept whole in result.json), of which
-        the first ``streamed`` rows went out with log_steps already; then FINISHED or FAILED."""
+        the first ``streamed`` rows went out with log_steps already; ``output``, the end of what its process
+        printed when it died (process.log); then FINISHED or FAILED."""
         self.open_trials.discard(key)
         self._send("trial_end", {"key": key, "spec": spec, "summary": summary, "history": history,
-                                 "streamed": streamed})
+                                 "streamed": streamed, "output": output})
 
     def run_id_of(self, key: str) -> str | None:
         """The run id of a started trial, once its run exists (None while its creation is kept on disk)."""
@@ -421,7 +423,7 @@ class SearchTracker:
             self.client.set_tag(run_id, k, v)
 
     def _apply_trial_end(self, key: str, spec: dict[str, Any], summary: dict[str, Any],
-                         history: list[dict[str, Any]], streamed: int) -> str:
+                         history: list[dict[str, Any]], streamed: int, output: str = "") -> str:
         from mlflow.entities import Metric, RunTag
 
         run_id = self._run_of(key)
@@ -436,6 +438,8 @@ class SearchTracker:
         self.client.log_batch(run_id, tags=[RunTag(k, v) for k, v in verdict.items()])
         self.client.log_dict(run_id, spec, "trial.yaml")
         self.client.log_dict(run_id, {**summary, "history": history}, "result.json")
+        if output:
+            self.client.log_text(run_id, output, LOG_ARTIFACT)
         # MLflow's KILLED for a trial the search stopped because it could not win: not a failure of the config
         ended = "FINISHED" if is_ok(summary) else "KILLED" if summary.get("status") == Status.PRUNED else "FAILED"
         self.client.set_terminated(run_id, ended)

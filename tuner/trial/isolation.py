@@ -10,14 +10,17 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sys
 import time
 from pathlib import Path
 from typing import Any, Callable
 
 from tuner.errors import describe_exception
 from tuner.records import TrialResult
+from tuner.trial.launcher import LOG_NAME
 from tuner.trial.run import run_trial
 from tuner.trial.spec import TrialSpec
+
 
 def _tuner_environment() -> dict[str, str]:
     return {key: value for key, value in os.environ.items() if key.startswith("TUNER_")}
@@ -31,6 +34,7 @@ def _child(spec_dict: dict, workdir: str, environment: dict[str, str] | None = N
         for key in [key for key in os.environ if key.startswith("TUNER_") and key not in environment]:
             del os.environ[key]
         os.environ.update(environment)
+        _output_to(Path(workdir) / LOG_NAME)  # as the launcher's children do: a crash's last words are kept
     started = time.perf_counter()
     try:
         spec = TrialSpec(**spec_dict)
@@ -39,6 +43,34 @@ def _child(spec_dict: dict, workdir: str, environment: dict[str, str] | None = N
         result = TrialResult.crashed(describe_exception(error),
                              wall_seconds=time.perf_counter() - started)
     (Path(workdir) / "result.json").write_text(json.dumps(result.summary(), allow_nan=True))
+
+
+def _output_to(log: Path) -> None:
+    """This process's stdout and stderr (its C libraries' too: file descriptors 1 and 2) appended to ``log``."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+
+
+# What is kept of a dead process's output: its last lines, enough for a traceback or a CUDA error's context.
+OUTPUT_TAIL_LINES = 60
+OUTPUT_TAIL_CHARS = 8000
+
+
+def output_tail(log: Path) -> str:
+    """The end of a trial process's output (``LOG_NAME`` in its workdir): its last lines, "" when it printed none."""
+    try:
+        with log.open("rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 4 * OUTPUT_TAIL_CHARS))
+            data = f.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(data.splitlines()[-OUTPUT_TAIL_LINES:])[-OUTPUT_TAIL_CHARS:]
 
 
 _context = None
@@ -90,7 +122,7 @@ def run_trial_isolated(spec: TrialSpec, workdir: str | os.PathLike, timeout: flo
     workdir.mkdir(parents=True, exist_ok=True)
     metrics_path = workdir / "metrics.jsonl"
     result_path = workdir / "result.json"
-    for stale in (metrics_path, result_path):
+    for stale in (metrics_path, result_path, workdir / LOG_NAME):
         stale.unlink(missing_ok=True)
     started = time.perf_counter()
     process = _start(spec.to_dict(), str(workdir))
@@ -126,6 +158,7 @@ def run_trial_isolated(spec: TrialSpec, workdir: str | os.PathLike, timeout: flo
             result.reason += "; the kernel's out-of-memory killer sends this"
     else:
         result.reason = f"process exited with code {process.exitcode} before reporting a result"
+    result.output = output_tail(workdir / LOG_NAME)  # its last words: MLflow keeps them with the trial (process.log)
     result.guard_signal = "process_died"
     return result
 
