@@ -69,3 +69,11 @@ def test_without_a_usable_cache_mlflow_creates_the_store_itself(tmp_path, monkey
     assert not empty_store.seed(database)
     assert not database.exists()
     assert _use(database, database.parent) == [1.5]
+
+
+def test_a_store_folder_that_cannot_be_made_is_left_to_mlflow(tmp_path, monkeypatch):
+    monkeypatch.setenv("TUNER_CACHE_DIR", str(tmp_path / "cache"))
+    (tmp_path / "a-file").write_text("not a folder")
+    assert not empty_store.seed(tmp_path / "a-file" / "mlflow.db")  # no exception: MLflow reports it as before
+    assert empty_store.template_path().is_file()
+    assert not list(tmp_path.glob("**/.mlflow.db.*"))  # no scratch copy left behind

@@ -39,8 +39,11 @@ def seed(database: str | os.PathLike) -> bool:
     template = _template()
     if template is None:
         return False
-    database.parent.mkdir(parents=True, exist_ok=True)
-    return _place(template.read_bytes(), database)
+    try:
+        database.parent.mkdir(parents=True, exist_ok=True)
+        return _place(template.read_bytes(), database)
+    except OSError:  # a folder that cannot be written: MLflow meets it as it would have, and says so
+        return False
 
 
 def _template() -> Path | None:
@@ -82,7 +85,7 @@ def _place(content: bytes, database: Path) -> bool:
             out.write(content)
         os.link(scratch, database)  # fails if it exists: the first one stays
         return True
-    except OSError:
+    except FileExistsError:
         return False
     finally:
         os.unlink(scratch)
