@@ -79,6 +79,7 @@ def test_kill_and_a_vanished_asker_end_the_trial(launcher, tmp_path, monkeypatch
     process.kill()
     process.join(30)
     assert process.exitcode == -signal.SIGKILL and process.pid not in descendants(launcher.pid)
+    assert (tmp_path / "a" / "metrics.jsonl").exists()  # killed on its asker's word: the asker reads its folder
 
     # A Ray worker that dies (here: a process that asks, then is killed) takes its trial with it.
     asker = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
@@ -94,6 +95,7 @@ def test_kill_and_a_vanished_asker_end_the_trial(launcher, tmp_path, monkeypatch
         asker.kill()
         asker.wait()
         wait_for(lambda: child not in descendants(launcher.pid), "the orphaned trial to be killed", timeout=30)
+        wait_for(lambda: not (tmp_path / "b").exists(), "the orphaned trial's folder to go", timeout=30)
     finally:
         asker.kill()
 
@@ -107,7 +109,7 @@ def test_the_launcher_goes_with_the_driver_and_takes_its_trials(tiny_model, tmp_
         from tuner.trial import launcher
         from tuner.trial.launcher import LaunchedProcess
         process = launcher.start()
-        trial = LaunchedProcess.start_or_none({ {**SPEC, "max_steps": 400}!r}, {str(tmp_path)!r})
+        trial = LaunchedProcess.start_or_none({ {**SPEC, "max_steps": 400}!r}, {str(tmp_path / "t")!r})
         print(process.pid, trial.pid, flush=True)
         time.sleep(600)
     """)], stdout=subprocess.PIPE, text=True)
@@ -116,8 +118,10 @@ def test_the_launcher_goes_with_the_driver_and_takes_its_trials(tiny_model, tmp_
         assert psutil.pid_exists(served) and psutil.pid_exists(trial)
         driver.kill()
         driver.wait()
+        wait_for(lambda: (tmp_path / "t").is_dir(), "the trial's folder", timeout=60)
         wait_for(lambda: not psutil.pid_exists(served) and not psutil.pid_exists(trial), "the launcher and its trial "
                  "to go", timeout=60)
+        assert not (tmp_path / "t").exists()  # and the trial's folder: the search it belonged to is gone
     finally:
         driver.kill()
 

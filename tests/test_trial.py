@@ -7,6 +7,7 @@ import math
 import os
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
@@ -233,13 +234,15 @@ def test_throughput_without_token_counts_still_gives_samples():
 
 
 @pytest.mark.slow
-def test_grpo_sampling_from_nan_weights_is_divergence_not_a_crash(tiny_model):
+def test_grpo_sampling_from_nan_weights_is_divergence_not_a_crash(tiny_model, tmp_path, monkeypatch):
     # The "nan" fault poisons the weights after step 2 (a real divergence); GRPO then samples from NaN
     # probabilities inside step 3 and torch raises before any loss is logged.
     spec = TrialSpec(trainer="grpo", max_steps=5, fault="nan@2",  # 5 steps: enough to pass the fault
                      params={"precision": "fp32", "learning_rate": 1e-3, "per_device_train_batch_size": 4,
                              "num_generations": 4, "max_completion_length": 8})
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where a trial without a workdir makes its own
     result = run_trial(spec)
+    assert not list(tmp_path.glob("tuner-trial-*"))  # its own output folder went with it
     assert result.status == "diverged", result.reason
     assert result.stopped_at_step == 3
     assert result.history[-1]["step"] <= 3

@@ -11,6 +11,7 @@ import contextlib
 import json
 import os
 import select
+import shutil
 import signal
 import socket
 import sys
@@ -68,6 +69,8 @@ def serve(path: str) -> None:
     signal.signal(signal.SIGCHLD, lambda *_: None)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # killed politely: its trials go first (finally, below)
     children: dict[int, socket.socket] = {}  # child pid -> the worker's connection
+    workdirs: dict[int, str] = {}  # child pid -> its trial's folder
+    orphans: set[int] = set()  # children whose asker is gone: nobody else will read or remove their folders
     stdin = sys.stdin.fileno()
     try:
         while True:
@@ -79,23 +82,37 @@ def serve(path: str) -> None:
                 os.read(wake_r, 4096)
             if listener in ready:
                 conn, _ = listener.accept()
-                _fork(conn, children, {listener.fileno(), wake_r, wake_w,
-                                       *[c.fileno() for c in children.values()]})
+                _fork(conn, children, workdirs, {listener.fileno(), wake_r, wake_w,
+                                                 *[c.fileno() for c in children.values()]})
             for fd, pid in conns.items():
                 if fd in ready and pid in children:  # "kill", or the worker's end closed: the trial goes
+                    if _closed(children[pid]):
+                        orphans.add(pid)
                     with contextlib.suppress(OSError):
                         os.kill(pid, signal.SIGKILL)
-            _reap(children)
+            _reap(children, workdirs, orphans)
     finally:
+        orphans.update(children)  # the search ended or its driver died: the trials still running go, folders too
         for pid in children:
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
-        _reap(children, block=True)
+        _reap(children, workdirs, orphans, block=True)
         listener.close()
         Path(path).unlink(missing_ok=True)
 
 
-def _fork(conn: socket.socket, children: dict[int, socket.socket], close_fds: set[int]) -> None:
+def _closed(conn: socket.socket) -> bool:
+    """Whether the worker closed its end (it died, or Ray killed it), rather than asked for a kill."""
+    try:
+        return conn.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
+
+
+def _fork(conn: socket.socket, children: dict[int, socket.socket], workdirs: dict[int, str],
+          close_fds: set[int]) -> None:
     try:
         conn.settimeout(30)
         data = b""
@@ -118,9 +135,11 @@ def _fork(conn: socket.socket, children: dict[int, socket.socket], close_fds: se
         with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGKILL)
     children[pid] = conn
+    workdirs[pid] = str(request["workdir"])
 
 
-def _reap(children: dict[int, socket.socket], block: bool = False) -> None:
+def _reap(children: dict[int, socket.socket], workdirs: dict[int, str], orphans: set[int],
+          block: bool = False) -> None:
     while children:
         try:
             pid, status = os.waitpid(-1, 0 if block else os.WNOHANG)
@@ -128,6 +147,10 @@ def _reap(children: dict[int, socket.socket], block: bool = False) -> None:
             return
         if pid == 0:
             return
+        workdir = workdirs.pop(pid, None)
+        if pid in orphans and workdir:
+            orphans.discard(pid)
+            shutil.rmtree(workdir, ignore_errors=True)
         conn = children.pop(pid, None)
         if conn is not None:
             with contextlib.suppress(OSError):

@@ -10,6 +10,7 @@ Bad configs come back as ``invalid``, exceptions as ``crashed``/``oom``; only a 
 from __future__ import annotations
 
 import os
+import tempfile
 import time
 from pathlib import Path
 
@@ -25,9 +26,15 @@ _NON_FINITE_SAMPLING = "probability tensor contains either `inf`, `nan` or eleme
 
 def run_trial(spec: TrialSpec, workdir: str | os.PathLike | None = None, metrics_path=None) -> TrialResult:
     """Train one trial in this process and classify it. Bad configs come back as ``invalid``,
-    exceptions as ``crashed``/``oom``; only a dying process escapes (see run_trial_isolated)."""
-    import tempfile
+    exceptions as ``crashed``/``oom``; only a dying process escapes (see run_trial_isolated).
+    Without ``workdir``, TRL's output folder is a temporary one, removed when the trial ends."""
+    if workdir is not None:
+        return _run_in(spec, Path(workdir), metrics_path)
+    with tempfile.TemporaryDirectory(prefix="tuner-trial-", ignore_cleanup_errors=True) as scratch:
+        return _run_in(spec, Path(scratch), metrics_path)
 
+
+def _run_in(spec: TrialSpec, workdir: Path, metrics_path) -> TrialResult:
     from tuner import data, models, rewards, trainers
     from tuner import precision as precisions
     from tuner.monitor import StepMonitor
@@ -35,7 +42,6 @@ def run_trial(spec: TrialSpec, workdir: str | os.PathLike | None = None, metrics
     started = time.perf_counter()
     try:
         quiet_libraries()
-        workdir = Path(workdir or tempfile.mkdtemp(prefix="tuner-trial-"))
         workdir.mkdir(parents=True, exist_ok=True)
         model_path = models.resolve_model(spec.model)
         tiny = models.is_tiny(model_path)
