@@ -116,9 +116,10 @@ def test_the_launcher_goes_with_the_driver_and_takes_its_trials(tiny_model, tmp_
     try:
         served, trial = map(int, driver.stdout.readline().split())
         assert psutil.pid_exists(served) and psutil.pid_exists(trial)
+        # the trial's child makes its folder just after it is forked: wait for it, and only then kill the driver
+        wait_for(lambda: (tmp_path / "t" / node_launcher.LOG_NAME).exists(), "the trial's folder", timeout=60)
         driver.kill()
         driver.wait()
-        wait_for(lambda: (tmp_path / "t").is_dir(), "the trial's folder", timeout=60)
         wait_for(lambda: not psutil.pid_exists(served) and not psutil.pid_exists(trial), "the launcher and its trial "
                  "to go", timeout=60)
         assert not (tmp_path / "t").exists()  # and the trial's folder: the search it belonged to is gone
