@@ -56,8 +56,8 @@ def test_an_existing_store_is_never_replaced(tmp_path, monkeypatch):
     assert not empty_store.seed(database)
     assert database.read_bytes() == before
     assert _use(database, database.parent) == [1.5]  # the run already there is still there beside a new one
-    assert len(tracking.client(f"sqlite:///{database}").search_runs(
-        [tracking.client(f"sqlite:///{database}").get_experiment_by_name("e").experiment_id])) == 2
+    client = tracking.client(f"sqlite:///{database}")
+    assert len(client.search_runs([client.get_experiment_by_name("e").experiment_id])) == 2
 
 
 @pytest.mark.parametrize("cache", ["a-file", "missing-parent-is-a-file/x"])

@@ -16,7 +16,7 @@ import signal
 import socket
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from tuner.trial.launcher import LOG_NAME
 
@@ -57,6 +57,11 @@ def _child(conn: socket.socket, request: dict[str, Any], close_fds: set[int]) ->
         os._exit(code)
 
 
+class Child(NamedTuple):
+    conn: socket.socket  # the Ray worker's connection that asked for it
+    workdir: str  # its trial's folder
+
+
 def serve(path: str) -> None:
     listener = socket.socket(socket.AF_UNIX)
     listener.bind(path)
@@ -68,13 +73,12 @@ def serve(path: str) -> None:
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # killed politely: its trials go first (finally, below)
-    children: dict[int, socket.socket] = {}  # child pid -> the worker's connection
-    workdirs: dict[int, str] = {}  # child pid -> its trial's folder
+    children: dict[int, Child] = {}  # child pid -> the worker's connection and the trial's folder
     orphans: set[int] = set()  # children whose asker is gone: nobody else will read or remove their folders
     stdin = sys.stdin.fileno()
     try:
         while True:
-            conns = {conn.fileno(): pid for pid, conn in children.items()}
+            conns = {child.conn.fileno(): pid for pid, child in children.items()}
             ready, _, _ = select.select([listener, wake_r, stdin, *conns], [], [], 5.0)
             if stdin in ready and not os.read(stdin, 4096):
                 return  # the driver stopped us, or died
@@ -82,21 +86,20 @@ def serve(path: str) -> None:
                 os.read(wake_r, 4096)
             if listener in ready:
                 conn, _ = listener.accept()
-                _fork(conn, children, workdirs, {listener.fileno(), wake_r, wake_w,
-                                                 *[c.fileno() for c in children.values()]})
+                _fork(conn, children, {listener.fileno(), wake_r, wake_w, *conns})
             for fd, pid in conns.items():
                 if fd in ready and pid in children:  # "kill", or the worker's end closed: the trial goes
-                    if _closed(children[pid]):
+                    if _closed(children[pid].conn):
                         orphans.add(pid)
                     with contextlib.suppress(OSError):
                         os.kill(pid, signal.SIGKILL)
-            _reap(children, workdirs, orphans)
+            _reap(children, orphans)
     finally:
         orphans.update(children)  # the search ended or its driver died: the trials still running go, folders too
         for pid in children:
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
-        _reap(children, workdirs, orphans, block=True)
+        _reap(children, orphans, block=True)
         listener.close()
         Path(path).unlink(missing_ok=True)
 
@@ -111,8 +114,7 @@ def _closed(conn: socket.socket) -> bool:
         return True
 
 
-def _fork(conn: socket.socket, children: dict[int, socket.socket], workdirs: dict[int, str],
-          close_fds: set[int]) -> None:
+def _fork(conn: socket.socket, children: dict[int, Child], close_fds: set[int]) -> None:
     try:
         conn.settimeout(30)
         data = b""
@@ -134,12 +136,10 @@ def _fork(conn: socket.socket, children: dict[int, socket.socket], workdirs: dic
     except OSError:
         with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGKILL)
-    children[pid] = conn
-    workdirs[pid] = str(request["workdir"])
+    children[pid] = Child(conn, str(request["workdir"]))
 
 
-def _reap(children: dict[int, socket.socket], workdirs: dict[int, str], orphans: set[int],
-          block: bool = False) -> None:
+def _reap(children: dict[int, Child], orphans: set[int], block: bool = False) -> None:
     while children:
         try:
             pid, status = os.waitpid(-1, 0 if block else os.WNOHANG)
@@ -147,15 +147,15 @@ def _reap(children: dict[int, socket.socket], workdirs: dict[int, str], orphans:
             return
         if pid == 0:
             return
-        workdir = workdirs.pop(pid, None)
-        if pid in orphans and workdir:
+        child = children.pop(pid, None)
+        if child is None:
+            continue
+        if pid in orphans:
             orphans.discard(pid)
-            shutil.rmtree(workdir, ignore_errors=True)
-        conn = children.pop(pid, None)
-        if conn is not None:
-            with contextlib.suppress(OSError):
-                conn.sendall(json.dumps({"exitcode": os.waitstatus_to_exitcode(status)}).encode() + b"\n")
-            conn.close()
+            shutil.rmtree(child.workdir, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            child.conn.sendall(json.dumps({"exitcode": os.waitstatus_to_exitcode(status)}).encode() + b"\n")
+        child.conn.close()
 
 
 if __name__ == "__main__":
