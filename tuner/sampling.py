@@ -228,7 +228,8 @@ def reconcile(study, recorded: dict[int, dict[str, Any]]) -> None:
 
     A trial logged but never told (the driver died in between) is told now. A trial in flight when the driver
     died, or told but never written, is marked FAIL and its params enqueued to run again, ahead of grid points
-    not yet started, so a grid cut short by --trials still covers the points it had begun.
+    not yet started, so a grid cut short by --trials still covers the points it had begun. A trial handed out
+    with no params yet (Ctrl-C or SIGTERM landed between ``study.ask()`` and the draw) never ran: marked FAIL only.
     """
     import optuna
 
@@ -240,7 +241,8 @@ def reconcile(study, recorded: dict[int, dict[str, Any]]) -> None:
         elif frozen.state == states.RUNNING or (frozen.state == states.COMPLETE and frozen.number not in recorded):
             if frozen.state == states.RUNNING:
                 study.tell(frozen.number, state=states.FAIL)
-            rerun.append(frozen.params)
+            if frozen.params:  # none: the driver died between study.ask() and drawing them; nothing ran
+                rerun.append(frozen.params)
         elif frozen.state == states.WAITING:
             waiting.append(frozen)
     for frozen in waiting:  # Optuna hands out waiting trials oldest first: re-queue them behind the re-runs
