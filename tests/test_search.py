@@ -396,22 +396,25 @@ def test_unstable_trials_are_told_as_complete_and_infeasible():
         {"status": "diverged", "stopped_at_step": 18, "max_steps": 20})
 
 
-def test_a_resume_re_runs_the_trials_in_flight_and_not_one_stopped_before_its_params_were_drawn():
+def test_a_resume_re_runs_the_trials_in_flight_even_before_their_params_were_drawn_if_enqueued():
     import optuna
 
     from tuner.sampling import reconcile
 
     space = parse_space({"trainer": "reward",
-                         "params": {"learning_rate": {"type": "categorical", "choices": [0.01, 0.1]}}})
-    study = optuna.create_study(sampler=make_sampler("random", 0, 2), direction="maximize")
-    done, in_flight, no_params = study.ask(), study.ask(), study.ask()  # the driver stopped right after the 3rd ask
-    params = {n: space.suggest(t) for n, t in ((0, done), (1, in_flight))}
+                         "params": {"learning_rate": {"type": "categorical", "choices": [0.01, 0.1, 1.0]}}})
+    study = optuna.create_study(sampler=make_sampler("random", 0, 3), direction="maximize")
+    study.enqueue_trial({"learning_rate": 1.0})  # a grid point
+    # The driver is stopped right after its 4th study.ask(), before that trial's params were drawn.
+    _, done, in_flight, undrawn = (study.ask() for _ in range(4))
+    params = {n: space.suggest(t) for n, t in ((1, done), (2, in_flight))}
     tell(study, done, {"status": "ok", "progress": 0.5, "learned": True, "tokens_per_second": 9.0, "max_steps": 4})
-    reconcile(study, {0: {"status": "ok"}})
+    reconcile(study, {1: {"status": "ok"}})
     states = optuna.trial.TrialState
-    assert [t.state for t in study.trials[:3]] == [states.COMPLETE, states.FAIL, states.FAIL]
+    assert [t.state for t in study.trials[:4]] == [states.FAIL, states.COMPLETE, states.FAIL, states.FAIL]
+    # the grid point and the drawn trial run again; the undrawn one never ran and is not re-queued as {}
     waiting = study.get_trials(deepcopy=False, states=(states.WAITING,))
-    assert [t.system_attrs["fixed_params"] for t in waiting] == [params[1]], (waiting, no_params.number)
+    assert [t.system_attrs["fixed_params"] for t in waiting] == [{"learning_rate": 1.0}, params[2]], undrawn.number
 
 
 def test_tpe_steers_away_from_unstable_trials_after_start_up():

@@ -228,8 +228,7 @@ def reconcile(study, recorded: dict[int, dict[str, Any]]) -> None:
 
     A trial logged but never told (the driver died in between) is told now. A trial in flight when the driver
     died, or told but never written, is marked FAIL and its params enqueued to run again, ahead of grid points
-    not yet started, so a grid cut short by --trials still covers the points it had begun. A trial handed out
-    with no params yet (Ctrl-C or SIGTERM landed between ``study.ask()`` and the draw) never ran: marked FAIL only.
+    not yet started, so a grid cut short by --trials still covers the points it had begun.
     """
     import optuna
 
@@ -241,8 +240,11 @@ def reconcile(study, recorded: dict[int, dict[str, Any]]) -> None:
         elif frozen.state == states.RUNNING or (frozen.state == states.COMPLETE and frozen.number not in recorded):
             if frozen.state == states.RUNNING:
                 study.tell(frozen.number, state=states.FAIL)
-            if frozen.params:  # none: the driver died between study.ask() and drawing them; nothing ran
-                rerun.append(frozen.params)
+            # No params yet: the driver died between study.ask() and the draw. An enqueued point (a grid's) is
+            # run again; a trial the sampler had not yet drawn never ran and is not.
+            params = frozen.params or frozen.system_attrs.get("fixed_params", {})
+            if params:
+                rerun.append(params)
         elif frozen.state == states.WAITING:
             waiting.append(frozen)
     for frozen in waiting:  # Optuna hands out waiting trials oldest first: re-queue them behind the re-runs
