@@ -5,7 +5,8 @@
 The latest unfinished search of the experiment is continued with the options it was started
 with. Trials with a nested MLflow run are kept and not re-run. Trials that were in flight
 (RUNNING in the Optuna study with no MLflow run) are marked FAIL in the study and their params
-are enqueued again, so the final count of recorded trials equals the count asked for.
+are enqueued again, so the final count of recorded trials equals the count asked for. A trial
+stopped before its params were drawn never ran: it is marked FAIL and not enqueued.
 """
 
 from __future__ import annotations
