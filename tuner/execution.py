@@ -30,7 +30,7 @@ from ray.tune import Callback
 from ray.tune.schedulers import ASHAScheduler, TrialScheduler
 from ray.tune.search import Searcher
 
-from tuner import diagnose, sampling, trainers
+from tuner import diagnose, interrupts, sampling, trainers
 from tuner.errors import TunerError
 from tuner.learning import MIN_STEPS
 from tuner.progress import Progress
@@ -255,9 +255,10 @@ class OptunaSearcher(Searcher):
         if self.stopped_because:
             return None if self.asked else Searcher.FINISHED
         if self.suggested < self.n_search:
-            trial, params = self.proposer.ask()
-            self.asked[trial_id] = (trial, params)
-            self.suggested += 1
+            with interrupts.deferred():  # the study never holds a trial handed out and not yet drawn
+                trial, params = self.proposer.ask()
+                self.asked[trial_id] = (trial, params)
+                self.suggested += 1
             spec = {**self.base_spec, "params": params}
             job = {"spec": spec, "number": trial.number, "timeout": self.timeout}
             too_big = self.fits(params) if self.fits else None
@@ -278,8 +279,9 @@ class OptunaSearcher(Searcher):
             result = TrialResult.crashed("Ray lost the trial's worker").summary()
         record = new_record(result, number=trial.number, params=params, max_steps=self.base_spec["max_steps"],
                             seed=self.base_spec["seed"])
-        self.proposer.tell(trial, record)
-        self.finished.append(record)
+        with interrupts.deferred():
+            self.proposer.tell(trial, record)
+            self.finished.append(record)
 
 
 _reaper = None  # the tuner.reaper of the local Ray this process started, if any

@@ -24,7 +24,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from tuner import empty_store
+from tuner import empty_store, interrupts
 from tuner.errors import TunerError
 from tuner.records import Status, TrialRecord, is_ok, new_record
 
@@ -211,15 +211,17 @@ class SearchTracker:
     def start(self, run_name: str, params: dict[str, Any], tags: dict[str, str]) -> str:
         from mlflow.entities import Param
 
-        run = self.client.create_run(self.experiment_id, run_name=run_name, tags={SEARCH_TAG: "search", **tags})
-        self.parent_id = run.info.run_id
-        self.client.log_batch(self.parent_id, params=[Param(k, _param_value(v)) for k, v in params.items()])
+        with interrupts.deferred():  # the search run is made whole, params and all, or not at all
+            run = self.client.create_run(self.experiment_id, run_name=run_name, tags={SEARCH_TAG: "search", **tags})
+            self.parent_id = run.info.run_id
+            self.client.log_batch(self.parent_id, params=[Param(k, _param_value(v)) for k, v in params.items()])
         return self.parent_id
 
     def attach(self, parent_id: str) -> None:
         """Continue an existing search run (``tuner search --resume``)."""
         self.parent_id = parent_id
-        self.client.update_run(parent_id, status="RUNNING")
+        with interrupts.deferred():
+            self.client.update_run(parent_id, status="RUNNING")
 
     def study_name(self) -> str:
         """The Optuna study of the search run (its tuner.study tag)."""
@@ -456,10 +458,12 @@ def _step_metrics(rows: list[dict[str, Any]]) -> list:
 
 
 def _retry_locked(write, attempts: int = 20):
-    """Two searches on one SQLite store take turns: retry a write that found the database locked."""
+    """Two searches on one SQLite store take turns: retry a write that found the database locked. Ctrl-C and
+    SIGTERM wait for each try to end (tuner.interrupts), not for the waits between tries."""
     for attempt in range(attempts):
         try:
-            return write()
+            with interrupts.deferred():
+                return write()
         except Exception as e:  # noqa: BLE001
             if "database is locked" not in str(e) or attempt == attempts - 1:
                 raise

@@ -1,0 +1,108 @@
+"""Ctrl-C and SIGTERM wait for a store write to end (tuner.interrupts): on the signal handlers themselves, and on
+a real MLflow SQLite store interrupted in the middle of SQLite's executemany, as a SIGTERM'd search once was."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import signal
+import sqlite3
+import time
+from pathlib import Path
+
+import pytest
+import sqlalchemy
+
+from tuner import interrupts, tracking
+
+
+def _raise_interrupt(signum, frame):  # tuner's CLI handler for SIGTERM
+    raise KeyboardInterrupt
+
+
+@pytest.fixture
+def sigterm_interrupts():
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    yield
+    signal.signal(signal.SIGTERM, previous)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_in_the_block_interrupts_when_the_block_ends(sig, sigterm_interrupts):
+    done = []
+    with pytest.raises(KeyboardInterrupt):  # SIGINT: Python's own default handler raises it
+        with interrupts.deferred():
+            signal.raise_signal(sig)
+            done.append("after the signal")
+    assert done == ["after the signal"]
+    assert signal.getsignal(signal.SIGTERM) is _raise_interrupt
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_nested_blocks_interrupt_once_at_the_outer_end(sigterm_interrupts):
+    done = []
+    with pytest.raises(KeyboardInterrupt):
+        with interrupts.deferred():
+            with interrupts.deferred():
+                signal.raise_signal(signal.SIGTERM)
+            done.append("inner ended")
+            signal.raise_signal(signal.SIGTERM)
+            done.append("outer ended")
+    assert done == ["inner ended", "outer ended"]
+
+
+def test_no_signal_no_interrupt(sigterm_interrupts):
+    with interrupts.deferred():
+        pass
+    assert signal.getsignal(signal.SIGTERM) is _raise_interrupt
+
+
+def _signal_inside_executemany(engine, table: str) -> list[str]:
+    """SIGTERM raised while SQLite's executemany inserts the second row into ``table``, once: the transaction is
+    open and holds the database's write lock when KeyboardInterrupt leaves it."""
+    fired: list[str] = []
+
+    def rows_then_signal(parameters):
+        for i, row in enumerate(parameters):
+            if i == 1:
+                signal.raise_signal(signal.SIGTERM)
+            yield row
+
+    def hook(conn, cursor, statement, parameters, context, executemany):
+        if executemany and not fired and f"INSERT INTO {table}" in statement:
+            fired.append(statement)
+            return statement, rows_then_signal(parameters)
+        return statement, parameters
+
+    sqlalchemy.event.listen(engine, "before_cursor_execute", hook, retval=True)
+    return fired
+
+
+def test_a_sigterm_inside_sqlites_executemany_leaves_the_trial_run_whole_and_the_store_writable(
+        tmp_path, sigterm_interrupts):
+    store = tmp_path / "mlflow"
+    tracker = tracking.SearchTracker(tracking.default_tracking_uri(store), "stop", store)
+    tracker.start("search-stop", {"trials": 1}, {"tuner.study": "search-stop"})
+    spec = {"trainer": "sft", "params": {"learning_rate": 1e-4}, "max_steps": 4, "seed": 0, "model": "tiny"}
+    run_id = tracker.start_trial("key-0", 0, spec)
+    fired = _signal_inside_executemany(tracker.client._tracking_client.store.engine, "metrics")
+    history = [{"step": s, "loss": 1.0 / s} for s in range(1, 5)]
+    with pytest.raises(KeyboardInterrupt) as interrupted:
+        tracker.finish_trial("key-0", spec, {"status": "ok", "reason": "", "stopped_at_step": 4, "steps_run": 4},
+                             history)
+    assert fired, "the signal was not raised inside a metrics insert"
+    run = tracker.client.get_run(run_id)  # the trial's end was written whole before the interrupt
+    assert run.info.status == "FINISHED" and run.data.tags["tuner.status"] == "ok"
+    assert [m.step for m in tracker.client.get_metric_history(run_id, "loss")] == [1, 2, 3, 4]
+    result = json.loads(Path(tracker.client.download_artifacts(run_id, "result.json", str(tmp_path))).read_text())
+    assert len(result["history"]) == 4
+    # The interrupted search's own cleanup writes next, with the KeyboardInterrupt (and its traceback's frames)
+    # still alive, as in tuner.search: without the deferral, SQLite's lock was still held and this write waited
+    # out the busy timeout and failed with "database is locked".
+    with contextlib.closing(sqlite3.connect(store / "mlflow.db", timeout=2, isolation_level=None)) as other:
+        other.execute("BEGIN IMMEDIATE")  # "database is locked" after 2 s if a write lock is still held
+        other.execute("ROLLBACK")
+    started = time.monotonic()
+    tracker.finish("KILLED")
+    assert time.monotonic() - started < 10.0 and interrupted.value is not None
+    assert tracker.client.get_run(tracker.parent_id).info.status == "KILLED"
