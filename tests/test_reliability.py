@@ -162,6 +162,13 @@ def search_args(space_file: Path, store: Path, experiment: str, trials: int, max
                  "--experiment", experiment, "--store", str(store), *extra)
 
 
+def reading(db: Path):
+    """A connection to read a store a search writes or wrote. Not read-only: after a kill -9 mid-write the
+    database has a hot journal, which a read-only connection cannot roll back ("attempt to write a readonly
+    database"); this one rolls it back, as MLflow or Optuna opening the store next would."""
+    return contextlib.closing(sqlite3.connect(db, timeout=5))
+
+
 def trial_rows(db: Path, experiment: str | None = None) -> list[tuple[str, str]]:
     """(run id, status) of the nested trial runs in an MLflow SQLite database, read directly (no MLflow
     import, no server): cheap enough to poll while a search writes it."""
@@ -171,7 +178,7 @@ def trial_rows(db: Path, experiment: str | None = None) -> list[tuple[str, str]]
              "JOIN experiments e ON e.experiment_id = r.experiment_id "
              "WHERE t.key = 'tuner.kind' AND t.value = 'trial' AND (?1 IS NULL OR e.name = ?1)")
     try:
-        with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)) as con:
+        with reading(db) as con:
             return con.execute(query, (experiment,)).fetchall()
     except sqlite3.OperationalError:  # not created yet, or busy: ask again later
         return []
@@ -355,7 +362,7 @@ def running_optuna_trials(db: Path) -> list[int]:
     if not db.exists():
         return []
     try:
-        with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)) as con:
+        with reading(db) as con:
             return [n for (n,) in con.execute("SELECT number FROM trials WHERE state = 'RUNNING' ORDER BY number")]
     except sqlite3.OperationalError:
         return []
@@ -364,7 +371,7 @@ def running_optuna_trials(db: Path) -> list[int]:
 def optuna_params(db: Path, numbers: list[int]) -> list[float]:
     """The learning rate each of the study's trials ``numbers`` was given; a trial the driver was stopped in
     the middle of handing out (between ``study.ask()`` and the draw: CI saw it once after a SIGTERM) has none."""
-    with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)) as con:
+    with reading(db) as con:
         rows = con.execute("SELECT t.number, p.distribution_json, p.param_value FROM trials t JOIN trial_params p "
                            "ON p.trial_id = t.trial_id WHERE p.param_name = 'learning_rate'").fetchall()
     by_number = {n: json.loads(d)["attributes"]["choices"][int(v)] for n, d, v in rows}
