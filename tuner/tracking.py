@@ -211,7 +211,7 @@ class SearchTracker:
     def start(self, run_name: str, params: dict[str, Any], tags: dict[str, str]) -> str:
         from mlflow.entities import Param
 
-        with interrupts.deferred():  # the search run is made whole, params and all, or not at all
+        with self._whole():  # the search run is made with its params, or not at all
             run = self.client.create_run(self.experiment_id, run_name=run_name, tags={SEARCH_TAG: "search", **tags})
             self.parent_id = run.info.run_id
             self.client.log_batch(self.parent_id, params=[Param(k, _param_value(v)) for k, v in params.items()])
@@ -220,7 +220,7 @@ class SearchTracker:
     def attach(self, parent_id: str) -> None:
         """Continue an existing search run (``tuner search --resume``)."""
         self.parent_id = parent_id
-        with interrupts.deferred():
+        with self._whole():
             self.client.update_run(parent_id, status="RUNNING")
 
     def study_name(self) -> str:
@@ -351,7 +351,13 @@ class SearchTracker:
                   "and sent when it returns (or run: tuner sync)", flush=True)
 
     def _apply(self, kind: str, payload: dict[str, Any]):
-        return _retry_locked(lambda: getattr(self, f"_apply_{kind}")(**payload))
+        return _retry_locked(lambda: getattr(self, f"_apply_{kind}")(**payload), self._whole)
+
+    def _whole(self):
+        """Around one write to a local store: Ctrl-C and SIGTERM wait for it to end (tuner.interrupts), so a
+        trial run is not left half-written nor SQLite's write lock held by the interrupted write. Not for a
+        server: each request is its own transaction there, and one can take its timeout; Ctrl-C answers at once."""
+        return contextlib.nullcontext() if self.uri.startswith("http") else interrupts.deferred()
 
     def _apply_text(self, text: str, name: str) -> None:
         self.client.log_text(self.parent_id, text, name)
@@ -457,12 +463,12 @@ def _step_metrics(rows: list[dict[str, Any]]) -> list:
             if key != "step" and isinstance(value, (int, float))]
 
 
-def _retry_locked(write, attempts: int = 20):
-    """Two searches on one SQLite store take turns: retry a write that found the database locked. Ctrl-C and
-    SIGTERM wait for each try to end (tuner.interrupts), not for the waits between tries."""
+def _retry_locked(write, whole=contextlib.nullcontext, attempts: int = 20):
+    """Two searches on one SQLite store take turns: retry a write that found the database locked. Each try runs
+    inside ``whole()`` (SearchTracker._whole), not the waits between tries."""
     for attempt in range(attempts):
         try:
-            with interrupts.deferred():
+            with whole():
                 return write()
         except Exception as e:  # noqa: BLE001
             if "database is locked" not in str(e) or attempt == attempts - 1:
