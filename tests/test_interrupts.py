@@ -7,6 +7,8 @@ import contextlib
 import json
 import signal
 import sqlite3
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -106,3 +108,17 @@ def test_a_sigterm_inside_sqlites_executemany_leaves_the_trial_run_whole_and_the
     tracker.finish("KILLED")
     assert time.monotonic() - started < 10.0 and interrupted.value is not None
     assert tracker.client.get_run(tracker.parent_id).info.status == "KILLED"
+
+
+def test_the_default_action_runs_after_the_block(tmp_path):
+    """SIGTERM with no Python handler: the process ends as it would have, once the block's write is done."""
+    code = ("import os, signal, sys; from tuner import interrupts\n"
+            "signal.signal(signal.SIGTERM, signal.SIG_DFL)\n"
+            "with interrupts.deferred():\n"
+            "    signal.raise_signal(signal.SIGTERM)\n"
+            "    open(sys.argv[1], 'w').write('written')\n"
+            "print('not reached')\n")
+    done = tmp_path / "done"
+    run = subprocess.run([sys.executable, "-c", code, str(done)], capture_output=True, text=True, timeout=60)
+    assert run.returncode == -signal.SIGTERM and done.read_text() == "written", (run.returncode, run.stderr)
+    assert "not reached" not in run.stdout

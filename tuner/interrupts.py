@@ -33,7 +33,9 @@ def deferred() -> Iterator[None]:
         yield
         return
     held: list[int] = []
-    previous = {sig: signal.signal(sig, lambda signum, _frame: held.append(signum)) for sig in HELD}
+    # A handler installed outside Python (getsignal: None) could not be put back: that signal is left alone.
+    previous = {sig: signal.signal(sig, lambda signum, _frame: held.append(signum))
+                for sig in HELD if signal.getsignal(sig) is not None}
     try:
         yield
     finally:
@@ -48,4 +50,4 @@ def _deliver(signum: int, handler) -> None:
         handler(signum, None)
     elif handler == signal.SIG_DFL:
         signal.raise_signal(signum)  # the default action (SIGTERM: the process ends), now that the write is done
-    # SIG_IGN, or None (a handler not installed from Python): nothing to do
+    # SIG_IGN: nothing to do
