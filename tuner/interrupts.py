@@ -7,7 +7,8 @@
 A KeyboardInterrupt raised inside SQLite's executemany left the driver's own MLflow connection holding the
 database's write lock: every write of the interrupted search's cleanup then found "database is locked" (CI
 saw a SIGTERM'd search hang past 60 s on it). Holding the signal for the length of one write keeps stores
-whole; the write itself is short, so Ctrl-C still answers at once.
+whole. A write takes milliseconds, so Ctrl-C still answers at once; while another search holds the same SQLite
+store, one try can wait out SQLite's busy timeout first.
 """
 
 from __future__ import annotations
