@@ -47,8 +47,9 @@ SPEED_KNOBS = ("precision", "per_device_train_batch_size", "gradient_accumulatio
 REMEASURE = 8  # the fastest stable speed-reference combinations, run twice more
 # ... and every other one whose single reading is at least this share of the best reading: on a shared 2-core CPU one
 # reading lay between 0.76x and 1.20x of its combination's median in one run, 0.62x and 1.29x in another
-# (bench/RESULTS.md), so a combination as fast as the best can read about 0.6x of the best's reading. Re-measuring only the 8 fastest once left the fastest combination
-# of the reward space at one unlucky reading (0.73x of the best) and judged every pick of it "not within 5%".
+# (bench/RESULTS.md), so a combination as fast as the best can read about 0.6x of the best's reading.
+# Re-measuring only the 8 fastest once left the fastest combination of the reward space at one unlucky reading
+# (0.73x of the best) and judged every pick of it "not within 5%".
 NOISE_BAND = 0.6
 LORA_DEFAULTS = {"lora_r": 16, "lora_alpha": 32, "lora_dropout": 0.05, "lora_target_modules": "all-linear"}
 

@@ -16,15 +16,12 @@ import pytest
 import sqlalchemy
 
 from tuner import interrupts, tracking
-
-
-def _raise_interrupt(signum, frame):  # tuner's CLI handler for SIGTERM
-    raise KeyboardInterrupt
+from tuner.cli import _interrupt
 
 
 @pytest.fixture
-def sigterm_interrupts():
-    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+def sigterm_interrupts():  # as tuner's CLI does: SIGTERM raises KeyboardInterrupt
+    previous = signal.signal(signal.SIGTERM, _interrupt)
     yield
     signal.signal(signal.SIGTERM, previous)
 
@@ -37,7 +34,7 @@ def test_a_signal_in_the_block_interrupts_when_the_block_ends(sig, sigterm_inter
             signal.raise_signal(sig)
             done.append("after the signal")
     assert done == ["after the signal"]
-    assert signal.getsignal(signal.SIGTERM) is _raise_interrupt
+    assert signal.getsignal(signal.SIGTERM) is _interrupt
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
@@ -56,7 +53,7 @@ def test_nested_blocks_interrupt_once_at_the_outer_end(sigterm_interrupts):
 def test_no_signal_no_interrupt(sigterm_interrupts):
     with interrupts.deferred():
         pass
-    assert signal.getsignal(signal.SIGTERM) is _raise_interrupt
+    assert signal.getsignal(signal.SIGTERM) is _interrupt
 
 
 def _signal_inside_executemany(engine, table: str) -> list[str]:
@@ -112,7 +109,7 @@ def test_a_sigterm_inside_sqlites_executemany_leaves_the_trial_run_whole_and_the
 
 def test_the_default_action_runs_after_the_block(tmp_path):
     """SIGTERM with no Python handler: the process ends as it would have, once the block's write is done."""
-    code = ("import os, signal, sys; from tuner import interrupts\n"
+    code = ("import signal, sys; from tuner import interrupts\n"
             "signal.signal(signal.SIGTERM, signal.SIG_DFL)\n"
             "with interrupts.deferred():\n"
             "    signal.raise_signal(signal.SIGTERM)\n"

@@ -223,7 +223,7 @@ def cmd_export(args) -> int:
     uri = args.tracking_uri or tracking.default_tracking_uri(Path(args.store))
     if not args.tracking_uri and not (Path(args.store) / "mlflow.db").exists():
         raise TunerError(f"no MLflow store at {args.store}/mlflow.db; run tuner search first or pass --store/--tracking-uri")
-    if uri.startswith(("http://", "https://")):
+    if tracking.is_server(uri):
         tracking.check_tracking(uri, Path(args.store))  # MLflow's client would retry for minutes
     from mlflow.exceptions import MlflowException
 

@@ -35,7 +35,7 @@ def load_search(uri: str, experiment: str, run_id: str | None = None) -> StoredS
     """The latest search of ``experiment`` (or the search run ``run_id``); an MLflow error is one TunerError line."""
     from mlflow.exceptions import MlflowException
 
-    if uri.startswith(("http://", "https://")):
+    if tracking.is_server(uri):
         tracking.check_tracking(uri)  # MLflow's client would retry an absent server for minutes
     try:
         run, search = tracking.load_search(uri, experiment, run_id)

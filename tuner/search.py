@@ -99,7 +99,7 @@ def prepare(options: SearchOptions) -> Prepared:
     if o.ray_address:
         _check_ray_address(o.ray_address)
     uri = o.tracking_uri or tracking.default_tracking_uri(Path(o.store))
-    remote = uri.startswith(("http://", "https://"))
+    remote = tracking.is_server(uri)
     if o.tracking_uri:
         _check_tracking_scheme(uri)
     if remote:

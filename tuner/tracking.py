@@ -44,9 +44,14 @@ def artifact_location(store: Path = DEFAULT_STORE) -> str:
     return (Path(store).resolve() / "artifacts").as_uri()
 
 
+def is_server(uri: str) -> bool:
+    """Whether ``uri`` names an MLflow tracking server (else a local store)."""
+    return uri.startswith(("http://", "https://"))
+
+
 def check_tracking(uri: str, store: Path = DEFAULT_STORE) -> None:
     """Fail in one line, before anything runs, when the store cannot be written or reached."""
-    if uri.startswith(("http://", "https://")):
+    if is_server(uri):
         try:
             with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=5) as response:
                 if response.status != 200:
@@ -335,7 +340,7 @@ class SearchTracker:
         try:
             return self._apply(kind, payload)
         except Exception as e:  # noqa: BLE001
-            if not self.uri.startswith("http") or not _unavailable(e):
+            if not is_server(self.uri) or not _unavailable(e):
                 raise
             self.retry_at = time.monotonic() + RETRY_AFTER_S
             self._spool(kind, payload)
@@ -357,7 +362,7 @@ class SearchTracker:
         """Around one write to a local store: Ctrl-C and SIGTERM wait for it to end (tuner.interrupts), so a
         trial run is not left half-written nor SQLite's write lock held by the interrupted write. Not for a
         server: each request is its own transaction there, and one can take its timeout; Ctrl-C answers at once."""
-        return contextlib.nullcontext() if self.uri.startswith("http") else interrupts.deferred()
+        return contextlib.nullcontext() if is_server(self.uri) else interrupts.deferred()
 
     def _apply_text(self, text: str, name: str) -> None:
         self.client.log_text(self.parent_id, text, name)
