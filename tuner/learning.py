@@ -1,27 +1,39 @@
-"""Did a trial learn? A trend test over every step of the trial, and an effect size in the trainer's units.
+"""Did a trial learn, and how far and how early? Measured from where the trial started.
 
-    judge_learning("reward", history)   # -> Learning(effect=0.41, p_value=2e-6, learned=True, ...)
+    judge_learning("grpo", history)   # -> Learning(effect=0.52, gain=0.69, p_value=3e-12, learned=True, ...)
 
 The metric is the one each trainer optimises: GRPO's mean reward (higher is better), every other
-trainer's training loss (lower is better).
+trainer's training loss (lower is better). The **starting level** is the mean of the first
+``START_STEPS`` finite values (the weights have moved at most once by then).
 
-**Test.** One-sided Mann-Kendall trend test on the metric's per-step values, in the direction of
-learning: S counts, over every pair of steps (i < j), +1 when the later value is better and -1 when
-worse; under "no trend" (values exchangeable, as a trial with a learning rate of ~0 or frozen weights
-produces: each step only sees another batch or another sample of completions) S is centred on 0 with
-a known variance (ties corrected), and the normal approximation gives the p-value. It is rank-based,
-so one spike (a loss of 9 at one step that recovers) cannot fake or hide a trend, and it uses every
-step, so a trial that learns fast is not penalised for it (the old "first vs last quarter over their
-noise" rule counted a quarter's own downward trend as noise).
+**Effect (``progress``).** The mean improvement over the trial relative to the starting level: the
+area between the curve and the starting level, per step, over the steps after the start. For GRPO in
+the reward function's units (0.5 = on average the reward sat 0.5 above its start); for the others as a
+fraction of the starting loss (0.3 = on average the loss sat 30% below its start). A trial that
+reaches the ceiling at step 5 scores higher than one that reaches it at step 15, and both higher than
+one that never does: how far *and how early* the metric moved.
 
-**Effect.** The Theil-Sen slope (median of pairwise slopes, robust to spikes) times the trial's length
-in steps: for GRPO the reward gained over the trial (in the reward function's units); for the others
-the relative loss drop over the trial (0.3 = the fitted loss fell by 30% of its fitted start).
+**Test.** One-sided, "the last third of the trial is better than the starting level": Welch-style
+t statistic of the difference between the last third's mean and the starting level, with each step's
+noise taken from the data:
 
-**Rule.** ``learned`` when p < ALPHA and effect >= MIN_EFFECT. Error rates, measured on recorded
-real tiny-model trials of every trainer by tests/test_learning_calibration.py: trials that cannot
-learn (learning rate 1e-9) are called learned in at most 5% of seeds; trials that clearly learn are
-called learned in at least 95%.
+- every trainer: the step-to-step noise, from successive differences (robust: each difference is
+  clipped at 2.5 MADs, so one spike that recovers neither fakes nor hides a trend, and a steady trend
+  is not counted as noise);
+- GRPO, where TRL logs each step's reward spread over its completions (``reward_std``) and the
+  monitor writes how many prompt groups the step scored (``reward_groups``): the step mean's variance
+  is at least spread^2 / groups (conservative: completions of one prompt count as one observation).
+  So a reward that goes from 0.3 to 1.0 and stays there is significant even when every later step is
+  tied at the ceiling, where a rank test loses its power.
+
+The p-value comes from Student's t with (n - 2) / 2 degrees of freedom, which keeps the false-alarm rate
+at or below ALPHA on Gaussian noise from 6 steps on, and below 2.5x ALPHA on heavy-tailed noise
+(tests/test_learning.py simulates both).
+
+**Rule.** ``learned`` when p < ALPHA, the last third's gain >= MIN_EFFECT and the effect >= MIN_EFFECT.
+A trial that learns and then falls back to its start is not learned (its end is no better than its
+start). Error rates per kind of trial (cannot learn, fast solver, slow learner, learns then regresses),
+measured on recorded real tiny-model trials by tests/test_learning_calibration.py, are in the README.
 """
 
 from __future__ import annotations
@@ -31,20 +43,22 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["ALPHA", "MIN_EFFECT", "MIN_STEPS", "Learning", "judge_learning", "mann_kendall", "theil_sen_slope",
-           "progress_metric"]
+__all__ = ["ALPHA", "MIN_EFFECT", "MIN_STEPS", "START_STEPS", "Learning", "judge_learning", "despiked",
+           "progress_metric", "step_noise"]
 
 # One-sided significance level. 1%: a search judges dozens of trials and a config judged "learned" by
-# chance costs a confirmation run and can be recommended; the true trends of learning trials are far
-# stronger (tests/test_learning_calibration.py).
+# chance costs a confirmation run and can be recommended; real learning is far stronger.
 ALPHA = 0.01
 # The smallest change worth calling learning: 1% of the starting loss, or 0.01 of reward.
 MIN_EFFECT = 0.01
-# Fewer finite values cannot reach p < ALPHA even when every step improves (6 steps: p ~ 0.004).
+# The starting level: the first two steps (step 1 is the untouched model; one update by step 2).
+START_STEPS = 2
+# Two start steps and at least two in the last third, with steps in between.
 MIN_STEPS = 6
-# Long histories are averaged into this many consecutive bins: the test stays O(bins^2) and the bin
-# means are as exchangeable as the steps under "no trend".
-_MAX_POINTS = 200
+# A difference further than this many MADs from the median difference is clipped: a spike, not noise.
+_CLIP_MADS = 2.5
+# The despiking window: two steps each side.
+_HALF_WINDOW = 2
 
 
 @dataclass(frozen=True)
@@ -52,20 +66,22 @@ class Learning:
     """The verdict on one trial's learning, with the numbers behind it."""
 
     metric: str  # "reward" (GRPO) or "loss"
-    effect: float | None  # reward gained, or relative loss drop, over the trial (fitted); higher is better
-    p_value: float | None  # one-sided Mann-Kendall p-value for "the metric improves with the steps"
-    steps: int  # finite values the test used
+    effect: float | None  # mean improvement over the start per step (reward units / fraction of the start loss)
+    p_value: float | None  # one-sided p-value for "the last third is better than the start"
+    steps: int  # finite values used
     learned: bool
+    start: float | None = None  # the starting level, in the metric's units
+    gain: float | None = None  # the last third's improvement over the start, in the effect's units
 
     def describe(self) -> str:
-        """One line in the user's terms, e.g. 'loss -35% over 20 steps (trend p=2e-06)'."""
+        """One line in the user's terms, e.g. 'reward +0.52 per step above its start 0.31 (last third +0.69, p=3e-12)'."""
         if self.effect is None or self.p_value is None:
             return f"too few finite {self.metric} values to judge ({self.steps}; {MIN_STEPS} needed)"
         if self.metric == "reward":
-            change = f"reward {self.effect:+.3g}"
-        else:
-            change = f"loss {-100 * self.effect:+.1f}%"
-        return f"{change} over {self.steps} steps (trend p={self.p_value:.2g})"
+            return (f"reward {self.effect:+.3g} per step above its start {self.start:.3g} (last third "
+                    f"{self.gain:+.3g}, p={self.p_value:.2g}) over {self.steps} steps")
+        return (f"loss {-100 * self.effect:+.1f}% per step from its start {self.start:.3g} (last third "
+                f"{-100 * self.gain:+.1f}%, p={self.p_value:.2g}) over {self.steps} steps")
 
 
 def progress_metric(trainer: str) -> tuple[str, int]:
@@ -77,55 +93,64 @@ def progress_metric(trainer: str) -> tuple[str, int]:
 
 
 def judge_learning(trainer: str, history: list[dict[str, Any]]) -> Learning:
-    """Trend test and effect size over every logged step of one trial (non-finite values left out)."""
+    """Effect and test over every logged step of one trial (non-finite values left out)."""
     metric, direction = progress_metric(trainer)
-    values = [float(row[metric]) for row in history if metric in row and math.isfinite(row[metric])]
-    if len(values) < MIN_STEPS:
-        return Learning(metric, None, None, len(values), False)
-    points = _binned(values, _MAX_POINTS)
-    p_value = mann_kendall(points, direction)
-    slope = theil_sen_slope(points) * len(points) / len(values)  # per original step
-    span = len(values) - 1
-    if direction > 0:
-        effect = slope * span
-    else:
-        start = statistics.median(v - slope * i for i, v in enumerate(values))  # fitted value at step 1
-        effect = -slope * span / max(abs(start), 1e-8)
-    return Learning(metric, effect, p_value, len(values), p_value < ALPHA and effect >= MIN_EFFECT)
+    rows = [row for row in history if metric in row and math.isfinite(row[metric])]
+    raw = [float(row[metric]) for row in rows]
+    if len(raw) < MIN_STEPS:
+        return Learning(metric, None, None, len(raw), False)
+    values = despiked(raw)
+    start = statistics.fmean(values[:START_STEPS])
+    scale = 1.0 if direction > 0 else max(abs(start), 1e-8)
+    tail = max(START_STEPS, len(values) // 3)
+    effect = statistics.fmean(direction * (v - start) for v in values[START_STEPS:]) / scale
+    gain = direction * (statistics.fmean(values[-tail:]) - start) / scale
+    noise = step_noise(raw) ** 2
+    step_vars = [max(noise, _within_step_variance(row)) for row in rows]
+    variance = sum(step_vars[:START_STEPS]) / START_STEPS ** 2 + sum(step_vars[-tail:]) / tail ** 2
+    p_value = _one_sided_p(gain * scale, variance, degrees=(len(values) - 2) / 2)
+    learned = p_value < ALPHA and gain >= MIN_EFFECT and effect >= MIN_EFFECT
+    return Learning(metric, effect, p_value, len(values), learned, start, gain)
 
 
-def mann_kendall(values: list[float], direction: int = 1) -> float:
-    """One-sided Mann-Kendall p-value for a trend in ``direction`` (+1 rising, -1 falling)."""
-    n = len(values)
-    s = 0
-    for i in range(n - 1):
-        vi = values[i]
-        for vj in values[i + 1:]:
-            s += (vj > vi) - (vj < vi)
-    s *= direction
-    ties = _tie_counts(values)
-    variance = (n * (n - 1) * (2 * n + 5) - sum(t * (t - 1) * (2 * t + 5) for t in ties)) / 18
+def step_noise(values: list[float]) -> float:
+    """The standard deviation of one step's value around the trend, from successive differences: a steady
+    trend moves every difference alike and is not noise; differences beyond 2.5 MADs are clipped (spikes)."""
+    diffs = [b - a for a, b in zip(values, values[1:])]
+    if len(diffs) < 2:
+        return 0.0
+    centre = statistics.median(diffs)
+    deviations = [d - centre for d in diffs]
+    clip = _CLIP_MADS * 1.4826 * statistics.median(abs(d) for d in deviations)
+    clipped = [max(-clip, min(clip, d)) for d in deviations]
+    # A difference of two steps has twice one step's variance.
+    return math.sqrt(sum(d * d for d in clipped) / (2 * (len(clipped) - 1)))
+
+
+def despiked(values: list[float]) -> list[float]:
+    """Each value further than 3 scaled MADs from the median of its 5-step window replaced by that median
+    (a Hampel filter): one spike that recovers (a loss of 9 at one step) is not an effect; a level the
+    metric keeps is never changed."""
+    out = []
+    for i, value in enumerate(values):
+        window = values[max(0, i - _HALF_WINDOW): i + _HALF_WINDOW + 1]
+        centre = statistics.median(window)
+        spread = 1.4826 * statistics.median(abs(v - centre) for v in window)
+        out.append(centre if abs(value - centre) > 3 * spread else value)
+    return out
+
+
+def _within_step_variance(row: dict[str, Any]) -> float:
+    """GRPO: the variance of the step's mean reward, at least spread^2 / prompt groups; 0 where not logged."""
+    spread, groups = row.get("reward_std"), row.get("reward_groups")
+    if spread is None or not groups or not math.isfinite(spread):
+        return 0.0
+    return float(spread) ** 2 / float(groups)
+
+
+def _one_sided_p(difference: float, variance: float, degrees: float) -> float:
     if variance <= 0:
-        return 1.0  # every value equal: no trend at all
-    z = (s - 1) / math.sqrt(variance) if s > 0 else (s + 1) / math.sqrt(variance) if s < 0 else 0.0
-    return 1.0 - statistics.NormalDist().cdf(z)
+        return 0.0 if difference > 0 else 1.0  # no noise at all: any gain is real, none is none
+    from scipy.stats import t
 
-
-def theil_sen_slope(values: list[float]) -> float:
-    """Median of the slopes between every pair of steps: one wild step moves it little."""
-    slopes = [(values[j] - values[i]) / (j - i) for i in range(len(values) - 1) for j in range(i + 1, len(values))]
-    return statistics.median(slopes) if slopes else 0.0
-
-
-def _tie_counts(values: list[float]) -> list[int]:
-    counts: dict[float, int] = {}
-    for value in values:
-        counts[value] = counts.get(value, 0) + 1
-    return [c for c in counts.values() if c > 1]
-
-
-def _binned(values: list[float], limit: int) -> list[float]:
-    if len(values) <= limit:
-        return values
-    size = math.ceil(len(values) / limit)
-    return [statistics.fmean(values[i:i + size]) for i in range(0, len(values), size)]
+    return float(t.sf(difference / math.sqrt(variance), max(degrees, 1.0)))
