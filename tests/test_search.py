@@ -475,7 +475,7 @@ def test_confirmation_demotes_a_candidate_that_does_not_learn_on_another_seed():
     slow = {"number": 2, "status": "ok", "tokens_per_second": 500.0, "progress": 0.3, "progress_p_value": 1e-6,
             "learned": True, "params": {}, "seed": 0}
     reruns = [
-        # stable, but its reward only wandered: no significant trend
+        # stable, but its reward only wandered: its end no better than its start
         {**fast, "seed": 1, "confirms": 1, "progress": 0.004, "progress_p_value": 0.4, "learned": False},
         {**slow, "seed": 1, "confirms": 2, "progress": 0.25},
     ]
@@ -485,7 +485,7 @@ def test_confirmation_demotes_a_candidate_that_does_not_learn_on_another_seed():
     assert best["number"] == 2
     assert not verdicts[0]["confirmed"]
     assert verdicts[0]["demoted_because"] == (
-        "seed 1: ok, but no learning shown (progress +0.004, trend p=0.4: trend not significant)")
+        "seed 1: ok, but no learning shown (progress +0.004, p=0.4: last third not significantly better than the start)")
 
 
 def test_free_slots_confirm_the_best_so_far_then_the_final_candidates_each_run_once():

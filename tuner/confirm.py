@@ -87,8 +87,9 @@ def _why(run: dict[str, Any]) -> str:
         progress, p_value = run.get("progress"), run.get("progress_p_value")
         if progress is None or p_value is None:
             return f"seed {run['seed']}: ok, but too few steps to judge learning"
-        why = "trend not significant" if p_value >= ALPHA else "progress below the smallest that counts"
-        return (f"seed {run['seed']}: ok, but no learning shown (progress {progress:+.3f}, trend p={p_value:.2g}: "
+        why = ("last third not significantly better than the start" if p_value >= ALPHA
+               else "progress below the smallest that counts")
+        return (f"seed {run['seed']}: ok, but no learning shown (progress {progress:+.3f}, p={p_value:.2g}: "
                 f"{why})")
     where = f" at step {run['stopped_at_step']}" if run.get("stopped_at_step") else ""
     return f"seed {run['seed']}: {run['status']}{where}" + (f" ({run['reason']})" if run.get("reason") else "")

@@ -108,7 +108,7 @@ def pruned_result(live: dict[str, Any], max_steps: int) -> dict[str, Any]:
 
 HALVING_RATE = 3  # successive halving keeps the top 1/3 of trials at each rung
 PRUNED_REASON = "stopped by successive halving"  # the reason's start: what the summary groups trials by
-MIN_GRACE_STEPS = MIN_STEPS  # the first rung: no earlier than a learning trend can be measured
+MIN_GRACE_STEPS = MIN_STEPS  # the first rung: no earlier than learning can be judged
 
 
 def _grace_and_max(max_steps: int) -> tuple[int, int]:
@@ -136,7 +136,7 @@ def cut_at(rows: list[dict[str, Any]], steps: set[int]) -> list[list[dict[str, A
 
 class Halving(ASHAScheduler):
     """Ray Tune's asynchronous successive halving (ASHA) on the search's trials, beside the guard: at step
-    ``grace`` (a quarter of the budget, at least the steps a learning trend needs) and every ``HALVING_RATE``
+    ``grace`` (a quarter of the budget, at least the steps the learning judgement needs) and every ``HALVING_RATE``
     times later while at least a third of the budget is left, a trial whose learning speed so far (``SO_FAR``)
     is below the top third of the trials that reached that step is stopped: ``pruned``. Trials past the last
     rung run to the end. Confirmation re-runs are never stopped by it.

@@ -131,8 +131,8 @@ class Progress:
         speed = record.get("tokens_per_second")
         speed_text = f"{speed:8.0f} tok/s" if speed else "       - tok/s"
         progress = record.get("progress")
-        learned = "learned" if rec.learned(record) else "no trend"
-        progress_text = f"progress {progress:+.3f} {learned:<8}" if progress is not None else "progress    -           "
+        learned = "learned" if rec.learned(record) else "not learned"
+        progress_text = f"progress {progress:+.3f} {learned:<11}" if progress is not None else "progress    -              "
         where = stopped_at(record)
         where = f" {where}" if where else ""
         counts = " ".join(f"{s} {self.counts[s]}" for s in Status if self.counts[s] or s in ALWAYS_COUNTED)

@@ -1,8 +1,10 @@
 """Choose the recommended config and write it as a YAML that TRL's own CLI accepts unchanged.
 
-The objective: **learning speed = progress x tokens/s**, the learning effect of the trial (reward
-gained for GRPO, relative loss drop for the others; tuner.learning) times its measured training
-throughput. Only trials that stayed ``ok`` and learned (a significant trend, tuner.learning) score;
+The objective: **learning speed = progress x tokens/s**, the learning effect of the trial (its mean
+improvement per step over its starting level: reward units for GRPO, a fraction of the starting loss
+for the others; tuner.learning) times its measured training throughput: of two trials at the same
+tokens/s, the one that got to the same level sooner scores higher. Only trials that stayed ``ok`` and
+learned (the last third significantly better than the start, tuner.learning) score;
 the same number is told to Optuna, so the sampler optimises what is recommended. If no trial
 qualifies, nothing is recommended and the most common failure reasons are shown instead.
 """
@@ -21,8 +23,9 @@ from tuner.precision import PRECISIONS
 from tuner.records import Status, is_ok
 from tuner.trainers import adapter, lora_config_kwargs, split_params
 
-RULE = (f"highest learning speed (progress x tokens/s) among trials that stayed ok and learned (a learning trend "
-        f"over all steps with one-sided p < {ALPHA:g} and progress >= {MIN_EFFECT:g}), confirmed ok and learning "
+RULE = (f"highest learning speed (progress x tokens/s; progress: the mean improvement per step over the trial's "
+        f"starting level) among trials that stayed ok and learned (the last third better than the start with "
+        f"one-sided p < {ALPHA:g}, by at least {MIN_EFFECT:g}), confirmed ok and learning "
         "on every confirmation seed; diverged, collapsed, crashed and oom trials are never recommended")
 
 
@@ -65,7 +68,7 @@ def failure_summary(trials: list[dict[str, Any]], top: int = 3) -> str:
         (t.get("guard_signal") or t.get("status"), _reason_kind(t)) for t in trials if not is_ok(t))
     lines = [f"No stable config that learns found in {len(trials)} trials: "
              + ", ".join(f"{n} {s}" for s, n in statuses.most_common())
-             + (f" ({not_learning} ok but without a significant learning trend)" if not_learning else "") + "."]
+             + (f" ({not_learning} ok but not significantly better than at their start)" if not_learning else "") + "."]
     for (signal, example), n in reasons.most_common(top):
         lines.append(f"  {n} x {signal}: e.g. {example}")
     causes = collections.Counter(t.get("guard_signal") or t.get("status") for t in trials if not is_ok(t))

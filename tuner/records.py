@@ -47,8 +47,8 @@ class TrialResult:
     tokens_per_second: float | None = None
     samples_per_second: float | None = None
     progress: float | None = None  # learning effect, higher is better: reward gained / relative loss drop (tuner.learning)
-    progress_p_value: float | None = None  # one-sided trend-test p-value behind it
-    learned: bool = False  # a significant learning trend of at least tuner.learning.MIN_EFFECT
+    progress_p_value: float | None = None  # one-sided p-value: the last third better than the start
+    learned: bool = False  # the last third significantly better than the start, by tuner.learning.MIN_EFFECT
     peak_memory_mb: float | None = None
     memory_estimate_mb: float | None = None  # tuner.memory's estimate of that peak, made before training
     seconds_to_first_step: float | None = None

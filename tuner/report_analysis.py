@@ -25,7 +25,7 @@ from tuner.records import UNSTABLE, Status
 from tuner import precision
 
 # A trial's outcome is its status, with ok trials split by the trial's learning judgement (tuner.learning):
-# "not learning" is stable but without a significant learning trend: stable, but useless.
+# "not learning" is stable but not significantly better than at its start: stable, but useless.
 LEARNED = "learned"
 NOT_LEARNING = "not learning"
 
@@ -34,7 +34,7 @@ FAILED = tuple(s for s in Status if s in UNSTABLE)
 BAD_OUTCOMES = (*FAILED, NOT_LEARNING)
 VERBS = {**{s: s.value for s in (Status.DIVERGED, Status.COLLAPSED, Status.CRASHED)},  # the status is the verb
          Status.OOM: "ran out of memory", Status.TOO_BIG: "did not fit in memory (not run)",
-         NOT_LEARNING: "did not learn (status ok, no significant learning trend)"}
+         NOT_LEARNING: "did not learn (status ok, not significantly better than at its start)"}
 
 MIN_HINT_TRIALS = 3  # a hint compares two groups; with fewer trials per side it would be an anecdote
 MIN_RATE_GAP = 0.5  # a failure hint needs the failure rates to differ by at least this much
