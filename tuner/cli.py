@@ -188,7 +188,7 @@ def cmd_search(args) -> int:
     options = search.options_from(**vars(args))
     prepared = search.prepare_resume(options) if args.resume else search.prepare(options)
     outcome = search.run_search(prepared)
-    print(search.results_table(outcome.records))
+    print(search.results_table([*outcome.records, *outcome.search.get("extensions", [])]))
     print(search.summary_text(outcome))
     if args.output and outcome.trl_config:
         _write(args.output, export.render_export(outcome.search, outcome.experiment, outcome.parent_run_id))

@@ -25,15 +25,17 @@ def candidates(records: list[dict[str, Any]], top: int) -> list[dict[str, Any]]:
 
 def confirmation_jobs(cands: list[dict[str, Any]], base_spec: dict[str, Any], seeds: int,
                       timeout: float) -> list[dict[str, Any]]:
-    """One job per candidate and extra seed: the same params and step budget, seed + 1..seeds."""
+    """One job per candidate and extra seed: the same params and steps, seed + 1..seeds."""
     jobs = []
     for c in cands:
+        steps = c.get("max_steps") or base_spec["max_steps"]
         for offset in range(1, seeds + 1):
             seed = base_spec["seed"] + offset
             jobs.append({
-                "spec": {**base_spec, "params": c["params"], "seed": seed},
+                # at the candidate's own length: a longer re-run (tuner.extend) is confirmed at its steps
+                "spec": {**base_spec, "params": c["params"], "seed": seed, "max_steps": steps},
                 "number": c["number"],
-                "timeout": timeout,
+                "timeout": timeout * steps / base_spec["max_steps"],
                 "tags": {"tuner.confirmation": "true", "tuner.confirms": str(c["number"]),
                          "tuner.run_name": f"confirm-{c['number']:03d}-seed{seed}"},
                 "extra": {"confirms": c["number"]},

@@ -32,6 +32,7 @@ from ray.tune.search import Searcher
 
 from tuner import diagnose, interrupts, sampling, trainers
 from tuner.errors import TunerError
+from tuner.extend import WAIT
 from tuner.learning import MIN_STEPS
 from tuner.progress import Progress
 from tuner.records import SUMMARY_FIELDS, Status, TrialRecord, TrialResult, new_record
@@ -152,7 +153,8 @@ class Halving(ASHAScheduler):
                          reduction_factor=HALVING_RATE, stop_last_trials=False)
 
     def on_trial_result(self, tune_controller, trial, result):
-        if "confirms" in trial.config.get("extra", {}) or trial.config.get("skip"):
+        extra = trial.config.get("extra", {})
+        if "confirms" in extra or "extends" in extra or trial.config.get("skip"):
             return TrialScheduler.CONTINUE
         return super().on_trial_result(tune_controller, trial, result)
 
@@ -164,9 +166,10 @@ class DriverCallback(Callback):
     ends; the progress shows the running trials' latest step."""
 
     def __init__(self, tracker, progress: Progress, records: list[TrialRecord],
-                 confirmations: list[TrialRecord] | None = None):
+                 confirmations: list[TrialRecord] | None = None, extensions: list[TrialRecord] | None = None):
         self.tracker, self.progress, self.records = tracker, progress, records
         self.confirmations = records if confirmations is None else confirmations
+        self.extensions = records if extensions is None else extensions  # longer re-runs (tuner.extend)
         self.running: dict[str, dict[str, Any]] = {}  # Ray trial id -> its tracker key, run id, rows streamed
 
     def on_trial_start(self, iteration, trials, trial, **info):
@@ -226,7 +229,8 @@ class DriverCallback(Callback):
         self.tracker.finish_trial(state["key"], spec, {k: record[k] for k in SUMMARY_FIELDS}, history,
                                   streamed=state["streamed"], output=output)
         record["run_id"] = state["run_id"] or self.tracker.run_id_of(state["key"])
-        (self.confirmations if "confirms" in record else self.records).append(record)
+        kept = self.confirmations if "confirms" in record else self.extensions if "extends" in record else self.records
+        kept.append(record)
         self.progress.finished(record, trial.trial_id)
 
 
@@ -265,6 +269,8 @@ class OptunaSearcher(Searcher):
             return {**job, "skip": too_big} if too_big else job
         final = not self.asked  # every search trial has finished
         job = self.then(self.finished, final) if self.then else None
+        if job == WAIT:
+            return None  # more may follow once the runs out there finish
         if job is None:
             return Searcher.FINISHED if final else None
         return job

@@ -155,6 +155,13 @@ class SearchOptions:
         default=2,
         metadata={"help": "how many top candidates to confirm", "rule": AT_LEAST_1, "metavar": "K"},
     )
+    budget: int | None = field(
+        default=None,
+        metadata={"help": "when no stable trial learned within --max-steps, the best third of them are re-run with 3x "
+                  "the steps (then 9x, ...) until one learns; this caps the optimizer steps those longer runs "
+                  "spend in all", "default_help": "3 x trials x max-steps", "default_note": "",
+                  "rule": NOT_NEGATIVE, "metavar": "STEPS"},
+    )
 
 
 def prunes(options: SearchOptions) -> bool:

@@ -139,7 +139,8 @@ class Progress:
         best = (f"trial {self.best['number']} ({self.best['tokens_per_second']:.0f} tok/s, progress "
                 f"{self.best['progress']:+.3f})" if self.best else "none yet")
         elapsed = time.perf_counter() - self.started_at
-        label = f"trial {record['number']:3d}" + (f" seed {record['seed']}" if "confirms" in record else "")
+        label = (f"trial {record['number']:3d}" + (f" seed {record['seed']}" if "confirms" in record else "")
+                 + (f" x{record['max_steps']} steps" if "extends" in record else ""))
         self.say(f"[{done:3d}/{self.total}] {label} {record['status']:<9}{where:<12} {speed_text}  "
                  f"{progress_text}  {describe_params(record['params'])}")
         self.say(f"          running {self.running} | {counts} | best: {best} | {elapsed:.0f}s")
@@ -200,13 +201,13 @@ def results_table(records: list[dict[str, Any]]) -> str:
     def fmt(v, spec):
         return "-" if v is None else format(v, spec)
 
-    rows = ["| trial | status | stopped at | tokens/s | progress | learned | params | reason |",
-            "|---:|---|---:|---:|---:|---|---|---|"]
+    rows = ["| trial | status | stopped at | of steps | tokens/s | progress | learned | params | reason |",
+            "|---:|---|---:|---:|---:|---:|---|---|---|"]
     for r in records:
         step = r.get("stopped_at_step")
         stopped = "" if r["status"] in NO_STOP_STEP else (step if step else "-")  # "-": before step 1
         reason = shorten(r.get("reason") or "", REASON_WIDTH).replace("|", "\\|")  # a | would end the cell
-        rows.append(f"| {r['number']} | {r['status']} | {stopped} | {fmt(r.get('tokens_per_second'), '.0f')} | "
+        rows.append(f"| {r['number']} | {r['status']} | {stopped} | {r.get('max_steps') or '-'} | {fmt(r.get('tokens_per_second'), '.0f')} | "
                     f"{fmt(r.get('progress'), '+.3f')} | {'yes' if rec.learned(r) else 'no'} | {describe_params(r['params'])} | "
                     f"{reason} |")
     return "\n".join(rows) + "\n"

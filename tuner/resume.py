@@ -47,6 +47,7 @@ def resume_options(options) -> tuple[Any, str]:
         confirm_seeds=int(p.get("confirm_seeds", options.confirm_seeds)),
         confirm_top=int(p.get("confirm_top", options.confirm_top)),
         prune=p["prune"] == "True" if "prune" in p else options.prune,
+        budget=json.loads(p.get("budget", "null")),
         experiment=options.resume,
     )
     return resumed, run.info.run_id

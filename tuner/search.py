@@ -209,6 +209,7 @@ def run_search(prepared: Prepared, echo: Callable[[str], None] = print) -> Searc
                     "max_steps": o.max_steps, "seed": o.seed, "search_space": prepared.space.source,
                     "dataset": o.dataset or "builtin", "reward_funcs": o.reward_funcs, "concurrency": concurrency,
                     "confirm_seeds": o.confirm_seeds, "confirm_top": o.confirm_top, "prune": prunes(o),
+                    "budget": o.budget,
                 }, {"tuner.study": run_name, "tuner.study_storage": _study_storage(o)})
         tracker.set_tags({"tuner.plan": placement.describe()})
         return _run(prepared, tracker, study, run_name, records, placement, concurrency, started, echo)
@@ -253,7 +254,7 @@ def _place(prepared: Prepared, ray):
 
 
 def _run(prepared, tracker, study, run_name, records, placement, concurrency, started, echo) -> SearchOutcome:
-    from tuner import confirm, execution
+    from tuner import confirm, execution, extend
 
     o = prepared.options
     base_spec = TrialSpec(trainer=o.trainer, params={}, model=prepared.model_path, dataset=o.dataset,
@@ -266,12 +267,18 @@ def _run(prepared, tracker, study, run_name, records, placement, concurrency, st
          f"{o.sampler} sampler, {placement.describe()} (experiment {prepared.experiment!r})")
     status = "FAILED"
     confirmations: list[dict[str, Any]] = []
+    extensions: list[dict[str, Any]] = []  # longer re-runs of the best stable trials, when none learned
 
     schedule = confirm.Schedule(base_spec, o.confirm_seeds, o.confirm_top, o.trial_timeout, announce=echo)
+    budget = extend.default_budget(prepared.n_trials, o.max_steps) if o.budget is None else o.budget
+    longer = extend.Extension(base_spec, budget, o.trial_timeout, announce=echo)
 
-    def next_confirmation(finished: list[dict[str, Any]], final: bool) -> dict[str, Any] | None:
-        job = schedule.next(finished, final)
-        if job is not None:
+    def next_job(finished: list[dict[str, Any]], final: bool) -> dict[str, Any] | str | None:
+        """After the search's trials: longer runs while none learned, then confirmation."""
+        job = longer.next(records, extensions) if final else None
+        if job is None:
+            job = schedule.next([*finished, *extensions], final)
+        if isinstance(job, dict):
             progress.total += 1
         return job
 
@@ -279,19 +286,21 @@ def _run(prepared, tracker, study, run_name, records, placement, concurrency, st
         proposer = Proposer(study, prepared.space, o.sampler, prepared.n_trials, done=records,
                             device=placement.device, fits=placement.check)
         searcher = execution.OptunaSearcher(proposer, base_spec, o.trial_timeout, n_search=remaining,
-                                            then=next_confirmation, done=records, fits=placement.check)
-        at_most = remaining + schedule.most_runs  # the searcher says FINISHED when it has fewer
+                                            then=next_job, done=records, fits=placement.check)
+        at_most = remaining + longer.most_runs + schedule.most_runs  # the searcher says FINISHED when it has fewer
         if at_most:
             execution.run_trials(name=f"{run_name}-{len(records)}", storage=ray_storage, per_trial=placement.resources,
-                                 concurrency=concurrency, callback=execution.DriverCallback(tracker, progress, records, confirmations),
+                                 concurrency=concurrency, callback=execution.DriverCallback(tracker, progress, records, confirmations, extensions),
                                  searcher=searcher, num_samples=at_most,
                                  scheduler=execution.Halving(o.max_steps) if prunes(o) else None)
         records.sort(key=lambda r: r["number"])
         if searcher.stopped_because:
             echo(f"search stopped: {searcher.stopped_because}")
             tracker.set_tags({"tuner.stopped_because": searcher.stopped_because[:5000]})
-        cands = confirm.candidates(records, o.confirm_top) if o.confirm_seeds > 0 else []
-        outcome = _finish(prepared, tracker, records, cands, confirmations, started, echo, placement)
+        extensions.sort(key=lambda r: (r["max_steps"], r["number"]))
+        runs = [*records, *extensions]
+        cands = confirm.candidates(runs, o.confirm_top) if o.confirm_seeds > 0 else []
+        outcome = _finish(prepared, tracker, records, cands, confirmations, started, echo, placement, extensions)
         outcome.stopped_because = searcher.stopped_because
         status = "FINISHED"
         return outcome
@@ -315,7 +324,8 @@ def _study_storage(o: SearchOptions) -> str | None:
     return f"sqlite:///{folder / 'optuna.db'}"
 
 
-def _finish(prepared: Prepared, tracker, records, cands, confirmations, started, echo, placement) -> SearchOutcome:
+def _finish(prepared: Prepared, tracker, records, cands, confirmations, started, echo, placement,
+            extensions=()) -> SearchOutcome:
     from tuner import confirm
 
     o = prepared.options
@@ -325,7 +335,7 @@ def _finish(prepared: Prepared, tracker, records, cands, confirmations, started,
         for line in confirm.describe(verdicts):
             echo(line)
     else:
-        best = rec.recommend(records)
+        best = rec.recommend([*records, *extensions])
     config, export_info = None, None
     use_cpu = all(r.get("device") in (None, "cpu") for r in records)
     if best is not None:
@@ -336,14 +346,15 @@ def _finish(prepared: Prepared, tracker, records, cands, confirmations, started,
     search = {"trainer": o.trainer, "model": o.model, "model_path": prepared.model_path, "use_cpu": use_cpu,
               "reward_funcs": _export_reward_funcs(o), "dataset": o.dataset, "rule": rec.RULE,
               "confirm_seeds": o.confirm_seeds, "recommended": best, "trl_config": config, "export": export_info,
-              "trials": records, "confirmations": confirmations, "candidates": verdicts, "plan": placement.summary()}
+              "trials": records, "extensions": list(extensions), "confirmations": confirmations,
+              "candidates": verdicts, "plan": placement.summary()}
     if best is not None:
         tracker.log_artifact_text(export.render_export(search, prepared.experiment, tracker.parent_id),
                                   "recommended.yaml")
         tracker.set_tags({"tuner.recommended_trial": str(best["number"]),
                           "tuner.recommended_run_id": best["run_id"] or ""})
     tracker.log_artifact_dict(search, "search.json")
-    tracker.log_artifact_text(results_table(records), "results.md")
+    tracker.log_artifact_text(results_table([*records, *extensions]), "results.md")
     counts = collections.Counter(r["status"] for r in records)
     tracker.set_tags({f"tuner.count.{s}": str(n) for s, n in counts.items()})
     return SearchOutcome(prepared.experiment, tracker.parent_id, records, best, config, time.perf_counter() - started,

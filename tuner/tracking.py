@@ -235,15 +235,15 @@ class SearchTracker:
     def stored_trials(self) -> list[TrialRecord]:
         """The search's trials that MLflow holds in full, one record per trial number (``--resume`` keeps these).
         A trial run left RUNNING belongs to a trial that was still running (or being written) when the search
-        was interrupted or its driver died: it is deleted, and its trial runs again. Confirmation re-runs are not
-        kept: confirmation runs again after the search."""
+        was interrupted or its driver died: it is deleted, and its trial runs again. Confirmation re-runs and longer
+        re-runs (tuner.extend) are not kept: they run again after the search."""
         records: dict[int, TrialRecord] = {}
         for run in trial_runs(self.uri, self.parent_id):
             if run.info.status == "RUNNING":  # a confirmation re-run cut short too: it runs again
                 self.client.delete_run(run.info.run_id)
                 continue
-            if run.data.tags.get("tuner.confirmation") == "true":
-                continue
+            if "true" in (run.data.tags.get("tuner.confirmation"), run.data.tags.get("tuner.extension")):
+                continue  # longer re-runs and confirmation run again after the search's own trials
             record = self._record_from_run(run)
             records.setdefault(record["number"], record)
         return sorted(records.values(), key=lambda r: r["number"])

@@ -1,0 +1,93 @@
+"""Longer rungs (tuner.extend): when no stable trial learned within --max-steps, the best third of them run again
+with 3x the steps, within the step budget; then confirmation at that length. Pure rules first, then a real search."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tuner import extend, search, tracking
+from tuner.extend import WAIT, Extension
+
+BASE = {"trainer": "reward", "params": {}, "max_steps": 20, "seed": 0}
+
+
+def record(number: int, *, steps: int = 20, status: str = "ok", progress: float = 0.0, learned: bool = False,
+           speed: float = 1000.0, **extra) -> dict[str, Any]:
+    return {"number": number, "status": status, "max_steps": steps, "seed": 0, "params": {"learning_rate": number},
+            "progress": progress, "learned": learned, "tokens_per_second": speed, **extra}
+
+
+def test_the_best_third_of_stable_trials_get_3x_the_steps_and_the_next_rung_waits_for_them():
+    plan = Extension(BASE, budget_steps=1000, timeout=100, announce=lambda line: None)
+    records = [record(n, progress=0.001 * n) for n in range(6)] + [record(9, status="diverged", progress=1.0)]
+    jobs = [plan.next(records, []), plan.next(records, [])]
+    # the two (6 / 3) with the highest learning speed so far, at 60 steps; the diverged trial never
+    assert [(j["number"], j["spec"]["max_steps"]) for j in jobs] == [(5, 60), (4, 60)]
+    assert jobs[0]["spec"]["params"] == {"learning_rate": 5} and jobs[0]["timeout"] == pytest.approx(300)
+    assert plan.next(records, []) == WAIT  # its runs are out: the next rung depends on them
+    done = [record(5, steps=60, progress=0.002, extends=5), record(4, steps=60, progress=0.003, extends=4)]
+    job = plan.next(records, done)
+    assert (job["number"], job["spec"]["max_steps"]) == (4, 180)  # best third of the 60-step runs: 1
+
+
+def test_nothing_is_extended_once_a_trial_learned_or_the_budget_is_spent():
+    plan = Extension(BASE, budget_steps=100, timeout=100, announce=lambda line: None)
+    learned = [record(0, progress=0.3, learned=True), record(1)]
+    assert plan.next(learned, []) is None  # confirmation's turn
+    records = [record(n) for n in range(6)]
+    job = plan.next(records, [])
+    assert job["spec"]["max_steps"] == 60
+    # a second 60-step run would spend 120 > 100: wait for the one out there, then nothing more
+    assert plan.next(records, []) == WAIT
+    assert plan.next(records, [record(job["number"], steps=60, extends=job["number"])]) is None
+    assert Extension(BASE, budget_steps=0, timeout=1).next(records, []) is None  # --budget 0: off
+
+
+def test_default_budget_fits_two_rungs_of_the_default_search():
+    budget = extend.default_budget(12, 20)
+    assert budget >= 4 * 60 + 2 * 180  # the best 4 of 12 at 60 steps, then the best 2 of those at 180
+
+
+# One learning rate that learns clearly within 12 steps; a 4-step rung can show no learning at all (the judgement
+# needs tuner.learning.MIN_STEPS = 6 values), so only a longer rung can recommend.
+LONGER_SPACE = """\
+trainer: reward
+fixed:
+  per_device_train_batch_size: 8
+  use_peft: false
+  max_length: 64
+  precision: fp32
+params:
+  learning_rate: {type: categorical, choices: [1.0e-3, 2.0e-3]}
+"""
+
+
+def run_in(root, **options) -> tuple[search.SearchOutcome, list[str]]:
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "space.yaml").write_text(LONGER_SPACE)
+    echoed: list[str] = []
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(root)
+        prepared = search.prepare(search.SearchOptions(store=str(root / "mlflow"), search_space="space.yaml",
+                                                       experiment="longer", sampler="grid", max_steps=4, seed=0,
+                                                       confirm_seeds=1, confirm_top=1, **options))
+        return search.run_search(prepared, echo=echoed.append), echoed
+
+
+@pytest.mark.slow
+def test_a_search_too_short_to_show_learning_recommends_after_a_longer_rung(tmp_path, tiny_model):
+    outcome, echoed = run_in(tmp_path / "longer")
+    assert all(r["status"] == "ok" and not r["learned"] for r in outcome.records)  # 4 steps: no verdict
+    extensions = outcome.search["extensions"]
+    # the best third of 2 stable trials (1) ran again for 12 steps, and learned there
+    assert [(e["extends"], e["max_steps"]) for e in extensions] == [(extensions[0]["number"], 12)]
+    assert any("re-running the best 1" in line and "for 12 steps" in line for line in echoed)
+    best = outcome.recommended
+    assert best is not None and best["max_steps"] == 12 and best["learned"]
+    # confirmed at its own length, on another seed
+    assert best["confirmation"]["confirmed"] and outcome.search["confirmations"][0]["max_steps"] == 12
+    runs = tracking.trial_runs(tracking.default_tracking_uri(tmp_path / "longer" / "mlflow"), outcome.parent_run_id)
+    longer = [r for r in runs if r.data.tags.get("tuner.extension") == "true"]
+    assert len(longer) == 1 and longer[0].data.tags["tuner.extends"] == str(best["number"])

@@ -1,0 +1,82 @@
+"""Longer rungs for the best stable trials when none has shown learning within ``--max-steps``.
+
+    plan = Extension(base_spec, budget_steps=720, timeout=1800)
+    plan.next(records, extensions)   # a job (a trial re-run at 3x its steps), WAIT, or None (nothing more)
+
+``--max-steps`` is the first rung, not a wall: a pretrained model at TRL's default learning rates moves its
+reward or loss slowly, and 20 steps rarely show it. Once every search trial has finished and none qualifies
+(stable and learned, tuner.recommend), the best third of the stable trials at the longest rung so far (by
+learning speed so far, ungated) are re-run with ``RATE`` times the steps, the way successive halving's rungs go
+on upward (20 -> 60 -> 180), until one learns or the next run would overspend ``budget_steps`` (optimizer steps
+of the longer runs, all together). A longer run starts again from step 0 with the same params and seed: the
+trials keep no checkpoints (they would cost every trial disk and time to spare a few the first rung's steps).
+Only after that is "nothing recommended" said. Confirmation then re-runs a candidate at its own length.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from tuner import recommend as rec
+from tuner.records import is_ok
+
+__all__ = ["RATE", "WAIT", "Extension", "default_budget"]
+
+RATE = 3  # each rung is 3x the last, as successive halving's (tuner.execution.HALVING_RATE)
+WAIT = "wait"  # nothing to hand out now, but more may follow when the runs out there finish
+
+
+def default_budget(trials: int, max_steps: int) -> int:
+    """Three times the steps of the search's own trials: e.g. 12 trials of 20 steps leave 720 steps, enough for
+    4 trials at 60 steps and then 2 at 180."""
+    return 3 * trials * max_steps
+
+
+class Extension:
+    """Which longer run a free trial slot gets next, once every search trial has finished."""
+
+    def __init__(self, base_spec: dict[str, Any], budget_steps: int, timeout: float, announce=print):
+        self.base_spec, self.budget, self.timeout, self.announce = base_spec, budget_steps, timeout, announce
+        self.handed: set[tuple[int, int]] = set()  # (trial number, steps) of the runs handed out
+        self.spent = 0  # steps of the runs handed out
+        self.announced: set[int] = set()  # rungs (steps) announced
+
+    @property
+    def most_runs(self) -> int:
+        """The most runs next() can hand out: every run is at least RATE x the first rung's steps."""
+        return self.budget // (RATE * self.base_spec["max_steps"]) if self.budget > 0 else 0
+
+    def next(self, records: list[dict[str, Any]], extensions: list[dict[str, Any]]) -> dict[str, Any] | str | None:
+        runs = [*records, *extensions]
+        if self.budget <= 0 or not runs or any(rec.objective(r) > 0 for r in runs):
+            return None  # off, or some trial learned: confirmation's turn
+        # a rung still running: the next one is chosen from its results once they are in
+        running = bool(self.handed - {(e["number"], e["max_steps"]) for e in extensions})
+        longest = max(r["max_steps"] for r in runs)
+        stable = [r for r in runs if r["max_steps"] == longest and is_ok(r)]
+        best = sorted(stable, key=rec.speed_so_far, reverse=True)[:math.ceil(len(stable) / RATE)]
+        steps = longest * RATE
+        todo = [r for r in best if (r["number"], steps) not in self.handed]
+        if not todo or self.spent + steps > self.budget:
+            return WAIT if running else None
+        if steps not in self.announced:
+            self.announced.add(steps)
+            fits = min(len(todo), (self.budget - self.spent) // steps)
+            self.announce(f"no stable trial has learned within {longest} steps: re-running the best {fits} "
+                          f"(trials {', '.join(str(r['number']) for r in todo[:fits])}) for {steps} steps "
+                          f"({self.spent + fits * steps} of a {self.budget}-step budget)")
+        trial = todo[0]
+        self.handed.add((trial["number"], steps))
+        self.spent += steps
+        return job(self.base_spec, trial, steps, self.timeout * steps / self.base_spec["max_steps"])
+
+
+def job(base_spec: dict[str, Any], trial: dict[str, Any], steps: int, timeout: float) -> dict[str, Any]:
+    """A trial's params and seed again, for ``steps`` steps."""
+    number = trial["number"]
+    return {"spec": {**base_spec, "params": trial["params"], "seed": trial["seed"], "max_steps": steps},
+            "number": number, "timeout": timeout,
+            "tags": {"tuner.extension": "true", "tuner.extends": str(number),
+                     "tuner.run_name": f"extend-{number:03d}-{steps}steps"},
+            "extra": {"extends": number}}
