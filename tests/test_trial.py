@@ -246,3 +246,30 @@ def test_grpo_sampling_from_nan_weights_is_divergence_not_a_crash(tiny_model, tm
     assert result.status == "diverged", result.reason
     assert result.stopped_at_step == 3
     assert result.history[-1]["step"] <= 3
+
+
+@pytest.mark.slow
+def test_a_trial_past_its_prune_limit_stops_as_pruned_with_the_reason(tiny_model, tmp_path):
+    # slow@1: every step from the first takes 0.25 s longer, so 400 steps cannot end within 4 s; the trial is
+    # stopped there as pruned (not crashed: it was stable, only too slow to win), its steps so far kept.
+    spec = TrialSpec(**{**CRASH_SPEC, "max_steps": 400}, fault="slow@1")
+    rows = []
+    result = run_trial_isolated(spec, tmp_path / "trial", timeout=300, on_rows=rows.extend,
+                                prune_after=(4.0, "stopped as too slow after 4 s"))
+    assert result.status == "pruned" and result.reason == "stopped as too slow after 4 s"
+    assert 4.0 <= result.wall_seconds < 60
+    assert result.steps_run < 400 and result.stopped_at_step == (result.history[-1]["step"] if result.history else 0)
+
+
+def test_the_slow_limit_follows_the_best_learned_trial_with_a_minutes_margin():
+    from tuner.execution import slow_limit
+
+    ok = {"status": "ok", "learned": True, "progress": 0.3, "tokens_per_second": 100.0, "max_steps": 20}
+    # nothing learned yet: no limit
+    assert slow_limit([{**ok, "learned": False, "number": 0, "wall_seconds": 5.0}]) is None
+    # the tiny model's 2-second trials: a minute more, not 4 s (their times jitter by more than 2x under load)
+    assert slow_limit([{**ok, "number": 1, "wall_seconds": 2.0}])[0] == pytest.approx(62.0)
+    # a real model's 250-second trials: twice that, and the reason names the trial it was measured against
+    limit, reason = slow_limit([{**ok, "number": 3, "wall_seconds": 250.0},
+                                {**ok, "number": 4, "wall_seconds": 500.0, "tokens_per_second": 10.0}])
+    assert limit == pytest.approx(500.0) and "trial 3" in reason and "250 s" in reason

@@ -83,7 +83,9 @@ def _trainable(config: dict[str, Any]) -> None:
                          "step": batch[-1].get("step")})
 
     try:
-        result = run_trial_isolated(spec, workdir, timeout=config["timeout"], on_rows=live)
+        slow = config.get("prune_after")
+        result = run_trial_isolated(spec, workdir, timeout=config["timeout"], on_rows=live,
+                                    prune_after=(float(slow[0]), str(slow[1])) if slow else None)
     finally:  # all it holds is in the result now (its rows, a dead process's last output): nothing left behind
         shutil.rmtree(workdir, ignore_errors=True)
     node = ray.get_runtime_context().get_node_id()
@@ -110,6 +112,26 @@ def pruned_result(live: dict[str, Any], max_steps: int) -> dict[str, Any]:
 HALVING_RATE = 3  # successive halving keeps the top 1/3 of trials at each rung
 PRUNED_REASON = "stopped by successive halving"  # the reason's start: what the summary groups trials by
 MIN_GRACE_STEPS = MIN_STEPS  # the first rung: no earlier than learning can be judged
+
+
+# A search trial still running at twice the whole run of the best trial so far (stable and learned, same steps),
+# and a minute more, cannot win on speed: it is stopped as pruned. The minute keeps the tiny model's 2-second
+# trials, whose times jitter by more than 2x on a busy machine, out of it; real models' trials take minutes.
+SLOW_FACTOR = 2.0
+SLOW_MARGIN_S = 60.0
+
+
+def slow_limit(finished: list[dict[str, Any]]) -> tuple[float, str] | None:
+    """(seconds, reason) after which a new search trial is stopped as too slow, from the best finished trial."""
+    from tuner.recommend import recommend
+
+    best = recommend(finished)
+    if best is None or not best.get("wall_seconds"):
+        return None
+    whole = float(best["wall_seconds"])
+    limit = max(SLOW_FACTOR * whole, whole + SLOW_MARGIN_S)
+    return limit, (f"stopped as too slow after {limit:.0f} s: trial {best['number']}, the best so far, ran its whole "
+                   f"{best.get('max_steps') or ''} steps and learned in {whole:.0f} s; this one cannot win on speed")
 
 
 def _grace_and_max(max_steps: int) -> tuple[int, int]:
@@ -244,7 +266,7 @@ class OptunaSearcher(Searcher):
     """
 
     def __init__(self, proposer: sampling.Proposer, base_spec: dict[str, Any], timeout: float,
-                 n_search: int, then=None, done: list[TrialRecord] = (), fits=None):
+                 n_search: int, then=None, done: list[TrialRecord] = (), fits=None, prune_slow: bool = False):
         super().__init__(metric=SEARCH_METRIC, mode="max")
         self.proposer, self.base_spec, self.timeout = proposer, base_spec, timeout
         self.n_search, self.then = n_search, then
@@ -253,6 +275,7 @@ class OptunaSearcher(Searcher):
         self.finished: list[TrialRecord] = list(done)
         self.stopped_because: str | None = None  # a failure no config avoids (tuner.diagnose): nothing more is run
         self.fits = fits  # params -> None, or why the config cannot fit (tuner.placement): then it is not run
+        self.prune_slow = prune_slow  # stop a trial that runs past slow_limit() of the trials finished before it
 
     def suggest(self, trial_id: str):
         self.stopped_because = self.stopped_because or diagnose.systematic_failure(self.finished)
@@ -265,6 +288,9 @@ class OptunaSearcher(Searcher):
                 self.suggested += 1
             spec = {**self.base_spec, "params": params}
             job = {"spec": spec, "number": trial.number, "timeout": self.timeout}
+            slow = slow_limit(self.finished) if self.prune_slow else None
+            if slow and slow[0] < self.timeout:
+                job["prune_after"] = slow
             too_big = self.fits(params) if self.fits else None
             return {**job, "skip": too_big} if too_big else job
         final = not self.asked  # every search trial has finished

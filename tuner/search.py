@@ -286,7 +286,8 @@ def _run(prepared, tracker, study, run_name, records, placement, concurrency, st
         proposer = Proposer(study, prepared.space, o.sampler, prepared.n_trials, done=records,
                             device=placement.device, fits=placement.check)
         searcher = execution.OptunaSearcher(proposer, base_spec, o.trial_timeout, n_search=remaining,
-                                            then=next_job, done=records, fits=placement.check)
+                                            then=next_job, done=records, fits=placement.check,
+                                            prune_slow=prunes(o))
         at_most = remaining + longer.most_runs + schedule.most_runs  # the searcher says FINISHED when it has fewer
         if at_most:
             execution.run_trials(name=f"{run_name}-{len(records)}", storage=ray_storage, per_trial=placement.resources,

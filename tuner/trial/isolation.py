@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from tuner.errors import describe_exception
-from tuner.records import TrialResult
+from tuner.records import Status, TrialResult
 from tuner.trial.launcher import LOG_NAME
 from tuner.trial.run import run_trial
 from tuner.trial.spec import TrialSpec
@@ -111,13 +111,16 @@ def live_poll_seconds() -> float:
 
 def run_trial_isolated(spec: TrialSpec, workdir: str | os.PathLike, timeout: float | None = None,
                        on_rows: Callable[[list[dict[str, Any]]], None] | None = None,
-                       poll: float | None = None) -> TrialResult:
+                       poll: float | None = None, prune_after: tuple[float, str] | None = None) -> TrialResult:
     """Run the trial in a child process; a signal or hard exit becomes ``crashed`` with its cause.
 
     With ``on_rows``, the per-step rows the child appends to metrics.jsonl are handed over while it runs:
     every ``poll`` seconds (default ``LIVE_POLL_S``, or TUNER_LIVE_POLL_S), the rows written since the last call,
     in order, each once, and those written after the last read once it ended (a Ray trainable reports them to
-    the driver). The result's history is read from the same file at the end, as without."""
+    the driver). The result's history is read from the same file at the end, as without.
+
+    ``prune_after`` (seconds, why): a trial still running that long cannot win on speed; it is stopped as
+    ``pruned`` with that reason (before ``timeout``, which ends it as ``crashed``)."""
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     metrics_path = workdir / "metrics.jsonl"
@@ -125,13 +128,15 @@ def run_trial_isolated(spec: TrialSpec, workdir: str | os.PathLike, timeout: flo
     for stale in (metrics_path, result_path, workdir / LOG_NAME):
         stale.unlink(missing_ok=True)
     started = time.perf_counter()
+    limits = [s for s in (timeout, prune_after[0] if prune_after else None) if s is not None]
+    wait = min(limits) if limits else None
     process = _start(spec.to_dict(), str(workdir))
     try:
         if on_rows is None:
-            process.join(timeout)
+            process.join(wait)
         else:
             _follow(process, MetricsTail(metrics_path), on_rows, poll or live_poll_seconds(),
-                    None if timeout is None else started + timeout)
+                    None if wait is None else started + wait)
     except BaseException:
         # on_rows raised (or the caller was interrupted): the trial must not outlive its caller
         process.kill()
@@ -142,6 +147,10 @@ def run_trial_isolated(spec: TrialSpec, workdir: str | os.PathLike, timeout: flo
         process.kill()
         process.join()
     history = read_metrics(metrics_path)
+    if timed_out and prune_after and (timeout is None or prune_after[0] < timeout):
+        step = history[-1]["step"] if history else 0
+        return TrialResult(status=Status.PRUNED, reason=prune_after[1], stopped_at_step=step, steps_run=len(history),
+                           history=history, wall_seconds=time.perf_counter() - started)
     if result_path.exists() and process.exitcode == 0:
         result = TrialResult(**json.loads(result_path.read_text()))
         result.history = history
