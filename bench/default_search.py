@@ -1,6 +1,7 @@
 """The embedded default, as a new user runs it: `tuner search` with no arguments, on N seeds.
 
     python -m bench.default_search --seeds 10          # ~1-3 min per seed on 2 cores
+    python -m bench.default_search --model tiny-pretrained --out bench/pretrained_search.json   # the pretrained path
 
 For each seed, in a fresh folder (so a fresh ./mlflow store): `tuner search --seed S` (the README's first
 command, plus the seed), then `tuner export --experiment grpo-tiny -o recommended.yaml`, then
@@ -32,20 +33,27 @@ def _run(command: list[str], cwd: Path, timeout: float) -> tuple[int, str, float
     return done.returncode, done.stdout + done.stderr, time.perf_counter() - started
 
 
-def one_seed(seed: int, folder: Path, timeout: float) -> dict:
+def one_seed(seed: int, folder: Path, timeout: float, model: str = "tiny") -> dict:
     from tuner.data import builtin_dataset
 
     tuner = [sys.executable, "-m", "tuner.cli"]
-    code, output, seconds = _run([*tuner, "search", "--seed", str(seed)], folder, timeout)
-    picked = re.search(r"recommended: trial (\d+): (\d+) tokens/s, progress ([-+0-9.]+)", output)
-    row = {"seed": seed, "search_exit": code, "search_seconds": round(seconds, 1),
+    code, output, seconds = _run([*tuner, "search", "--seed", str(seed), "--model", model,
+                                  "--experiment", "bench"], folder, timeout)
+    picked = re.search(r"recommended: trial (\d+): (\d+) tokens/s, progress ([-+0-9.]+), (\d+) steps", output)
+    # the search's own trials (not confirmation or longer re-runs): "[  3/12] trial   7 ok ... learned"
+    first_rung = re.findall(r"\] trial +\d+ (\w+) .*progress +[-+0-9.]+ (learned|not learned)", output)
+    row = {"seed": seed, "model": model, "search_exit": code, "search_seconds": round(seconds, 1),
            "recommended_trial": int(picked.group(1)) if picked else None,
            "progress": float(picked.group(3)) if picked else None,
+           "recommended_steps": int(picked.group(4)) if picked else None,
+           "first_rung_trials": len(first_rung),
+           "first_rung_learned": sum(learned == "learned" for _, learned in first_rung),
+           "longer_rungs": re.findall(r"re-running the best (\d+) .* for (\d+) steps", output),
            "statuses": dict(collections.Counter(re.findall(r"\] trial +\d+ (?:seed \d+ )?(\w+)", output))),
            "tail": output.strip().splitlines()[-12:]}
     if picked is None:
         return row
-    code, output, _ = _run([*tuner, "export", "--experiment", "grpo-tiny", "-o", "recommended.yaml"], folder, 300)
+    code, output, _ = _run([*tuner, "export", "--experiment", "bench", "-o", "recommended.yaml"], folder, 300)
     row["export_exit"] = code
     if code != 0:
         row["export_output"] = output[-600:]
@@ -71,21 +79,26 @@ def main(argv=None) -> None:
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--first-seed", type=int, default=0)
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per search")
+    parser.add_argument("--model", default="tiny", help="--model of every search (tiny-pretrained: the pretrained path)")
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
     rows = []
     for seed in range(args.first_seed, args.first_seed + args.seeds):
         with tempfile.TemporaryDirectory(prefix=f"tuner-default-{seed}-") as folder:
-            row = one_seed(seed, Path(folder), args.timeout)
+            row = one_seed(seed, Path(folder), args.timeout, args.model)
         rows.append(row)
         print(json.dumps({k: v for k, v in row.items() if k != "tail"}), flush=True)
         args.out.write_text(json.dumps(rows, indent=1) + "\n")
     recommended = [r for r in rows if r["recommended_trial"] is not None]
     trained = [r for r in recommended if r.get("trl_exit") == 0]
     seconds = sorted(r["search_seconds"] for r in rows)
-    print(f"recommended a confirmed config in {len(recommended)}/{len(rows)} seeds; export + trl grpo ran in "
-          f"{len(trained)}/{len(recommended)}; search wall time median {seconds[len(seconds) // 2]:.0f}s, "
-          f"max {seconds[-1]:.0f}s")
+    first = sum(r["first_rung_trials"] for r in rows)
+    learned = sum(r["first_rung_learned"] for r in rows)
+    longer = [r for r in recommended if r["recommended_steps"] and r["recommended_steps"] > 20]
+    print(f"recommended a confirmed config in {len(recommended)}/{len(rows)} seeds ({len(longer)} after longer rungs); "
+          f"export + trl grpo ran in {len(trained)}/{len(recommended)}; search wall time median "
+          f"{seconds[len(seconds) // 2]:.0f}s, max {seconds[-1]:.0f}s; first-rung trials that learned: "
+          f"{learned}/{first}")
 
 
 if __name__ == "__main__":

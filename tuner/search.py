@@ -391,7 +391,7 @@ def summary_text(outcome: SearchOutcome) -> str:
     else:
         best = outcome.recommended
         lines.append(f"recommended: trial {best['number']}: {best['tokens_per_second']:.0f} tokens/s, progress "
-                     f"{best['progress']:+.3f}, {describe_params(best['params'])}")
+                     f"{best['progress']:+.3f}, {best.get('max_steps')} steps, {describe_params(best['params'])}")
         lines.append(json.dumps(best["params"], sort_keys=True))
         if best.get("confirmation"):
             lines += confirm.describe([best["confirmation"]])
