@@ -65,7 +65,7 @@ def one_seed(seed: int, folder: Path, timeout: float, model: str = "tiny") -> di
 
     # The export carries no use_cpu (it is for the machine you train on); on this CPU machine say it, as a user would.
     on_cpu = [] if torch.cuda.is_available() else ["--use_cpu", "true"]
-    code, output, seconds = _run(["trl", "grpo", "--config", "recommended.yaml", "--dataset_name", str(data),
+    code, output, seconds = _run([str(Path(sys.executable).with_name("trl")), "grpo", "--config", "recommended.yaml", "--dataset_name", str(data),
                                   "--max_steps", "2", "--output_dir", str(folder / "trl-out"), "--report_to", "none",
                                   *on_cpu], folder, 600)
     row["trl_exit"], row["trl_seconds"] = code, round(seconds, 1)
