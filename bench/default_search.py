@@ -40,8 +40,9 @@ def one_seed(seed: int, folder: Path, timeout: float, model: str = "tiny") -> di
     code, output, seconds = _run([*tuner, "search", "--seed", str(seed), "--model", model,
                                   "--experiment", "bench"], folder, timeout)
     picked = re.search(r"recommended: trial (\d+): (\d+) tokens/s, progress ([-+0-9.]+), (\d+) steps", output)
-    # the search's own trials (not confirmation or longer re-runs): "[  3/12] trial   7 ok ... learned"
-    first_rung = re.findall(r"\] trial +\d+ (\w+) .*progress +[-+0-9.]+ (learned|not learned)", output)
+    # the search's own trials that ran every step (not confirmation or longer re-runs, whose number is followed by
+    # "seed 1" or "x60 steps"; not pruned): "[  3/12] trial   7 ok ... progress +0.412 learned"
+    first_rung = re.findall(r"\] trial +\d+ (ok) .*progress +[-+0-9.]+ (learned|not learned)", output)
     row = {"seed": seed, "model": model, "search_exit": code, "search_seconds": round(seconds, 1),
            "recommended_trial": int(picked.group(1)) if picked else None,
            "progress": float(picked.group(3)) if picked else None,
