@@ -78,10 +78,11 @@ class StepMonitor(TrainerCallback):
         step = state.global_step
         row = {"step": step, **{k: _number(v) for k, v in logs.items() if _number(v) is not None}, **self._pending}
         if "reward_std" in row and getattr(args, "num_generations", None):
-            # How many prompt groups the step's mean reward averages over: the learning test's power
-            # (tuner.learning) comes from this and the step's reward spread.
-            row["reward_groups"] = float(args.per_device_train_batch_size * args.gradient_accumulation_steps
-                                         * args.world_size // args.num_generations)
+            # How many completions, in how many prompt groups, the step's mean reward averages over: the
+            # learning test's power (tuner.learning) comes from this and the step's reward spread.
+            completions = args.per_device_train_batch_size * args.gradient_accumulation_steps * args.world_size
+            row["reward_count"] = float(completions)
+            row["reward_groups"] = float(completions // args.num_generations)
         if self.step_times and self.train_started_at is not None:
             # the step's end, in seconds since training began: throughput while the trial runs (tuner.execution)
             row["train_seconds"] = round(self.step_times[-1][1] - self.train_started_at, 4)
