@@ -13,7 +13,7 @@ is below the table.
 from __future__ import annotations
 
 import dataclasses
-import importlib
+import importlib.resources
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,7 +33,7 @@ TUNER_PARAM_TYPES: dict[str, Any] = {
     "lora_target_modules": Union[str, list[str]],
 }
 LORA_PARAMS = tuple(name for name in TUNER_PARAM_TYPES if name.startswith("lora_"))
-SPACES_DIR = Path(__file__).resolve().parent.parent / "search_spaces"
+SPACES_DIR = Path(str(importlib.resources.files("tuner.search_spaces")))  # search_spaces/, also in a wheel
 
 Row = Callable[[random.Random, int], dict]  # (seeded rng, row index) -> one built-in row
 TaskRows = Callable[[int, int], list[dict]]  # (size, seed) -> rows
