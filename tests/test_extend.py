@@ -50,23 +50,18 @@ def test_default_budget_fits_two_rungs_of_the_default_search():
     assert budget >= 4 * 60 + 2 * 180  # the best 4 of 12 at 60 steps, then the best 2 of those at 180
 
 
-# One learning rate that learns clearly within 12 steps; a 4-step rung can show no learning at all (the judgement
-# needs tuner.learning.MIN_STEPS = 6 values), so only a longer rung can recommend.
-LONGER_SPACE = """\
-trainer: reward
-fixed:
-  per_device_train_batch_size: 8
-  use_peft: false
-  max_length: 64
-  precision: fp32
-params:
-  learning_rate: {type: categorical, choices: [1.0e-3, 2.0e-3]}
-"""
+# The reward model at learning rates that learn clearly within 12 steps (test_search's confirmation space); a 4-step
+# rung can show no learning at all (the judgement needs tuner.learning.MIN_STEPS = 6 values), so only a longer rung
+# can recommend.
+def longer_space() -> str:
+    import test_search
+
+    return test_search.CONFIRM_SPACE
 
 
 def run_in(root, **options) -> tuple[search.SearchOutcome, list[str]]:
     root.mkdir(parents=True, exist_ok=True)
-    (root / "space.yaml").write_text(LONGER_SPACE)
+    (root / "space.yaml").write_text(longer_space())
     echoed: list[str] = []
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(root)
