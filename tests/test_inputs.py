@@ -122,7 +122,7 @@ def test_relative_paths_search_from_another_folder_runs_ok_trials(tiny_model, tm
         folder, monkeypatch, capsys,
         *grpo_search("--reward-func", "my_rewards:length", "--search-space", "space.yaml", "--sampler", "grid",
                      "--max-steps", "3",  # 3 steps: enough to run the trainer for real; the guard needs no more
-                     "--confirm-seeds", "0", "--experiment", "relative"),
+                     "--confirm-seeds", "0", "--budget", "0", "--experiment", "relative"),
         files={"prompts.jsonl": PROMPTS, "my_rewards.py": REWARDS, "space.yaml": E2E_SPACE})
     # 0 with a recommendation; 3 (tuner.cli.EXIT_NOTHING_RECOMMENDED) when the trial ran ok but 3 steps were too
     # few to show learning. Not 2 (refused) and not 4 (no trial ok): what matters here is that the trial ran.

@@ -159,6 +159,7 @@ def tuner(*args: str) -> list[str]:
 def search_args(space_file: Path, store: Path, experiment: str, trials: int, max_steps: int, *extra: str) -> list[str]:
     return tuner("search", "--trainer", "sft", "--search-space", str(space_file), "--sampler", "grid",
                  "--trials", str(trials), "--max-steps", str(max_steps), "--confirm-seeds", "0",
+                 "--budget", "0",  # no longer re-runs (tuner.extend): these tests count the search's own trials
                  "--experiment", experiment, "--store", str(store), *extra)
 
 
