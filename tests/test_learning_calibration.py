@@ -229,12 +229,10 @@ def test_print_the_readme_table():
     assert text.count("\n") == len(TRAINERS) + 2
 
 
-@pytest.mark.xfail(strict=True, reason="despiked() replaces a trial's first step by its window's median when the next "
-                   "steps are already at the floor, so the start is the floor and the effect 0 (tuner/learning.py)")
 def test_a_dpo_trial_at_the_floor_from_step_2_is_judged_learned():
     # Recorded with `tests.calibration.record`'s settings for DPO at learning rate 3 (seed 0): 10 of 15 ok seeds look
-    # like this, the loss ~0 from the first update on. Judged today: start 4e-25 (step 1's 0.693 taken for a spike),
-    # effect 0, not learned.
+    # like this, the loss ~0 from the first update on. Before the start was exempted from despiking it was judged from a
+    # start of 4e-25 (step 1's 0.693 taken for a spike): effect 0, not learned.
     loss = [0.69314718, 4.1180363e-25, 0.0, 5.0980889e-15] + [0.0] * 16
     learning = judge_learning("dpo", [{"step": i, "loss": v} for i, v in enumerate(loss, start=1)])
     assert learning.learned and learning.effect > 0.9

@@ -130,9 +130,10 @@ def step_noise(values: list[float]) -> float:
 def despiked(values: list[float]) -> list[float]:
     """Each value further than 3 scaled MADs from the median of its 5-step window replaced by that median
     (a Hampel filter): one spike that recovers (a loss of 9 at one step) is not an effect; a level the
-    metric keeps is never changed."""
-    out = []
-    for i, value in enumerate(values):
+    metric keeps is never changed. The first START_STEPS values are the start itself and are kept: a trial at
+    the floor from its second step on (DPO's loss 0.69 -> 0) started at 0.69, not at the floor."""
+    out = list(values[:START_STEPS])
+    for i, value in enumerate(values[START_STEPS:], start=START_STEPS):
         window = values[max(0, i - _HALF_WINDOW): i + _HALF_WINDOW + 1]
         centre = statistics.median(window)
         spread = 1.4826 * statistics.median(abs(v - centre) for v in window)
