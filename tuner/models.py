@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import threading
-import uuid
 from pathlib import Path
 
 from tuner.errors import TunerError
@@ -197,32 +195,9 @@ def build_tiny_model(path: str | os.PathLike) -> Path:
     build is reused at once). Safe across processes: each builds in its own temporary folder and renames it
     into place; a builder that loses the race discards its copy.
     """
-    path = Path(path).expanduser().absolute()
-    if (path / _COMPLETE_MARKER).is_file():
-        return path
-    if path.exists():
-        if path.is_dir() and not any(path.iterdir()):
-            path.rmdir()  # an empty folder (e.g. made by a caller) is replaced by the build
-        elif (path / _COMPLETE_MARKER).is_file():
-            return path  # another process finished its build between the two checks
-        else:
-            raise TunerError(
-                f"{path} exists but is not a complete tiny-model build (no {_COMPLETE_MARKER}); "
-                "remove it or choose another folder"
-            )
-    path.parent.mkdir(parents=True, exist_ok=True)
-    staging = path.parent / f".{path.name}.building-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    try:
-        _write_tiny_model(staging)
-        (staging / _COMPLETE_MARKER).write_text(TINY_MODEL_VERSION + "\n")
-        try:
-            os.rename(staging, path)  # atomic; fails if another process already put a build there
-        except OSError:
-            if not (path / _COMPLETE_MARKER).is_file():
-                raise
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return path
+    from tuner.cache import build_folder_once
+
+    return build_folder_once(path, _COMPLETE_MARKER, TINY_MODEL_VERSION, _write_tiny_model, "tiny-model build")
 
 
 def build_tiny_tokenizer():
@@ -237,14 +212,25 @@ def build_tiny_tokenizer():
     before it (the first word of a text) is spelled in characters. Decoding gives ASCII text back exactly;
     other characters are dropped.
     """
+    from tuner.tiny_data import VOCABULARY
+
+    return build_word_tokenizer([" " + word for word in VOCABULARY], model_max_length=256)  # = max_position_embeddings
+
+
+def build_word_tokenizer(words: list[str], model_max_length: int):
+    """A Qwen2-style byte-level BPE (see build_tiny_tokenizer) whose whole-word tokens are ``words``.
+
+    Each of ``words`` (" red" with its leading space, or "Question" for a word that starts a line) becomes one
+    token, through merges that extend its prefixes from the first character on; any other text is spelled in
+    printable ASCII characters. ``model_max_length`` should be the model's max_position_embeddings.
+    """
     from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    from tuner.tiny_data import VOCABULARY
-
     specials = [PAD_TOKEN, EOS_TOKEN, *CHAT_TOKENS]
+    byte_level = [word.replace(" ", "\u0120") for word in words]  # how ByteLevel writes a space: "Ġ"
     prefixes = sorted(
-        {("\u0120" + word)[:end] for word in VOCABULARY for end in range(2, len(word) + 2)},
+        {word[:end] for word in byte_level for end in range(2, len(word) + 1)},
         key=lambda prefix: (len(prefix), prefix),
     )
     vocab = {token: index for index, token in enumerate(specials + _ALPHABET + prefixes)}
@@ -276,7 +262,7 @@ def build_tiny_tokenizer():
         unk_token=EOS_TOKEN,  # as in Qwen2.5: byte-level BPE has no unknown token
         pad_token=PAD_TOKEN,
         additional_special_tokens=list(CHAT_TOKENS),
-        model_max_length=256,  # = max_position_embeddings
+        model_max_length=model_max_length,
     )
     tokenizer.chat_template = CHAT_TEMPLATE
     return tokenizer
