@@ -2,6 +2,7 @@
 
     from tuner.models import resolve_model
     resolve_model("tiny")            # builds (once) a 2-layer Qwen2-shaped model; returns its folder
+    resolve_model("tiny-pretrained") # the same shape pretrained on tuner.tasks (built once, minutes on a CPU)
     resolve_model("Qwen2.5-0.5B")    # alias -> "Qwen/Qwen2.5-0.5B", checked to be cached or reachable
     resolve_model("./my-model")      # a local folder with config.json
 
@@ -22,6 +23,7 @@ from tuner.errors import TunerError
 __all__ = [
     "ALIASES",
     "TINY_MODEL",
+    "TINY_PRETRAINED_MODEL",
     "build_tiny_model",
     "hub_unavailable_reason",
     "is_tiny",
@@ -32,6 +34,8 @@ __all__ = [
 ]
 
 TINY_MODEL = "tiny"  # the default --model: needs no download, trains on a CPU
+# A test and demo model that counts as pretrained: the tiny shape pretrained on tuner.tasks (tuner.tiny_pretrained).
+TINY_PRETRAINED_MODEL = "tiny-pretrained"
 
 # Short names for common small models; anything else is passed as a hub id or a local path.
 ALIASES: dict[str, str] = {
@@ -96,7 +100,8 @@ def is_tiny(model: str | os.PathLike) -> bool:
 def resolve_model(spec: str, cache_dir: str | os.PathLike | None = None) -> str:
     """--model value -> a local path or hub id that ``from_pretrained`` accepts.
 
-    "tiny" builds (or reuses) the tiny model under ``cache_dir`` (default: ``tiny_model_dir()``'s parent).
+    "tiny" builds (or reuses) the tiny model under ``cache_dir`` (default: ``tiny_model_dir()``'s parent), and
+    "tiny-pretrained" the tiny pretrained model (``tuner.tiny_pretrained``; not tiny for ``is_tiny``).
     An existing directory must hold a config.json. An alias from ALIASES becomes its hub id. A hub id must be
     in the local Hugging Face cache or reachable on the Hub; this answers within a few seconds without network.
     """
@@ -105,6 +110,11 @@ def resolve_model(spec: str, cache_dir: str | os.PathLike | None = None) -> str:
         raise TunerError("--model is empty; pass 'tiny', a local model folder, an alias or a hub id")
     if spec == TINY_MODEL:
         return str(build_tiny_model(Path(cache_dir) / TINY_MODEL_VERSION) if cache_dir else tiny_model_dir())
+    if spec == TINY_PRETRAINED_MODEL:
+        from tuner import tiny_pretrained
+
+        return str(tiny_pretrained.build_tiny_pretrained(Path(cache_dir) / tiny_pretrained.TINY_PRETRAINED_VERSION)
+                   if cache_dir else tiny_pretrained.tiny_pretrained_dir())
     path = Path(spec).expanduser()
     if path.is_dir():
         if not (path / "config.json").is_file():
