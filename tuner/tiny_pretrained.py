@@ -36,6 +36,7 @@ import math
 import os
 import random
 import re
+import sys
 import threading
 import time
 from pathlib import Path
@@ -114,6 +115,8 @@ def build_tiny_pretrained(path: str | os.PathLike, max_steps: int = MAX_STEPS) -
     if (path / _COMPLETE_MARKER).is_file():
         return path
     with build_lock(path):
+        if not (path / _COMPLETE_MARKER).is_file():  # a wait of minutes, once per machine: say why
+            _say(f"pretraining the tiny-pretrained model once, into {path} (about 3 minutes on a CPU core)")
         return build_folder_once(path, _COMPLETE_MARKER, TINY_PRETRAINED_VERSION,
                                  lambda folder: _write(folder, max_steps), "tiny-pretrained build")
 
@@ -296,3 +299,9 @@ def _write(folder: Path, max_steps: int) -> None:
     model.save_pretrained(folder, safe_serialization=True)
     tokenizer.save_pretrained(folder)
     (folder / RECORD).write_text(json.dumps(record, indent=1) + "\n")
+    _say(f"pretrained in {record['seconds']:.0f} s, {record['steps']} steps: estimated GRPO start reward "
+         f"{record['start_reward']}")
+
+
+def _say(message: str) -> None:
+    print(f"tuner.tiny_pretrained: {message}", file=sys.stderr, flush=True)
