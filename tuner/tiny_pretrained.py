@@ -122,11 +122,11 @@ def build_tiny_pretrained(path: str | os.PathLike, max_steps: int = MAX_STEPS) -
 
 
 def build_tokenizer():
-    """The tiny model's kind of tokenizer (``tuner.models.build_word_tokenizer``) over the words of tuner.tasks'
+    """The tiny model's kind of tokenizer (``tuner.word_tokenizer``) over the words of tuner.tasks'
     questions and VERBOSE_ANSWER: each word after a space is one token, and so are "Question" and "Answer";
     numbers are digits, and quoted words ('stone') are spelled in characters, as the letter questions need."""
-    from tuner.models import build_word_tokenizer
     from tuner.tasks import make_tasks
+    from tuner.word_tokenizer import build_word_tokenizer
 
     # Every template word and list word of tuner.tasks turns up in a few thousand tasks (there are ~170).
     texts = [" " + task.question for task in make_tasks(5000, seed=DATA_SEED - 1)] + [" " + VERBOSE_ANSWER]
@@ -266,12 +266,12 @@ def _pretrain(max_steps: int):
         step += 1
         if step % EVAL_EVERY == 0 or step == max_steps:
             reward, spread = start_estimates(model, tokenizer, rows)
-            estimates.append({"step": step, "reward": round(reward, 4), "groups_with_spread": round(spread, 4)})
+            estimates.append({"step": step, "start_reward": round(reward, 4), "groups_with_spread": round(spread, 4)})
             if reward >= TARGET_REWARD:
                 break
     record = {
         "version": TINY_PRETRAINED_VERSION, "steps": step, "target_reward": TARGET_REWARD,
-        "start_reward": estimates[-1]["reward"] if estimates else None,
+        "start_reward": estimates[-1]["start_reward"] if estimates else None,
         "groups_with_spread": estimates[-1]["groups_with_spread"] if estimates else None,
         "seconds": round(time.perf_counter() - started, 1), "torch": torch.__version__, "threads": THREADS,
         "estimates": estimates,
