@@ -77,9 +77,8 @@ GROUP_SIZE = 4  # completions per prompt: search_spaces/grpo.yaml's num_generati
 
 # -- pretraining
 SEED = 0  # initial weights
-DATA_SEED = 10_000  # tasks.make_tasks seeds DATA_SEED + chunk: far from the built-in data's 0 and the small seeds
-# tests ask for
-BATCH_SIZE = 32  # learns more per example than 64 (the lookup kinds in half the examples), at the same speed
+DATA_SEED = 10_000  # make_tasks seeds DATA_SEED + chunk: far from the built-in data's 0 and the tests' small seeds
+BATCH_SIZE = 32  # learned about twice as much per example as 64 did, at about the same time per example
 LEARNING_RATE = 3e-3  # AdamW's peak; 2e-3 learns as fast, 6e-3 stalled for thousands of steps
 WARMUP_STEPS = 100
 MIN_LEARNING_RATE = 0.1  # cosine decay to this fraction of the peak at MAX_STEPS: the last steps settle the answers
@@ -87,8 +86,8 @@ MAX_GRAD_NORM = 1.0
 MAX_STEPS = 12_000  # the schedule's length and a safety stop; the target comes first
 EVAL_EVERY = 250  # steps between estimates (two forward passes over the 256 built-in prompts, about 1% of the time)
 TARGET_REWARD = 0.3  # stop here: some answers right, most wrong (GRPO needs both)
-THREADS = 1  # torch CPU threads while training: a fixed count, since results may depend on it; a second
-# thread barely speeds up matrices this small, and on a busy machine it slows every step down several times
+THREADS = 1  # torch CPU threads while training: a fixed count, since results may depend on it; and on a busy
+# 2-core machine two threads made steps several times slower, not faster
 CHUNK_STEPS = 50  # batches are drawn from chunks of this many steps' tasks, sorted by length (less padding)
 
 # Plain prompts start their lines with these (tuner.tasks: "Question: ...\nAnswer:"): whole tokens too.
@@ -252,8 +251,8 @@ def _pretrain(max_steps: int):
         if not batches:
             batches = _chunk(step // CHUNK_STEPS, tokenizer)
         ids, mask, targets = _batch(*batches.pop(), tokenizer)
-        # The loss is on the answer tokens only, so the output layer runs on those positions alone (a third of
-        # the work saved).
+        # The loss is on the answer tokens only, so the output layer runs on those positions alone (it is about a
+        # quarter of the model's work per token).
         hidden = model.model(input_ids=ids, attention_mask=mask).last_hidden_state[:, :-1]
         targets = targets[:, 1:]
         scored = targets != -100
