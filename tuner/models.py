@@ -2,6 +2,7 @@
 
     from tuner.models import resolve_model
     resolve_model("tiny")            # builds (once) a 2-layer Qwen2-shaped model; returns its folder
+    resolve_model("tiny-pretrained") # the same shape pretrained on tuner.tasks (built once, minutes on a CPU)
     resolve_model("Qwen2.5-0.5B")    # alias -> "Qwen/Qwen2.5-0.5B", checked to be cached or reachable
     resolve_model("./my-model")      # a local folder with config.json
 
@@ -14,9 +15,7 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import threading
-import uuid
 from pathlib import Path
 
 from tuner.errors import TunerError
@@ -24,6 +23,7 @@ from tuner.errors import TunerError
 __all__ = [
     "ALIASES",
     "TINY_MODEL",
+    "TINY_PRETRAINED_MODEL",
     "build_tiny_model",
     "hub_unavailable_reason",
     "is_tiny",
@@ -34,6 +34,8 @@ __all__ = [
 ]
 
 TINY_MODEL = "tiny"  # the default --model: needs no download, trains on a CPU
+# A test and demo model that counts as pretrained: the tiny shape pretrained on tuner.tasks (tuner.tiny_pretrained).
+TINY_PRETRAINED_MODEL = "tiny-pretrained"
 
 # Short names for common small models; anything else is passed as a hub id or a local path.
 ALIASES: dict[str, str] = {
@@ -50,26 +52,6 @@ TINY_MODEL_VERSION = "tiny-qwen2-v1"
 _COMPLETE_MARKER = "tuner-tiny-model.complete"  # written last: its presence means the folder is a whole build
 
 HUB_TIMEOUT_S = 5.0  # the whole availability check; without network it fails in well under a second anyway
-
-PAD_TOKEN = "<pad>"  # its own token, not EOS, so padding never hides a real end of text
-EOS_TOKEN = "<|endoftext|>"  # Qwen2.5's end-of-text token
-CHAT_TOKENS = ("<|im_start|>", "<|im_end|>")
-# Single characters the tokenizer knows, as byte-level symbols: printable ASCII plus space, newline and tab.
-# Anything else (non-ASCII text) is dropped by the tokenizer; a tiny random model loses nothing by that.
-_ALPHABET = [chr(c) for c in range(33, 127)] + ["\u0120", "\u010a", "\u0109"]  # "Ġ" " ", "Ċ" "\n", "ĉ" "\t"
-
-# transformers' Qwen2Tokenizer splits text into words with this (one leading space or mark stays with a word).
-_QWEN2_PRETOKENIZE_REGEX = (  # noqa: E501
-    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
-)
-
-# ChatML, as Qwen2.5-Instruct writes it.
-CHAT_TEMPLATE = (
-    "{% for message in messages %}"
-    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
-)
 
 _SEEDED_INIT = threading.Lock()
 
@@ -98,7 +80,8 @@ def is_tiny(model: str | os.PathLike) -> bool:
 def resolve_model(spec: str, cache_dir: str | os.PathLike | None = None) -> str:
     """--model value -> a local path or hub id that ``from_pretrained`` accepts.
 
-    "tiny" builds (or reuses) the tiny model under ``cache_dir`` (default: ``tiny_model_dir()``'s parent).
+    "tiny" builds (or reuses) the tiny model under ``cache_dir`` (default: ``tiny_model_dir()``'s parent), and
+    "tiny-pretrained" the tiny pretrained model (``tuner.tiny_pretrained``; not tiny for ``is_tiny``).
     An existing directory must hold a config.json. An alias from ALIASES becomes its hub id. A hub id must be
     in the local Hugging Face cache or reachable on the Hub; this answers within a few seconds without network.
     """
@@ -107,6 +90,11 @@ def resolve_model(spec: str, cache_dir: str | os.PathLike | None = None) -> str:
         raise TunerError("--model is empty; pass 'tiny', a local model folder, an alias or a hub id")
     if spec == TINY_MODEL:
         return str(build_tiny_model(Path(cache_dir) / TINY_MODEL_VERSION) if cache_dir else tiny_model_dir())
+    if spec == TINY_PRETRAINED_MODEL:
+        from tuner import tiny_pretrained
+
+        return str(tiny_pretrained.build_tiny_pretrained(Path(cache_dir) / tiny_pretrained.TINY_PRETRAINED_VERSION)
+                   if cache_dir else tiny_pretrained.tiny_pretrained_dir())
     path = Path(spec).expanduser()
     if path.is_dir():
         if not (path / "config.json").is_file():
@@ -197,89 +185,19 @@ def build_tiny_model(path: str | os.PathLike) -> Path:
     build is reused at once). Safe across processes: each builds in its own temporary folder and renames it
     into place; a builder that loses the race discards its copy.
     """
-    path = Path(path).expanduser().absolute()
-    if (path / _COMPLETE_MARKER).is_file():
-        return path
-    if path.exists():
-        if path.is_dir() and not any(path.iterdir()):
-            path.rmdir()  # an empty folder (e.g. made by a caller) is replaced by the build
-        elif (path / _COMPLETE_MARKER).is_file():
-            return path  # another process finished its build between the two checks
-        else:
-            raise TunerError(
-                f"{path} exists but is not a complete tiny-model build (no {_COMPLETE_MARKER}); "
-                "remove it or choose another folder"
-            )
-    path.parent.mkdir(parents=True, exist_ok=True)
-    staging = path.parent / f".{path.name}.building-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    try:
-        _write_tiny_model(staging)
-        (staging / _COMPLETE_MARKER).write_text(TINY_MODEL_VERSION + "\n")
-        try:
-            os.rename(staging, path)  # atomic; fails if another process already put a build there
-        except OSError:
-            if not (path / _COMPLETE_MARKER).is_file():
-                raise
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return path
+    from tuner.cache import build_folder_once
+
+    return build_folder_once(path, _COMPLETE_MARKER, TINY_MODEL_VERSION, _write_tiny_model, "tiny-model build")
 
 
 def build_tiny_tokenizer():
-    """The tiny model's tokenizer: a Qwen2-style byte-level BPE whose merges spell the words of VOCABULARY.
-
-    transformers 5 loads the tokenizer of every ``qwen2`` checkpoint as ``Qwen2Tokenizer``, whatever
-    tokenizer.json says, and rebuilds it from the vocabulary and merges with Qwen's fixed pre-tokenizer and
-    decoder; a word-level tokenizer would come back from ``AutoTokenizer`` as a different, broken one. So this
-    tokenizer has exactly Qwen2's pipeline and only its vocabulary is ours: each word with a space before it is
-    one token ("Ġred"), built by merges that only extend a space-led prefix, so the vocabulary is the special
-    tokens, printable ASCII characters and the prefix tree of " word" (about 400 tokens). A word with no space
-    before it (the first word of a text) is spelled in characters. Decoding gives ASCII text back exactly;
-    other characters are dropped.
-    """
-    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
+    """The tiny model's tokenizer (``tuner.word_tokenizer``): each word of VOCABULARY with a space before it is one
+    token ("Ġred"), about 400 tokens in all; a word with no space before it (the first of a text) is spelled in
+    characters."""
     from tuner.tiny_data import VOCABULARY
+    from tuner.word_tokenizer import build_word_tokenizer
 
-    specials = [PAD_TOKEN, EOS_TOKEN, *CHAT_TOKENS]
-    prefixes = sorted(
-        {("\u0120" + word)[:end] for word in VOCABULARY for end in range(2, len(word) + 2)},
-        key=lambda prefix: (len(prefix), prefix),
-    )
-    vocab = {token: index for index, token in enumerate(specials + _ALPHABET + prefixes)}
-    merges = [(prefix[:-1], prefix[-1]) for prefix in prefixes]  # shorter prefixes first: they rank higher
-    # From here on, the same pipeline as transformers' Qwen2Tokenizer.__init__.
-    backend = Tokenizer(
-        models.BPE(
-            vocab=vocab,
-            merges=merges,
-            dropout=None,
-            unk_token=None,
-            continuing_subword_prefix="",
-            end_of_word_suffix="",
-            fuse_unk=False,
-            byte_fallback=False,
-        )
-    )
-    backend.normalizer = normalizers.NFC()
-    backend.pre_tokenizer = pre_tokenizers.Sequence(
-        [
-            pre_tokenizers.Split(Regex(_QWEN2_PRETOKENIZE_REGEX), behavior="isolated", invert=False),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-        ]
-    )
-    backend.decoder = decoders.ByteLevel()
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=backend,
-        eos_token=EOS_TOKEN,
-        unk_token=EOS_TOKEN,  # as in Qwen2.5: byte-level BPE has no unknown token
-        pad_token=PAD_TOKEN,
-        additional_special_tokens=list(CHAT_TOKENS),
-        model_max_length=256,  # = max_position_embeddings
-    )
-    tokenizer.chat_template = CHAT_TEMPLATE
-    return tokenizer
+    return build_word_tokenizer([" " + word for word in VOCABULARY], model_max_length=256)  # = max_position_embeddings
 
 
 def _write_tiny_model(folder: Path) -> None:

@@ -62,8 +62,9 @@ class SearchOptions:
     )
     model: str = field(
         default="tiny",
-        metadata={"help": "local directory, hub id, alias (e.g. Qwen2.5-0.5B) or 'tiny', the embedded 2-layer "
-                  "Qwen2-shaped model"},
+        metadata={"help": "local directory, hub id, alias (e.g. Qwen2.5-0.5B), 'tiny', the embedded 2-layer "
+                  "Qwen2-shaped model, or 'tiny-pretrained', the same shape pretrained here on the built-in "
+                  "questions (a test and demo model for the pretrained ranges; built once, minutes on a CPU)"},
     )
     dataset: str | None = field(
         default=None,

@@ -1,0 +1,168 @@
+"""tuner.tiny_pretrained: the tiny pretrained model (--model tiny-pretrained), built for real.
+
+The full build takes minutes, so the fast tests build a short one (SHORT_STEPS steps: the same code, the same
+files, under the target) and put it where the alias looks; only the slow test builds the real model.
+"""
+
+import json
+import statistics
+import threading
+
+import pytest
+
+from tuner.models import TINY_MODEL, TINY_PRETRAINED_MODEL, is_tiny, resolve_model
+from tuner.tasks import grpo_rows, sft_rows
+from tuner.tiny_pretrained import (
+    RECORD,
+    TINY_PRETRAINED_VERSION,
+    VERBOSE_ANSWER,
+    build_tiny_pretrained,
+    build_tokenizer,
+)
+
+SHORT_STEPS = 20  # shrunk for speed: a build of 20 steps takes about a second, the real one minutes
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    """A cache folder holding a short build where the alias looks for the model."""
+    folder = tmp_path_factory.mktemp("cache")
+    build_tiny_pretrained(folder / TINY_PRETRAINED_VERSION, max_steps=SHORT_STEPS)
+    return folder
+
+
+def test_builds_are_deterministic_and_leave_torch_as_they_found_it(cache, tmp_path):
+    import torch
+
+    threads, deterministic = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
+    random_state = torch.random.get_rng_state()
+    again = build_tiny_pretrained(tmp_path / "again", max_steps=SHORT_STEPS)
+    first = cache / TINY_PRETRAINED_VERSION
+    # Seeded weights, data and batch order, pinned threads: the same steps give the same bytes.
+    for name in ("model.safetensors", "tokenizer.json", "config.json"):
+        assert (again / name).read_bytes() == (first / name).read_bytes(), name
+    # The build pins threads, deterministic mode and the seed for itself only.
+    assert (torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()) == (threads, deterministic)
+    assert torch.equal(torch.random.get_rng_state(), random_state)
+    record = json.loads((again / RECORD).read_text())
+    assert record["steps"] == SHORT_STEPS and record["version"] == TINY_PRETRAINED_VERSION
+    assert 0.0 <= record["start_reward"] <= 1.0 and 0.0 <= record["groups_with_spread"] <= 1.0
+
+
+def test_concurrent_builders_wait_for_one_build(tmp_path):
+    target = tmp_path / "shared"
+    results, errors = [], []
+
+    def build():
+        try:
+            results.append(build_tiny_pretrained(target, max_steps=SHORT_STEPS))
+        except Exception as error:  # noqa: BLE001 - collected and asserted below
+            errors.append(error)
+
+    threads = [threading.Thread(target=build) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors and results == [target] * 2
+    # One build and its lock file; no staging folder is left behind.
+    assert sorted(path.name for path in tmp_path.iterdir()) == [".shared.lock", "shared"]
+
+
+def test_the_alias_resolves_to_the_cached_build_and_is_not_tiny(cache, monkeypatch):
+    build = cache / TINY_PRETRAINED_VERSION
+    before = (build / "model.safetensors").stat().st_mtime_ns
+    monkeypatch.setenv("TUNER_CACHE_DIR", str(cache))
+    assert resolve_model(TINY_PRETRAINED_MODEL) == str(build)
+    assert resolve_model(TINY_PRETRAINED_MODEL, cache_dir=cache) == str(build)
+    # A complete build is reused, not rebuilt.
+    assert (build / "model.safetensors").stat().st_mtime_ns == before
+    # It counts as pretrained: the built-in data and reward of tuner.tasks, not the tiny model's own task.
+    assert not is_tiny(build) and not is_tiny(TINY_PRETRAINED_MODEL)
+
+
+def test_a_search_on_it_takes_the_pretrained_path(cache, tmp_path, monkeypatch):
+    from tuner import search
+    from tuner.rewards import reward_func_spec
+    from tuner.space import load_space
+    from tuner.tasks import exact_answer_reward
+
+    monkeypatch.setenv("TUNER_CACHE_DIR", str(cache))
+    prepared = search.prepare(search.options_from(model=TINY_PRETRAINED_MODEL, store=str(tmp_path / "mlflow")))
+    shipped = load_space(None, "grpo")
+    # The shipped space's pretrained: learning rates, and tuner.tasks' exact-answer reward for its questions.
+    assert prepared.space.params["learning_rate"] == shipped.pretrained["learning_rate"]
+    assert prepared.options.reward_funcs == [reward_func_spec(exact_answer_reward)]
+    assert prepared.experiment == "grpo-tiny-pretrained"
+    tiny = search.prepare(search.options_from(model=TINY_MODEL, store=str(tmp_path / "mlflow")))
+    assert tiny.space.params["learning_rate"] == shipped.params["learning_rate"]
+
+
+def test_its_tokenizer_keeps_every_task_text_and_has_the_words_whole(cache):
+    from transformers import AutoTokenizer
+
+    loaded = AutoTokenizer.from_pretrained(cache / TINY_PRETRAINED_VERSION)
+    built = build_tokenizer()
+    texts = [row["prompt"] + row["completion"] for row in sft_rows(128)]
+    texts += [" " + VERBOSE_ANSWER.format("-63"), "Hello, World!\n\tok 42", "<|im_start|>user\nhi<|im_end|>"]
+    for text in texts:
+        ids = loaded(text)["input_ids"]
+        # transformers 5 rebuilds qwen2 tokenizers from vocab and merges; it must tokenize as the built one does.
+        assert ids == built(text)["input_ids"], text
+        assert loaded.decode(ids) == text
+    for word in ["Question", "Answer", " What", " alphabet", " marbles", " The", " answer"]:
+        assert len(loaded(word)["input_ids"]) == 1, word
+    # Quoted words are spelled out: the letter questions are about their characters.
+    assert len(loaded("'stone'")["input_ids"]) == 7
+    messages = [{"role": "user", "content": grpo_rows(1)[0]["prompt"]}]
+    assert loaded.apply_chat_template(messages, add_generation_prompt=True, tokenize=False).startswith(
+        "<|im_start|>user\nQuestion:")
+
+
+# ---- the real model ------------------------------------------------------------------------------------------
+
+
+def _sampled_rewards(path, seed: int) -> tuple[float, float]:
+    """Mean exact_answer_reward of 4 completions per built-in GRPO prompt, sampled as GRPO samples (temperature
+    1.0, no top-k or top-p, 12 new tokens: search_spaces/grpo.yaml), and the share of prompts whose 4 differ."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from tuner.tasks import exact_answer_reward
+
+    tokenizer = AutoTokenizer.from_pretrained(path, padding_side="left")
+    model = AutoModelForCausalLM.from_pretrained(path).eval()
+    rows = grpo_rows()
+    torch.manual_seed(seed)
+    batch = tokenizer([row["prompt"] for row in rows], return_tensors="pt", padding=True)
+    with torch.no_grad():
+        out = model.generate(**batch, do_sample=True, temperature=1.0, top_k=0, top_p=1.0, max_new_tokens=12,
+                             num_return_sequences=4)
+    completions = tokenizer.batch_decode(out[:, batch["input_ids"].shape[1]:], skip_special_tokens=True)
+    rewards = exact_answer_reward(completions=completions, answer=[row["answer"] for row in rows for _ in range(4)])
+    groups = [rewards[i : i + 4] for i in range(0, len(rewards), 4)]
+    return statistics.fmean(rewards), statistics.fmean(len(set(group)) > 1 for group in groups)
+
+
+@pytest.mark.slow
+def test_the_real_build_starts_grpo_in_the_target_band(tuner_cache_dir):
+    from tuner.records import Status
+    from tuner.trial import TrialSpec, run_trial
+
+    path = resolve_model(TINY_PRETRAINED_MODEL)  # the real build, into the session's cache: minutes
+    record = json.loads((tuner_cache_dir / TINY_PRETRAINED_VERSION / RECORD).read_text())
+    assert record["start_reward"] >= record["target_reward"]
+    for seed in range(2):
+        reward, spread = _sampled_rewards(path, seed)
+        # Some answers right, most wrong: 0.2-0.6 (measured 0.30 +- 0.01 over seeds; 1024 completions each).
+        assert 0.2 <= reward <= 0.6, (seed, reward)
+        # Most groups of 4 completions differ in reward, so GRPO has a signal (measured 0.80 +- 0.02).
+        assert spread >= 0.6, (seed, spread)
+    # A real GRPO trial through tuner at a pretrained learning rate runs, and its rewards are in the band.
+    params = {"learning_rate": 1e-5, "per_device_train_batch_size": 8, "num_generations": 4,
+              "max_completion_length": 12, "temperature": 1.0, "beta": 0.0}
+    result = run_trial(TrialSpec(trainer="grpo", params=params, model=TINY_PRETRAINED_MODEL, max_steps=20, seed=0))
+    assert result.status == Status.OK, result.reason
+    rewards = [entry["reward"] for entry in result.history if entry.get("reward") is not None]
+    # 20 steps see 40 of the 256 prompts: a looser band than the sampled one above (measured 0.26-0.31).
+    assert len(rewards) == 20 and 0.15 <= statistics.fmean(rewards) <= 0.6, rewards
