@@ -119,3 +119,52 @@ def test_the_default_action_runs_after_the_block(tmp_path):
     run = subprocess.run([sys.executable, "-c", code, str(done)], capture_output=True, text=True, timeout=60)
     assert run.returncode == -signal.SIGTERM and done.read_text() == "written", (run.returncode, run.stderr)
     assert "not reached" not in run.stdout
+
+
+def test_ending_drops_the_interrupt_of_a_signal_held_in_its_block(sigterm_interrupts):
+    done = []
+    with interrupts.ending():  # a clean-up that ends the work: a signal waits for it, then has nothing to interrupt
+        signal.raise_signal(signal.SIGTERM)
+        done.append("cleaned up")
+    assert done == ["cleaned up"]
+    assert signal.getsignal(signal.SIGTERM) is _interrupt
+
+
+def test_ending_lets_the_blocks_own_error_through(sigterm_interrupts):
+    # the held signal's KeyboardInterrupt must not replace (and so hide) what went wrong in the clean-up
+    with pytest.raises(ValueError, match="the clean-up failed"):
+        with interrupts.ending():
+            signal.raise_signal(signal.SIGTERM)
+            raise ValueError("the clean-up failed")
+
+
+class _DropsWhatItRaises:
+    """A finalizer: Python prints what one raises ("Exception ignored in ...") and goes on, as it does in the hooks
+    it runs after a fork, where a SIGTERM's exception was lost while Ray started its processes."""
+
+    def __del__(self):
+        signal.raise_signal(signal.SIGTERM)
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # what __del__ raised, dropped
+def test_repeated_raises_again_a_signal_whose_exception_was_lost(sigterm_interrupts):
+    started = time.monotonic()
+    went_on = []
+    with pytest.raises(KeyboardInterrupt):
+        with interrupts.repeated() as noted:
+            _DropsWhatItRaises()  # the signal's KeyboardInterrupt is raised, and dropped, in its __del__
+            went_on.append("past the lost interrupt")
+            while time.monotonic() - started < 30:  # the work goes on as if no signal had come
+                time.sleep(0.05)
+    assert went_on == ["past the lost interrupt"]
+    # raised again by the watcher after AGAIN_AFTER_S, not when the work ended
+    assert time.monotonic() - started < interrupts.AGAIN_AFTER_S + 10
+    assert noted == [signal.SIGTERM]
+    assert signal.set_wakeup_fd(-1) == -1  # the wakeup fd it used is given back
+
+
+def test_repeated_without_a_signal_changes_nothing(sigterm_interrupts):
+    with interrupts.repeated() as noted:
+        time.sleep(0.3)
+    assert noted == []
+    assert signal.set_wakeup_fd(-1) == -1 and signal.getsignal(signal.SIGTERM) is _interrupt
