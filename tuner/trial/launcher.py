@@ -70,11 +70,16 @@ def start(timeout: float = 30.0) -> subprocess.Popen | None:
 
 
 def stop(process: subprocess.Popen, timeout: float = 30.0) -> None:
-    """Close its stdin: it kills the trials it forked and exits. TUNER_LAUNCHER is unset."""
+    """Close its stdin and SIGTERM it: it kills the trials it forked and exits. TUNER_LAUNCHER is unset.
+
+    SIGTERM as well: while it still imports torch (seconds, more under load) it reads no stdin, and the search
+    would wait for the imports to end; it has forked nothing yet then, and the signal's default action ends it."""
     from tuner import reaper
 
     if os.environ.get(ENV) == process.socket_path:
         del os.environ[ENV]
+    with contextlib.suppress(OSError):
+        process.terminate()  # nothing if it has ended (and been waited for)
     reaper.stop(process, timeout)  # the same end as the reaper's: stdin closed, then a kill if it lingers
     Path(process.socket_path).unlink(missing_ok=True)
     with contextlib.suppress(OSError):
