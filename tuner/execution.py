@@ -15,6 +15,7 @@ run and shows them. A live result is never the trial's outcome: that is the one 
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import shutil
@@ -306,6 +307,9 @@ def init_ray(ray_address: str | None, gpus_per_trial: float | None):
     # Ctrl-C is KeyboardInterrupt, as SIGTERM is (tuner.cli): Tune's own handler would end the run quietly and
     # the search would be recorded as finished with trials missing, instead of interrupted and resumable.
     os.environ.setdefault("TUNE_DISABLE_SIGINT_HANDLER", "1")
+    # ray.shutdown() sends the driver's last task events to the GCS and waits up to 5 s for them; after a signal to
+    # the whole job (or a Ray that died) there is no GCS, and the wait is pure delay (then again in Ray's atexit).
+    os.environ.setdefault("RAY_task_events_shutdown_flush_timeout_ms", "500")
     kwargs: dict[str, Any] = dict(include_dashboard=False, log_to_driver=False, logging_level="ERROR")
     if ray_address:
         kwargs["address"] = ray_address
@@ -313,18 +317,33 @@ def init_ray(ray_address: str | None, gpus_per_trial: float | None):
         kwargs["num_cpus"] = os.cpu_count()
     before = _children()
     on_sigterm = signal.getsignal(signal.SIGTERM)
+    noted: list[int] = []  # signals that came while Ray started
     try:
-        ray.init(**kwargs)
+        try:
+            with interrupts.repeated() as noted, _port_waits_in_slices():
+                ray.init(**kwargs)
+        finally:
+            if on_sigterm is not None and threading.current_thread() is threading.main_thread():
+                # ray.init installs a SIGTERM handler that ends the process (sys.exit(15)): no cleanup, no
+                # ray.shutdown. Keep this process's own (tuner's CLI: KeyboardInterrupt, the search interrupted).
+                signal.signal(signal.SIGTERM, on_sigterm)
+        if noted:  # a signal came, and its exception was lost in ray.init, which then ended
+            raise KeyboardInterrupt
+    except SystemExit as e:
+        # Ray's handler ran: a SIGTERM while Ray started (the search ended with exit code 15, saying nothing). It is
+        # an interrupt like any other.
+        if on_sigterm is None or e.code != signal.SIGTERM:
+            raise
+        raise KeyboardInterrupt from None
     except (ConnectionError, RuntimeError) as e:
+        if noted:  # Ray failed to start because the signal also ended its processes
+            raise KeyboardInterrupt from None
         raise TunerError(f"--ray-address {ray_address}: cannot join the Ray cluster ({e})") from None
     finally:
-        if on_sigterm is not None and threading.current_thread() is threading.main_thread():
-            # Ray's core worker installs a SIGTERM handler that aborts the process: no cleanup, no ray.shutdown.
-            # Keep this process's own (tuner's CLI: KeyboardInterrupt, so the search ends as interrupted).
-            signal.signal(signal.SIGTERM, on_sigterm)
-    started = sorted(_children() - before)  # a local Ray's processes: they must not outlive this one
-    if started:
-        _reaper = reaper.start(started)
+        # A local Ray's processes, also those of a start cut short by an interrupt: they must not outlive this one.
+        started = sorted(_children() - before)
+        if started:
+            _reaper = reaper.start(started)
     if gpus_per_trial and ray.cluster_resources().get("GPU", 0) < gpus_per_trial:
         gpus = ray.cluster_resources().get("GPU", 0)
         shutdown_ray()
@@ -333,14 +352,62 @@ def init_ray(ray_address: str | None, gpus_per_trial: float | None):
     return ray
 
 
-def shutdown_ray() -> None:
-    """ray.shutdown(), then the reaper kills whatever of the local Ray outlived it (nothing, normally)."""
+PORT_WAIT_SLICE_MS = 200  # how long a signal can wait while ray.init waits for the GCS's port
+
+
+@contextlib.contextmanager
+def _port_waits_in_slices():
+    """While ray.init starts a local GCS, it waits for the GCS to write its port (up to 30 s) in one C++ call that
+    holds the GIL: a signal's Python handler cannot run meanwhile, and a signal to the whole job kills that GCS,
+    so the interrupt waited the full 30 s. Here the same wait is made in slices of PORT_WAIT_SLICE_MS, and a signal
+    is acted on between two. (Ray's own function, swapped in ray._private.node for the call; left as it is when a
+    Ray version has no such function.)"""
+    from ray._private import node
+
+    wait = getattr(node, "wait_for_persisted_port", None)
+    if wait is None:
+        yield
+        return
+
+    def sliced(directory, node_id, port_name, timeout_ms=30_000, poll_interval_ms=100):
+        deadline = time.monotonic() + timeout_ms / 1000
+        while True:
+            left_ms = max(0, int((deadline - time.monotonic()) * 1000))
+            try:
+                return wait(directory, node_id, port_name, timeout_ms=min(left_ms, PORT_WAIT_SLICE_MS),
+                            poll_interval_ms=poll_interval_ms)
+            except RuntimeError as e:  # "Timed out waiting for file ...": another slice, until the deadline
+                if "Timed out" not in str(e) or time.monotonic() >= deadline:
+                    raise
+
+    node.wait_for_persisted_port = sliced
+    try:
+        yield
+    finally:
+        node.wait_for_persisted_port = wait
+
+
+def shutdown_ray(interrupted: bool = False) -> None:
+    """ray.shutdown(), then the reaper kills whatever of the local Ray outlived it (nothing, normally).
+
+    ``interrupted`` (Ctrl-C, SIGTERM): the reaper kills the local Ray first, then ray.shutdown() only lets go of it.
+    A batch system signals every process of a job at once (Slurm's scancel, ``timeout``, systemd, a container stop,
+    ``kill -TERM -PGID``), so Ray's GCS and raylet may be dying with this process: anything that asks them, even
+    ray.shutdown()'s graceful stop (a second per process that does not exit), waits for an answer that never comes
+    (a dead GCS: 60 s, then Ray ends the process with exit code 1). Killed first, none of them is waited for.
+
+    Not chosen: starting Ray's processes in a session of their own, out of reach of a signal to the driver's
+    process group. ray.init has no such option, and Slurm, systemd and container runtimes signal by cgroup, not
+    by process group: Ray's processes die with the driver there whatever their session."""
     global _reaper
     import ray
 
     from tuner import reaper
 
     try:
+        if interrupted and _reaper is not None:
+            reaper.stop(_reaper)
+            _reaper = None
         ray.shutdown()
     finally:
         if _reaper is not None:
