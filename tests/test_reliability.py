@@ -184,6 +184,17 @@ def trial_rows(db: Path, experiment: str | None = None) -> list[tuple[str, str]]
         return []
 
 
+def trials_with_a_verdict(db: Path, experiment: str) -> set[str]:
+    """Run ids of the trial runs that got their verdict: not RUNNING, and not ended KILLED by an interrupt (tagged
+    interrupted): --resume deletes those and runs their trials again."""
+    query = ("SELECT r.run_uuid FROM runs r JOIN tags t ON t.run_uuid = r.run_uuid AND t.key = 'tuner.status' "
+             "JOIN experiments e ON e.experiment_id = r.experiment_id "
+             "WHERE e.name = ? AND r.status != 'RUNNING' AND t.value NOT IN ('running', 'interrupted')")
+    kinds = dict(trial_rows(db, experiment))
+    with reading(db) as con:
+        return {run_id for (run_id,) in con.execute(query, (experiment,)).fetchall() if run_id in kinds}
+
+
 def finished_trial_rows(db: Path, experiment: str | None = None) -> list[tuple[str, str]]:
     # set_terminated is a trial run's last write: a run that is no longer RUNNING is complete
     return [row for row in trial_rows(db, experiment) if row[1] != "RUNNING"]
@@ -406,8 +417,10 @@ def test_driver_killed_mid_search_resumes_same_run_keeping_finished_trials(sampl
     kill_session(driver.pid)
     assert not _session_members(driver.pid)
     in_flight = optuna_params(store / "optuna.db", running_optuna_trials(store / "optuna.db"))
-    before = {run_id for run_id, status in trial_rows(db, "r1") if status != "RUNNING"}
+    before = trials_with_a_verdict(db, "r1")
     assert 2 <= len(before) < 5
+    if kill == signal.SIGTERM:  # the trials cut short were ended KILLED (interrupted), none left RUNNING
+        assert all(status != "RUNNING" for _, status in trial_rows(db, "r1")), trial_rows(db, "r1")
     # A kill -9 can also land while the driver logs a trial: between create_run and set_terminated, which leaves
     # a RUNNING nested run with no metrics or result.json. Leave one behind for a trial that was in flight.
     client = mlflow_client(local_uri(store))
