@@ -66,6 +66,7 @@ class Search:
                                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=folder,
                                             env={**os.environ, **env}, start_new_session=True)
         self.seen: dict[int, float] = {}  # PID -> start time of every process seen under the driver
+        self.leaders = {self.process.pid}  # the driver's session, and those its descendants lead
 
     def output(self) -> str:
         return self.log.read_text(errors="replace")
@@ -75,17 +76,10 @@ class Search:
         reaper (the last three in sessions of their own)."""
         with contextlib.suppress(psutil.Error):
             for process in psutil.Process(self.process.pid).children(recursive=True):
-                with contextlib.suppress(psutil.Error):
+                with contextlib.suppress(psutil.Error, OSError):
                     self.seen.setdefault(process.pid, process.create_time())
-
-    def sessions(self) -> set[int]:
-        """The driver's session and those its descendants lead: anything in them belongs to the search."""
-        leaders = {self.process.pid}
-        for pid in self.seen:
-            with contextlib.suppress(OSError):
-                if os.getsid(pid) == pid:
-                    leaders.add(pid)
-        return leaders
+                    if os.getsid(process.pid) == process.pid:
+                        self.leaders.add(process.pid)
 
     def alive(self) -> list[str]:
         """Processes of the search still running: seen under the driver, or in one of its sessions."""
@@ -95,10 +89,9 @@ class Search:
                 process = psutil.Process(pid)
                 if process.create_time() == started and process.status() != psutil.STATUS_ZOMBIE:
                     found[pid] = process
-        sessions = self.sessions()
-        for process in psutil.process_iter():
+        for process in psutil.process_iter():  # anything in its sessions belongs to the search too
             with contextlib.suppress(psutil.Error, OSError):
-                if os.getsid(process.pid) in sessions and process.status() != psutil.STATUS_ZOMBIE:
+                if os.getsid(process.pid) in self.leaders and process.status() != psutil.STATUS_ZOMBIE:
                     found[process.pid] = process
         names = []
         for pid, process in found.items():
@@ -108,10 +101,9 @@ class Search:
 
     def kill_all(self) -> None:
         """SIGKILL whatever of the search is left (only when a test failed: a passing one leaves nothing)."""
-        sessions = self.sessions()
         for process in psutil.process_iter():
             with contextlib.suppress(psutil.Error, OSError):
-                if os.getsid(process.pid) in sessions or self.seen.get(process.pid) == process.create_time():
+                if os.getsid(process.pid) in self.leaders or self.seen.get(process.pid) == process.create_time():
                     process.kill()
 
 
@@ -221,12 +213,14 @@ def resume(searches, search: Search, trials: int) -> tuple[int, str]:
     command = shlex.split(found.group(2))
     assert command[:4] == ["tuner", "search", "--resume", "stopped"], command
     resumed = searches(command[1:], name="resume")
-    try:
-        code = resumed.process.wait(SEARCH_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"the resumed search still runs after {SEARCH_TIMEOUT_S}s:\n{resumed.output()[-4000:]}")
-    resumed.look()
-    assert_nothing_left(resumed)
+    deadline = time.monotonic() + SEARCH_TIMEOUT_S
+    while resumed.process.poll() is None:
+        if time.monotonic() > deadline:
+            pytest.fail(f"the resumed search still runs after {SEARCH_TIMEOUT_S}s:\n{resumed.output()[-4000:]}")
+        resumed.look()
+        time.sleep(0.5)
+    code = resumed.process.returncode
+    assert_nothing_left(resumed)  # a search that ends normally leaves nothing either
     return code, resumed.output()
 
 
