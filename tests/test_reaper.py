@@ -1,5 +1,6 @@
-"""tuner.reaper: what it watches dies when its pipe closes, and also when it is sent SIGTERM itself (a batch system
-signals every process of a job, the reaper included); stopping it does not wait on processes that are only zombies."""
+"""tuner.reaper: the processes started after it (as by ray.init) die when its pipe closes, and also when it is sent
+SIGTERM itself (a batch system signals every process of a job, the reaper included); the processes there were
+before it are left alone; stopping it does not wait on processes that are only zombies."""
 
 from __future__ import annotations
 
@@ -38,9 +39,13 @@ def _wait_until(condition, timeout: float = 30.0) -> bool:
     return False
 
 
+def _children() -> list[int]:
+    return [child.pid for child in psutil.Process().children()]
+
+
 def test_sigterm_to_the_reaper_kills_what_it_watches():
-    watched = _sleeper()
-    watcher = reaper.start([watched.pid])
+    watcher = reaper.start(psutil.Process().pid, known=_children())
+    watched = _sleeper()  # started after the reaper, as Ray's processes by ray.init
     try:
         assert _wait_until(lambda: _catches_sigterm(watcher.pid)), "the reaper never took SIGTERM over"
         watcher.send_signal(signal.SIGTERM)  # the job is being stopped: the reaper goes, but does its work first
@@ -57,8 +62,8 @@ def test_sigterm_to_the_reaper_kills_what_it_watches():
 def test_stopping_the_reaper_does_not_wait_on_zombies():
     # The watched process is this process's child, as Ray's are the driver's: killed, it stays a zombie until
     # waited for here, which happens only after reaper.stop (ray.shutdown does it in the driver).
+    watcher = reaper.start(psutil.Process().pid, known=_children())
     watched = _sleeper()
-    watcher = reaper.start([watched.pid])
     try:
         started = time.monotonic()
         reaper.stop(watcher)
@@ -69,3 +74,18 @@ def test_stopping_the_reaper_does_not_wait_on_zombies():
         with contextlib.suppress(OSError):
             watched.kill()
         watched.wait()
+
+
+def test_the_reaper_leaves_alone_what_ran_before_it():
+    before = _sleeper()  # the trial launcher, started before Ray: it ends its trials itself, folders and all
+    watcher = reaper.start(psutil.Process().pid, known=_children())
+    after = _sleeper()
+    try:
+        reaper.stop(watcher)
+        assert after.wait(10) == -signal.SIGKILL
+        assert before.poll() is None
+    finally:
+        for process in (before, after):
+            with contextlib.suppress(OSError):
+                process.kill()
+            process.wait()

@@ -431,10 +431,22 @@ def test_driver_killed_mid_search_resumes_same_run_keeping_finished_trials(sampl
         "tuner.status": "ok", "tuner.reason": "", "tuner.stopped_at_step": "4"}).info.run_id
 
     resume = spawn.start(tuner("search", "--resume", "r1", "--store", str(store)), "resume")
-    code, out = resume.wait(SEARCH_TIMEOUT), output_of(resume)
+    resumed_started: dict[int, float] = {}  # its processes, noted while it runs: Ray's have sessions of their own
+
+    def ended() -> bool:
+        with contextlib.suppress(psutil.Error):
+            resumed_started.update(descendants(resume.pid))
+        return resume.poll() is not None
+
+    wait_for(ended, "the resumed search to end", interval=0.5)
+    code, out = resume.returncode, output_of(resume)
     assert code == expected_exit_code(load_search(local_uri(store), "r1")[1]), out[-4000:]
     # a search that ends normally leaves no Ray process either
-    wait_for(lambda: not _session_members(resume.pid), "the resumed search's Ray processes to end", timeout=60)
+    try:
+        wait_for(lambda: not _session_members(resume.pid) and not still_running(resumed_started),
+                 "the resumed search's Ray processes to end", timeout=60)
+    finally:
+        kill_all(resumed_started)
     client = mlflow_client(local_uri(store))
     parents, trials = runs_of(client, "r1")
     # the same search continued: one parent run, now finished, holding all 5 trials

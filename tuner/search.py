@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import contextlib
 import dataclasses
 import datetime as dt
 import json
@@ -186,39 +187,72 @@ def run_search(prepared: Prepared, echo: Callable[[str], None] = print) -> Searc
 
     o = prepared.options
     started = time.perf_counter()
-    node_launcher = opening = stores = None
-    interrupted = False
-    try:
-        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+    stores, interrupted = None, False
+    now = _EndNow(prepared)  # what a signal the main thread cannot take in time ends (interrupts.answered)
+    with interrupts.answered(now.end), concurrent.futures.ThreadPoolExecutor(1) as pool:
+        try:
             # The stores open while Ray starts (their tables created, on a fresh store: seconds). An interrupt
-            # meanwhile waits for them as it leaves this block: they are never left half-made.
-            opening = pool.submit(_open_stores, prepared)
+            # meanwhile waits for them (opening.result): they are never left half-made.
+            now.opening = opening = pool.submit(_open_stores, prepared)
             for warning in prepared.warnings:
                 echo(f"warning: {warning}")
             # Before Ray, whose local workers inherit its address: this node's trial launcher imports torch and TRL
             # while Ray starts (on a Ray cluster's other nodes each worker does).
-            node_launcher = None if o.ray_address or not launcher.wanted() else launcher.start()
+            now.launcher = None if o.ray_address or not launcher.wanted() else launcher.start()
             ray = execution.init_ray(o.ray_address, o.gpus_per_trial)
-        stores = opening.result()
-        return _run(prepared, ray, *stores, started, echo)  # it ends the search run, also when interrupted
-    except KeyboardInterrupt as interrupt:
-        interrupted = True
-        if stores is not None:
-            raise
-        raise _interrupted_while_starting(prepared, opening) from interrupt
-    finally:
-        with interrupts.ending():  # bounded (seconds): a second signal must not leave Ray or trials running
-            # The shared weight copies, also on a cluster's other nodes while Ray is up. A local Ray has no other
-            # node, and after an interrupt Ray is asked nothing more: its GCS may be gone (shutdown_ray).
-            weights.release_everywhere(prepared.model_path, other_nodes=bool(o.ray_address) and not interrupted)
-            execution.shutdown_ray(interrupted)  # also on errors: no Ray process outlives the search
-            if node_launcher:
-                launcher.stop(node_launcher)
+            stores = opening.result()
+            return _run(prepared, ray, *stores, started, echo)  # it ends the search run, also when interrupted
+        except KeyboardInterrupt as interrupt:
+            interrupts.taken()
+            interrupted = True
+            if stores is not None:
+                raise
+            raise _interrupted_while_starting(prepared, now.opening) from interrupt
+        finally:
+            with interrupts.ending():  # bounded (seconds): a second signal must not leave Ray or trials running
+                # The shared weight copies, also on a cluster's other nodes while Ray is up. A local Ray has no
+                # other node, and after an interrupt Ray is asked nothing more: its GCS may be gone (shutdown_ray).
+                interrupted = interrupted or interrupts.signalled()  # a signal held while the search ended, too
+                weights.release_everywhere(prepared.model_path, other_nodes=bool(o.ray_address) and not interrupted)
+                execution.shutdown_ray(interrupted)  # also on errors: no Ray process outlives the search
+                if now.launcher:
+                    launcher.stop(now.launcher)
+
+
+class _EndNow:
+    """What a search has started, for the watcher thread of interrupts.answered to end when the main thread cannot
+    take a signal in time (stuck in a Ray call that waits on a GCS the same signal killed): the search run and its
+    open trials' runs KILLED, Ray and the launcher killed, the same line as an interrupt the main thread took."""
+
+    def __init__(self, prepared: Prepared):
+        self.prepared = prepared
+        self.opening: concurrent.futures.Future | None = None  # the stores: (tracker, run name, study, records)
+        self.launcher = None
+
+    def end(self) -> None:
+        import sys
+
+        from tuner import execution
+        from tuner.trial import launcher
+
+        tracker, records = None, []
+        with contextlib.suppress(Exception):  # not opened: no run to end
+            if self.opening is not None:
+                tracker, _, _, records = self.opening.result(timeout=30)  # records: the search's own list, so far
+        try:
+            if tracker is not None:
+                tracker.finish("KILLED")
+        finally:
+            execution.kill_ray()
+            if self.launcher:
+                launcher.stop(self.launcher)
+        # as tuner.cli says an interrupt the main thread took
+        print(f"tuner: {_interruption(self.prepared, tracker, records)}", file=sys.stderr, flush=True)
 
 
 def _interrupted_while_starting(prepared: Prepared, opening) -> KeyboardInterrupt:
-    """An interrupt before the search run was (re)started in _run: a resumed search's run, reattached meanwhile,
-    is ended KILLED again. What the interrupted search says."""
+    """An interrupt before the search run was (re)started in _run: a resumed search's run (left RUNNING by a driver
+    that died, maybe) is ended KILLED. What the interrupted search says."""
     tracker, records = None, []
     with interrupts.ending():
         try:
@@ -283,6 +317,7 @@ def _run(prepared, ray, tracker, run_name, study, records, started, echo) -> Sea
             echo(f"warning: {note}")
         placement.concurrency = max(1, min(placement.concurrency, prepared.n_trials))
         if prepared.resume_run_id:
+            tracker.resume()
             echo(f"resuming {run_name}: {len(records)} of {prepared.n_trials} trials already done")
         else:
             _start_run(prepared, tracker, run_name, placement.concurrency)
@@ -292,6 +327,7 @@ def _run(prepared, ray, tracker, run_name, study, records, started, echo) -> Sea
         status = "FINISHED"
         return outcome
     except KeyboardInterrupt as interrupt:
+        interrupts.taken()
         status = "KILLED"
         raise _interruption(prepared, tracker, records) from interrupt
     finally:

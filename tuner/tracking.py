@@ -224,10 +224,14 @@ class SearchTracker:
         return self.parent_id
 
     def attach(self, parent_id: str) -> None:
-        """Continue an existing search run (``tuner search --resume``)."""
+        """Continue an existing search run (``tuner search --resume``); ``resume()`` marks it RUNNING again."""
         self.parent_id = parent_id
+
+    def resume(self) -> None:
+        """The attached search run is RUNNING again: once the resumed search has started (Ray up), so that one
+        stopped while it starts leaves the run as it was."""
         with self._whole():
-            self.client.update_run(parent_id, status="RUNNING")
+            self.client.update_run(self.parent_id, status="RUNNING")
 
     def study_name(self) -> str:
         """The Optuna study of the search run (its tuner.study tag)."""

@@ -60,11 +60,15 @@ def start(timeout: float = 30.0) -> subprocess.Popen | None:
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, start_new_session=True)
     process.socket_path = path
     deadline = time.monotonic() + timeout
-    while not os.path.exists(path):
-        if process.poll() is not None or time.monotonic() > deadline:
-            stop(process)
-            return None
-        time.sleep(0.02)
+    try:
+        while not os.path.exists(path):
+            if process.poll() is not None or time.monotonic() > deadline:
+                stop(process)
+                return None
+            time.sleep(0.02)
+    except BaseException:  # interrupted before the caller has it to stop: it would live on until its imports end
+        stop(process)
+        raise
     os.environ[ENV] = path
     return process
 
