@@ -1,10 +1,13 @@
 """Ctrl-C and SIGTERM wait for a store write to end (tuner.interrupts): on the signal handlers themselves, and on
-a real MLflow SQLite store interrupted in the middle of SQLite's executemany, as a SIGTERM'd search once was."""
+a real MLflow SQLite store interrupted in the middle of SQLite's executemany, as a SIGTERM'd search once was. A
+clean-up that ends the work drops a second signal's interrupt; a signal whose interrupt Python dropped is raised
+again; one a stuck main thread cannot take is answered from the watcher thread (a process of its own, exit 130)."""
 
 from __future__ import annotations
 
 import contextlib
 import json
+import os
 import signal
 import sqlite3
 import subprocess
@@ -119,3 +122,110 @@ def test_the_default_action_runs_after_the_block(tmp_path):
     run = subprocess.run([sys.executable, "-c", code, str(done)], capture_output=True, text=True, timeout=60)
     assert run.returncode == -signal.SIGTERM and done.read_text() == "written", (run.returncode, run.stderr)
     assert "not reached" not in run.stdout
+
+
+def test_ending_drops_the_interrupt_of_a_signal_held_in_its_block(sigterm_interrupts):
+    done = []
+    with interrupts.ending():  # a clean-up that ends the work: a signal waits for it, then has nothing to interrupt
+        signal.raise_signal(signal.SIGTERM)
+        done.append("cleaned up")
+    assert done == ["cleaned up"]
+    assert signal.getsignal(signal.SIGTERM) is _interrupt
+
+
+def test_ending_lets_the_blocks_own_error_through(sigterm_interrupts):
+    # the held signal's KeyboardInterrupt must not replace (and so hide) what went wrong in the clean-up
+    with pytest.raises(ValueError, match="the clean-up failed"):
+        with interrupts.ending():
+            signal.raise_signal(signal.SIGTERM)
+            raise ValueError("the clean-up failed")
+
+
+class _DropsWhatItRaises:
+    """A finalizer: Python prints what one raises ("Exception ignored in ...") and goes on, as it does in the hooks
+    it runs after a fork, where a SIGTERM's exception was lost while Ray started its processes."""
+
+    def __del__(self):
+        signal.raise_signal(signal.SIGTERM)
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # what __del__ raised, dropped
+def test_answered_raises_again_a_signal_whose_exception_was_lost(sigterm_interrupts):
+    started, went_on, caught_after = time.monotonic(), [], None
+    with interrupts.answered(lambda: None):
+        try:
+            _DropsWhatItRaises()  # the signal's KeyboardInterrupt is raised, and dropped, in its __del__
+            went_on.append("past the lost interrupt")
+            while time.monotonic() - started < 30:  # the work goes on as if no signal had come
+                time.sleep(0.05)
+        except KeyboardInterrupt:
+            interrupts.taken()
+            caught_after = time.monotonic() - started
+    assert went_on == ["past the lost interrupt"] and interrupts.signalled()
+    # raised again by the watcher after AGAIN_AFTER_S, long before the work would have ended
+    assert caught_after is not None and caught_after < interrupts.AGAIN_AFTER_S + 10, caught_after
+    assert signal.set_wakeup_fd(-1) == -1  # the wakeup fd it used is given back
+
+
+STUCK = """
+import os, signal, sys
+from tuner import interrupts
+from tuner.cli import _interrupt
+
+signal.signal(signal.SIGTERM, _interrupt)  # as tuner's CLI does
+interrupts.ANSWER_WITHIN_S = float(sys.argv[1])
+with interrupts.answered(lambda: print("ended by the watcher", flush=True)):
+    try:
+        print("working", flush=True)
+        # C's system() waits for its child through any signal, as a Ray call waits for a GCS that is gone: the main
+        # thread runs no handler meanwhile. sys.argv[2] == "take": a handler ran and the interrupt was taken.
+        os.system("sleep 60" if sys.argv[2] == "stuck" else "true")
+        signal.raise_signal(signal.SIGTERM)
+    except KeyboardInterrupt:
+        interrupts.taken()
+        import time
+        time.sleep(2 * interrupts.ANSWER_WITHIN_S)  # a slow ending of its own: the watcher leaves it alone
+        print("ended by the main thread", flush=True)
+"""
+
+
+def _run_stuck(tmp_path, how: str, answer_within_s: float) -> tuple[int, str, float]:
+    out = tmp_path / "out.txt"
+    with out.open("wb") as log:
+        process = subprocess.Popen([sys.executable, "-c", STUCK, str(answer_within_s), how], stdout=log,
+                                   stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while b"working" not in out.read_bytes():
+            assert process.poll() is None and time.monotonic() < deadline, out.read_text()
+            time.sleep(0.05)
+        time.sleep(0.2)  # into os.system
+        if how == "stuck":
+            process.send_signal(signal.SIGTERM)  # the process only: its `sleep` child would end the wait
+        signalled = time.monotonic()
+        code = process.wait(60)
+        return code, out.read_text(), time.monotonic() - signalled
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)  # the orphaned `sleep`
+
+
+def test_answered_ends_the_work_when_the_main_thread_is_stuck(tmp_path):
+    code, out, took = _run_stuck(tmp_path, "stuck", 2.0)
+    # the watcher ended it: end_now ran, exit 130, after ANSWER_WITHIN_S, not after the 60 s the call would take
+    assert code == interrupts.EXIT_INTERRUPTED and "ended by the watcher" in out, (code, out)
+    assert "ended by the main thread" not in out
+    assert took < 30, took
+
+
+def test_answered_leaves_a_taken_interrupt_to_the_main_thread(tmp_path):
+    code, out, _ = _run_stuck(tmp_path, "take", 0.5)
+    assert code == 0 and out.splitlines()[-1] == "ended by the main thread", (code, out)
+    assert "ended by the watcher" not in out
+
+
+def test_answered_without_a_signal_changes_nothing(sigterm_interrupts):
+    with interrupts.answered(lambda: pytest.fail("nothing to end")):
+        time.sleep(0.3)
+    assert not interrupts.signalled()
+    assert signal.set_wakeup_fd(-1) == -1 and signal.getsignal(signal.SIGTERM) is _interrupt

@@ -167,14 +167,33 @@ def test_trial_run_is_running_with_its_steps_while_it_runs_and_complete_at_its_e
     assert [r.info.run_id for r in tracking.trial_runs(tracker.uri, tracker.parent_id)] == [run_id]
 
 
-def test_interrupted_search_leaves_its_running_trials_running_for_resume(tmp_path):
+def test_interrupted_search_ends_its_running_trials_killed_and_resume_runs_them_again(tmp_path):
     tracker = new_search(tmp_path / "mlflow")
     run_id = tracker.start_trial("key-0", 0, SPEC)
     tracker.log_steps("key-0", rows(1, 1))
+    # an interrupt right after a trial's verdict was written, before the driver noted it: the verdict stays
+    done_id = tracker.start_trial("key-1", 1, {**SPEC, "params": {"learning_rate": 2e-4}})
+    tracker._send("trial_end", {"key": "key-1", "spec": SPEC, "summary": summary(), "history": rows(1, 4),
+                                "streamed": 0, "output": ""})
+    assert "key-1" in tracker.open_trials
     tracker.finish("KILLED")
     run = tracker.client.get_run(run_id)
-    assert run.info.status == "RUNNING" and run.data.tags["tuner.status"] == "interrupted"
+    # no run is left RUNNING: the trial cut short is KILLED and says why
+    assert run.info.status == "KILLED" and run.data.tags["tuner.status"] == "interrupted"
+    assert tracker.client.get_run(done_id).info.status == "FINISHED"
+    assert tracker.client.get_run(done_id).data.tags["tuner.status"] == "ok"
     assert tracker.client.get_run(tracker.parent_id).info.status == "KILLED"
+    # --resume keeps the finished trial and deletes the interrupted one: it runs again
+    resumed = tracking.SearchTracker(tracker.uri, "live", tracker.store)
+    resumed.attach(tracker.parent_id)
+    assert [(r["number"], r["run_id"]) for r in resumed.stored_trials()] == [(1, done_id)]
+    assert [r.info.run_id for r in tracking.trial_runs(tracker.uri, tracker.parent_id)] == [done_id]
+
+
+def test_a_search_run_never_started_has_nothing_to_end(tmp_path):
+    tracker = tracking.SearchTracker(tracking.default_tracking_uri(tmp_path / "mlflow"), "live", tmp_path / "mlflow")
+    tracker.finish("KILLED")  # interrupted before its run was created: nothing written, nothing raised
+    assert tracker.client.search_runs([tracker.experiment_id]) == []
 
 
 def closed_port() -> int:
@@ -345,7 +364,10 @@ def test_interrupted_search_says_what_is_kept_and_how_to_resume(tmp_path, tiny_m
     found = re.search(r"^tuner: interrupted; (\d) of 3 trials are kept\. Resume with: (.+)$", text, re.M)
     assert found, text[-4000:]
     kept = int(found.group(1))
-    assert kept == len([r for r in trial_runs_now(db, "stopped") if r[1] != "RUNNING"]) >= 1
+    statuses = [status for _, status, _ in trial_runs_now(db, "stopped")]
+    # the finished trials are kept; the one cut short is ended KILLED (no run is left RUNNING) and runs again
+    assert kept == statuses.count("FINISHED") >= 1 and statuses.count("KILLED") == 1, statuses
+    assert sorted(set(statuses)) == ["FINISHED", "KILLED"], statuses
     command = shlex.split(found.group(2))
     assert command[:4] == ["tuner", "search", "--resume", "stopped"] and str(store) in command
 

@@ -185,6 +185,17 @@ def trial_rows(db: Path, experiment: str | None = None) -> list[tuple[str, str]]
         return []
 
 
+def trials_with_a_verdict(db: Path, experiment: str) -> set[str]:
+    """Run ids of the trial runs that got their verdict: not RUNNING, and not ended KILLED by an interrupt (tagged
+    interrupted): --resume deletes those and runs their trials again."""
+    query = ("SELECT r.run_uuid FROM runs r JOIN tags t ON t.run_uuid = r.run_uuid AND t.key = 'tuner.status' "
+             "JOIN experiments e ON e.experiment_id = r.experiment_id "
+             "WHERE e.name = ? AND r.status != 'RUNNING' AND t.value NOT IN ('running', 'interrupted')")
+    kinds = dict(trial_rows(db, experiment))
+    with reading(db) as con:
+        return {run_id for (run_id,) in con.execute(query, (experiment,)).fetchall() if run_id in kinds}
+
+
 def finished_trial_rows(db: Path, experiment: str | None = None) -> list[tuple[str, str]]:
     # set_terminated is a trial run's last write: a run that is no longer RUNNING is complete
     return [row for row in trial_rows(db, experiment) if row[1] != "RUNNING"]
@@ -407,8 +418,10 @@ def test_driver_killed_mid_search_resumes_same_run_keeping_finished_trials(sampl
     kill_session(driver.pid)
     assert not _session_members(driver.pid)
     in_flight = optuna_params(store / "optuna.db", running_optuna_trials(store / "optuna.db"))
-    before = {run_id for run_id, status in trial_rows(db, "r1") if status != "RUNNING"}
+    before = trials_with_a_verdict(db, "r1")
     assert 2 <= len(before) < 5
+    if kill == signal.SIGTERM:  # the trials cut short were ended KILLED (interrupted), none left RUNNING
+        assert all(status != "RUNNING" for _, status in trial_rows(db, "r1")), trial_rows(db, "r1")
     # A kill -9 can also land while the driver logs a trial: between create_run and set_terminated, which leaves
     # a RUNNING nested run with no metrics or result.json. Leave one behind for a trial that was in flight.
     client = mlflow_client(local_uri(store))
@@ -419,10 +432,22 @@ def test_driver_killed_mid_search_resumes_same_run_keeping_finished_trials(sampl
         "tuner.status": "ok", "tuner.reason": "", "tuner.stopped_at_step": "4"}).info.run_id
 
     resume = spawn.start(tuner("search", "--resume", "r1", "--store", str(store)), "resume")
-    code, out = resume.wait(SEARCH_TIMEOUT), output_of(resume)
+    resumed_started: dict[int, float] = {}  # its processes, noted while it runs: Ray's have sessions of their own
+
+    def ended() -> bool:
+        with contextlib.suppress(psutil.Error):
+            resumed_started.update(descendants(resume.pid))
+        return resume.poll() is not None
+
+    wait_for(ended, "the resumed search to end", interval=0.5)
+    code, out = resume.returncode, output_of(resume)
     assert code == expected_exit_code(load_search(local_uri(store), "r1")[1]), out[-4000:]
     # a search that ends normally leaves no Ray process either
-    wait_for(lambda: not _session_members(resume.pid), "the resumed search's Ray processes to end", timeout=60)
+    try:
+        wait_for(lambda: not _session_members(resume.pid) and not still_running(resumed_started),
+                 "the resumed search's Ray processes to end", timeout=60)
+    finally:
+        kill_all(resumed_started)
     client = mlflow_client(local_uri(store))
     parents, trials = runs_of(client, "r1")
     # the same search continued: one parent run, now finished, holding all 5 trials

@@ -12,7 +12,7 @@ import signal
 import sys
 from pathlib import Path
 
-from tuner import __version__
+from tuner import __version__, interrupts
 from tuner.errors import TunerError
 from tuner.options import AT_LEAST_1, Rule, flag, help_text, option_fields, value_type
 from tuner.records import Status
@@ -23,7 +23,7 @@ EXIT_PENDING = 1  # sync: some kept writes could not be sent yet
 EXIT_USAGE = 2  # bad input: one line on stderr, nothing run or written
 EXIT_NOTHING_RECOMMENDED = 3  # search: it ran and some trial was ok, but none learned on every seed
 EXIT_NO_TRIAL_OK = 4  # search: every trial failed (diverged, collapsed, crashed, oom, invalid); trial: not ok
-EXIT_INTERRUPTED = 130  # Ctrl-C or SIGTERM (a search is left resumable)
+EXIT_INTERRUPTED = interrupts.EXIT_INTERRUPTED  # 130: Ctrl-C or SIGTERM (a search is left resumable)
 
 SEARCH_EXAMPLES = """examples:
   tuner search                                         # embedded default: tiny local model, grpo, 12 trials
@@ -327,18 +327,23 @@ def main(argv: list[str] | None = None) -> int:
     # resumable, tuner ui's server stopped) instead of the process vanishing mid-write.
     previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
-        return COMMANDS[args.command](args)
+        code = COMMANDS[args.command](args)
     except TunerError as e:
         if args.debug:
             raise
         print(f"tuner: error: {e}", file=sys.stderr)
-        return EXIT_USAGE
+        code = EXIT_USAGE
     except KeyboardInterrupt as interrupt:
         # a search says what it kept and how to resume it (tuner.progress.SearchInterrupted); else just this
         print(f"tuner: {interrupt}" if str(interrupt) else "tuner: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        code = EXIT_INTERRUPTED
     finally:
         signal.signal(signal.SIGTERM, previous)
+    if args.command == "search" and interrupts.signalled():
+        # A signal came while the search ran: its Ray was killed, not shut down (tuner.execution.shutdown_ray), and
+        # Python's exit would run Ray's own teardown, which waits on and can crash against a GCS that is gone.
+        interrupts.exit_now(code)
+    return code
 
 
 def _interrupt(signum, frame):

@@ -15,6 +15,7 @@ run and shows them. A live result is never the trial's outcome: that is the one 
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import shutil
@@ -329,6 +330,7 @@ def init_ray(ray_address: str | None, gpus_per_trial: float | None):
     """Start Ray locally (or join ``ray_address``); end it with shutdown_ray(), also on errors."""
     global _reaper
     import ray
+    from ray._private import ray_constants
 
     from tuner import reaper
 
@@ -338,25 +340,42 @@ def init_ray(ray_address: str | None, gpus_per_trial: float | None):
     # Ctrl-C is KeyboardInterrupt, as SIGTERM is (tuner.cli): Tune's own handler would end the run quietly and
     # the search would be recorded as finished with trials missing, instead of interrupted and resumable.
     os.environ.setdefault("TUNE_DISABLE_SIGINT_HANDLER", "1")
+    # ray.shutdown() sends the driver's last task events to the GCS and waits up to 5 s for them; after a signal to
+    # the whole job (or a Ray that died) there is no GCS, and the wait is pure delay (then again in Ray's atexit).
+    os.environ.setdefault("RAY_task_events_shutdown_flush_timeout_ms", "500")
+    # The driver's core worker, created in the middle of ray.init, installs Ray's C++ failure-signal handler, which
+    # takes SIGTERM too: a SIGTERM before this process's own handler is back (below) printed a stack and aborted the
+    # driver (SIGABRT), leaving Ray's processes behind. Off in this process (RAY_DISABLE_FAILURE_SIGNAL_HANDLER, as
+    # read when ray was imported; Ray's other processes keep theirs): SIGTERM stays Python's throughout.
+    ray_constants.RAY_DISABLE_FAILURE_SIGNAL_HANDLER = True
     kwargs: dict[str, Any] = dict(include_dashboard=False, log_to_driver=False, logging_level="ERROR")
     if ray_address:
         kwargs["address"] = ray_address
     else:
         kwargs["num_cpus"] = os.cpu_count()
-    before = _children()
+    # Before ray.init: what it starts is killed however the driver ends, even in the middle of ray.init (Ray ends
+    # the driver itself when a raylet a signal killed fails its registration).
+    _reaper = reaper.start(os.getpid(), known=sorted(_children()))
     on_sigterm = signal.getsignal(signal.SIGTERM)
     try:
-        ray.init(**kwargs)
+        try:
+            with _sessions_of_their_own(), _port_waits_in_slices():
+                ray.init(**kwargs)
+        finally:
+            if on_sigterm is not None and threading.current_thread() is threading.main_thread():
+                # ray.init installs a SIGTERM handler that ends the process (sys.exit(15)): no cleanup, no
+                # ray.shutdown. Keep this process's own (tuner's CLI: KeyboardInterrupt, the search interrupted).
+                signal.signal(signal.SIGTERM, on_sigterm)
+    except SystemExit as e:
+        # Ray's handler ran: a SIGTERM while Ray started (the search ended with exit code 15, saying nothing). It is
+        # an interrupt like any other.
+        if on_sigterm is None or e.code != signal.SIGTERM:
+            raise
+        raise KeyboardInterrupt from None
     except (ConnectionError, RuntimeError) as e:
+        if interrupts.signalled():  # Ray failed to start because the signal also ended its processes
+            raise KeyboardInterrupt from None
         raise TunerError(f"--ray-address {ray_address}: cannot join the Ray cluster ({e})") from None
-    finally:
-        if on_sigterm is not None and threading.current_thread() is threading.main_thread():
-            # Ray's core worker installs a SIGTERM handler that aborts the process: no cleanup, no ray.shutdown.
-            # Keep this process's own (tuner's CLI: KeyboardInterrupt, so the search ends as interrupted).
-            signal.signal(signal.SIGTERM, on_sigterm)
-    started = sorted(_children() - before)  # a local Ray's processes: they must not outlive this one
-    if started:
-        _reaper = reaper.start(started)
     if gpus_per_trial and ray.cluster_resources().get("GPU", 0) < gpus_per_trial:
         gpus = ray.cluster_resources().get("GPU", 0)
         shutdown_ray()
@@ -365,19 +384,104 @@ def init_ray(ray_address: str | None, gpus_per_trial: float | None):
     return ray
 
 
-def shutdown_ray() -> None:
-    """ray.shutdown(), then the reaper kills whatever of the local Ray outlived it (nothing, normally)."""
-    global _reaper
+@contextlib.contextmanager
+def _sessions_of_their_own():
+    """While ray.init runs, the processes it starts (GCS, raylet, monitors; the raylet's agents and workers follow
+    the raylet) get sessions of their own: a signal to the driver's process group (``kill -TERM -PGID``,
+    ``timeout``, Ctrl-C on a terminal) reaches the driver only, and the driver stops them itself, after asking
+    them nothing more (shutdown_ray). Ray dying at the same moment as the driver is what made the driver wait for
+    a GCS that was gone; inside ray.init, where Ray waits on its processes in C++ that no signal handler cuts
+    short, it is not survivable at all (a raylet dying while the driver registers with it: Ray ends the driver,
+    exit code 1). Slurm, systemd and container runtimes signal by cgroup, sessions aside: for them shutdown_ray
+    and tuner.interrupts.answered are what keeps the driver from waiting. Ray ties the processes to the driver
+    (PR_SET_PDEATHSIG) and tuner's reaper kills what is left, so they still die with the driver. (Ray's own
+    subprocess class, swapped in ray._private.services for the call; left as it is where Ray cannot tie its
+    processes to the driver and its own reaper kills them by process group.)"""
+    from ray._private import services, utils
+
+    popen = getattr(services, "ConsolePopen", None)
+    if popen is None or not utils.detect_fate_sharing_support():
+        yield
+        return
+
+    class InItsOwnSession(popen):
+        def __init__(self, *args, **kwargs):
+            kwargs["start_new_session"] = True
+            super().__init__(*args, **kwargs)
+
+    services.ConsolePopen = InItsOwnSession
+    try:
+        yield
+    finally:
+        services.ConsolePopen = popen
+
+
+PORT_WAIT_SLICE_MS = 200  # how long a signal can wait while ray.init waits for the GCS's port
+
+
+@contextlib.contextmanager
+def _port_waits_in_slices():
+    """While ray.init starts a local GCS, it waits for the GCS to write its port (up to 30 s) in one C++ call that
+    holds the GIL: a signal's Python handler cannot run meanwhile, and a signal to the whole job kills that GCS,
+    so the interrupt waited the full 30 s. Here the same wait is made in slices of PORT_WAIT_SLICE_MS, and a signal
+    is acted on between two. (Ray's own function, swapped in ray._private.node for the call; left as it is when a
+    Ray version has no such function.)"""
+    from ray._private import node
+
+    wait = getattr(node, "wait_for_persisted_port", None)
+    if wait is None:
+        yield
+        return
+
+    def sliced(directory, node_id, port_name, timeout_ms=30_000, poll_interval_ms=100):
+        deadline = time.monotonic() + timeout_ms / 1000
+        while True:
+            left_ms = max(0, int((deadline - time.monotonic()) * 1000))
+            try:
+                return wait(directory, node_id, port_name, timeout_ms=min(left_ms, PORT_WAIT_SLICE_MS),
+                            poll_interval_ms=poll_interval_ms)
+            except RuntimeError as e:  # "Timed out waiting for file ...": another slice, until the deadline
+                if "Timed out" not in str(e) or time.monotonic() >= deadline:
+                    raise
+
+    node.wait_for_persisted_port = sliced
+    try:
+        yield
+    finally:
+        node.wait_for_persisted_port = wait
+
+
+def shutdown_ray(interrupted: bool = False) -> None:
+    """ray.shutdown(), then the reaper kills whatever of the local Ray outlived it (nothing, normally).
+
+    ``interrupted`` (Ctrl-C, SIGTERM): the reaper kills the local Ray first, then ray.shutdown() only lets go of it
+    (this process can start Ray again). A batch system signals every process of a job at once (Slurm's scancel,
+    systemd, a container stop), so Ray's GCS and raylet may be dying with this process: anything that asks them
+    waits for an answer that never comes (a dead GCS: 60 s, then Ray ends the process with exit code 1), even
+    ray.shutdown()'s graceful stop (a second per process that does not exit). Killed first, none is waited for.
+    The teardown of Ray's core worker when the process exits can still crash against the GCS that is gone
+    (SIGSEGV): tuner's CLI ends such a search without it (interrupts.exit_now). A main thread already inside such
+    a call when the signal came is answered by tuner.interrupts.answered. Ray's processes in sessions of their own
+    (_sessions_of_their_own) are spared a signal to the driver's process group only."""
     import ray
 
-    from tuner import reaper
-
     try:
+        if interrupted:
+            kill_ray()
         ray.shutdown()
     finally:
-        if _reaper is not None:
-            reaper.stop(_reaper)
-            _reaper = None
+        kill_ray()
+
+
+def kill_ray() -> None:
+    """The reaper kills what is left of the local Ray now, without ray.shutdown(): nothing is asked of Ray, and
+    this may run in another thread than one stuck in a Ray call (tuner.interrupts.answered)."""
+    global _reaper
+    from tuner import reaper
+
+    process, _reaper = _reaper, None
+    if process is not None:
+        reaper.stop(process)
 
 
 def run_trials(*, name: str, storage: str | os.PathLike, per_trial: dict[str, float], concurrency: int,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import contextlib
 import dataclasses
 import datetime as dt
 import json
@@ -20,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from tuner import export
+from tuner import export, interrupts
 from tuner import recommend as rec
 from tuner.errors import TunerError, quiet_libraries
 from tuner.options import DEFAULT_TRIALS, SAMPLERS, SearchOptions, check_options, options_from, prunes  # noqa: F401 - re-exported
@@ -175,51 +176,103 @@ class SearchOutcome:
 
 
 def run_search(prepared: Prepared, echo: Callable[[str], None] = print) -> SearchOutcome:
-    """Run (or resume) the search, confirm the best candidates, recommend; logs everything to MLflow."""
-    from tuner import execution, tracking
+    """Run (or resume) the search, confirm the best candidates, recommend; logs everything to MLflow.
+
+    Ctrl-C or SIGTERM at any moment (Ray starting, trials, confirmation, the results being written) raises
+    KeyboardInterrupt within seconds, whatever became of Ray's processes meanwhile (a batch system signals them
+    too): SearchInterrupted says what is kept and how to resume once the search run exists, and by then every run
+    it started is ended (the search run KILLED); Ray, the trials and the launcher are stopped in any case."""
+    from tuner import execution, weights
     from tuner.trial import launcher
 
     o = prepared.options
     started = time.perf_counter()
-    for warning in prepared.warnings:
-        echo(f"warning: {warning}")
-    # While Ray starts: this node's trial launcher imports torch and TRL (on a Ray cluster's other nodes each worker
-    # does), and the MLflow and Optuna stores are opened (their tables created, on a fresh store: seconds).
-    node_launcher = None if o.ray_address or not launcher.wanted() else launcher.start()
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        opening = pool.submit(_open_stores, prepared)
+    stores, interrupted = None, False
+    now = _EndNow(prepared)  # what a signal the main thread cannot take in time ends (interrupts.answered)
+    with interrupts.answered(now.end), concurrent.futures.ThreadPoolExecutor(1) as pool:
         try:
+            # The stores open while Ray starts (their tables created, on a fresh store: seconds). An interrupt
+            # meanwhile waits for them (opening.result): they are never left half-made.
+            now.opening = opening = pool.submit(_open_stores, prepared)
+            for warning in prepared.warnings:
+                echo(f"warning: {warning}")
+            # Before Ray, whose local workers inherit its address: this node's trial launcher imports torch and TRL
+            # while Ray starts (on a Ray cluster's other nodes each worker does).
+            now.launcher = None if o.ray_address or not launcher.wanted() else launcher.start()
             ray = execution.init_ray(o.ray_address, o.gpus_per_trial)
-        except BaseException:
-            if node_launcher:
-                launcher.stop(node_launcher)
-            raise
-    try:
-        tracker, run_name, study, records = opening.result()
-        placement = _place(prepared, ray)
-        for note in placement.notes:
-            echo(f"warning: {note}")
-        placement.concurrency = concurrency = max(1, min(placement.concurrency, prepared.n_trials))
-        if prepared.resume_run_id:
-            echo(f"resuming {run_name}: {len(records)} of {prepared.n_trials} trials already done")
-        else:
-            with tracking.store_lock(Path(o.store)):
-                tracker.start(run_name, {
-                    "trainer": o.trainer, "model": o.model, "sampler": o.sampler, "trials": prepared.n_trials,
-                    "max_steps": o.max_steps, "seed": o.seed, "search_space": prepared.space.source,
-                    "dataset": o.dataset or "builtin", "reward_funcs": o.reward_funcs, "concurrency": concurrency,
-                    "confirm_seeds": o.confirm_seeds, "confirm_top": o.confirm_top, "prune": prunes(o),
-                    "budget": o.budget,
-                }, {"tuner.study": run_name, "tuner.study_storage": _study_storage(o)})
-        tracker.set_tags({"tuner.plan": placement.describe()})
-        return _run(prepared, tracker, study, run_name, records, placement, concurrency, started, echo)
-    finally:
-        from tuner import weights
+            stores = opening.result()
+            return _run(prepared, ray, *stores, started, echo)  # it ends the search run, also when interrupted
+        except KeyboardInterrupt as interrupt:
+            interrupts.taken()
+            interrupted = True
+            if stores is not None:
+                raise
+            raise _interrupted_while_starting(prepared, now.opening) from interrupt
+        finally:
+            with interrupts.ending():  # bounded (seconds): a second signal must not leave Ray or trials running
+                # The shared weight copies, also on a cluster's other nodes while Ray is up. A local Ray has no
+                # other node, and after an interrupt Ray is asked nothing more: its GCS may be gone (shutdown_ray).
+                interrupted = interrupted or interrupts.signalled()  # a signal held while the search ended, too
+                weights.release_everywhere(prepared.model_path, other_nodes=bool(o.ray_address) and not interrupted)
+                execution.shutdown_ray(interrupted)  # also on errors: no Ray process outlives the search
+                if now.launcher:
+                    launcher.stop(now.launcher)
 
-        weights.release_everywhere(prepared.model_path)  # the shared weight copies, on every node, while Ray is up
-        execution.shutdown_ray()  # also on errors and Ctrl-C/SIGTERM: no Ray process outlives the search
-        if node_launcher:
-            launcher.stop(node_launcher)
+
+class _EndNow:
+    """What a search has started, for the watcher thread of interrupts.answered to end when the main thread cannot
+    take a signal in time (stuck in a Ray call that waits on a GCS the same signal killed): the search run and its
+    open trials' runs KILLED, Ray and the launcher killed, the same line as an interrupt the main thread took."""
+
+    def __init__(self, prepared: Prepared):
+        self.prepared = prepared
+        self.opening: concurrent.futures.Future | None = None  # the stores: (tracker, run name, study, records)
+        self.launcher = None
+
+    def end(self) -> None:
+        import sys
+
+        from tuner import execution
+        from tuner.trial import launcher
+
+        tracker, records = None, []
+        with contextlib.suppress(Exception):  # not opened: no run to end
+            if self.opening is not None:
+                tracker, _, _, records = self.opening.result(timeout=30)  # records: the search's own list, so far
+        try:
+            if tracker is not None:
+                tracker.finish("KILLED")
+        finally:
+            execution.kill_ray()
+            if self.launcher:
+                launcher.stop(self.launcher)
+        # as tuner.cli says an interrupt the main thread took
+        print(f"tuner: {_interruption(self.prepared, tracker, records)}", file=sys.stderr, flush=True)
+
+
+def _interrupted_while_starting(prepared: Prepared, opening) -> KeyboardInterrupt:
+    """An interrupt before the search run was (re)started in _run: a resumed search's run (left RUNNING by a driver
+    that died, maybe) is ended KILLED. What the interrupted search says."""
+    tracker, records = None, []
+    with interrupts.ending():
+        try:
+            if opening is not None:
+                tracker, _, _, records = opening.result()  # the stores finish opening: seconds
+        except Exception:  # noqa: BLE001 - they could not be opened: the interrupt is the news, not this
+            tracker = None
+        if tracker is not None:
+            tracker.finish("KILLED")  # nothing to end when no search run was started
+    return _interruption(prepared, tracker, records)
+
+
+def _interruption(prepared: Prepared, tracker, records: list[dict[str, Any]]) -> KeyboardInterrupt:
+    """What an interrupted search says: what is kept and the command that resumes it, or that nothing was."""
+    o = prepared.options
+    if tracker is None or tracker.parent_id is None:
+        return KeyboardInterrupt("interrupted before the search started; nothing was kept: run the same command "
+                                 "again to start it")
+    return SearchInterrupted(len(records), prepared.n_trials, prepared.experiment,
+                             resume_command(prepared.experiment, o.store, o.tracking_uri))
 
 
 def _open_stores(prepared: Prepared):
@@ -253,19 +306,68 @@ def _place(prepared: Prepared, ray):
                            gpus_per_trial=o.gpus_per_trial, concurrency=o.concurrency)
 
 
-def _run(prepared, tracker, study, run_name, records, placement, concurrency, started, echo) -> SearchOutcome:
+def _run(prepared, ray, tracker, run_name, study, records, started, echo) -> SearchOutcome:
+    """The search run's life: started (a resumed one is reattached already), the search, and its end however the
+    search ends: FINISHED, FAILED, or KILLED when interrupted, with the runs of its trials still open."""
+    o = prepared.options
+    status, progress = "FAILED", None
+    try:
+        placement = _place(prepared, ray)
+        for note in placement.notes:
+            echo(f"warning: {note}")
+        placement.concurrency = max(1, min(placement.concurrency, prepared.n_trials))
+        if prepared.resume_run_id:
+            tracker.resume()
+            echo(f"resuming {run_name}: {len(records)} of {prepared.n_trials} trials already done")
+        else:
+            _start_run(prepared, tracker, run_name, placement.concurrency)
+        tracker.set_tags({"tuner.plan": placement.describe()})
+        progress = Progress(prepared.n_trials, echo, done=records)
+        outcome = _search(prepared, tracker, study, run_name, records, placement, progress, started)
+        status = "FINISHED"
+        return outcome
+    except KeyboardInterrupt as interrupt:
+        interrupts.taken()
+        status = "KILLED"
+        raise _interruption(prepared, tracker, records) from interrupt
+    finally:
+        say = progress.say if progress is not None else echo
+        with interrupts.ending():  # a second signal must not leave the search run RUNNING
+            if progress is not None:
+                progress.clear()
+            tracker.finish(status)
+            still = tracker.flush()
+        if still:
+            say(f"warning: {still} MLflow writes are kept in {tracker.spool_path}; send them when the server is "
+                f"back: tuner sync --store {o.store} --tracking-uri {prepared.tracking_uri}")
+
+
+def _start_run(prepared: Prepared, tracker, run_name: str, concurrency: int) -> None:
+    from tuner import tracking
+
+    o = prepared.options
+    with tracking.store_lock(Path(o.store)):
+        tracker.start(run_name, {
+            "trainer": o.trainer, "model": o.model, "sampler": o.sampler, "trials": prepared.n_trials,
+            "max_steps": o.max_steps, "seed": o.seed, "search_space": prepared.space.source,
+            "dataset": o.dataset or "builtin", "reward_funcs": o.reward_funcs, "concurrency": concurrency,
+            "confirm_seeds": o.confirm_seeds, "confirm_top": o.confirm_top, "prune": prunes(o),
+            "budget": o.budget,
+        }, {"tuner.study": run_name, "tuner.study_storage": _study_storage(o)})
+
+
+def _search(prepared, tracker, study, run_name, records, placement, progress, started) -> SearchOutcome:
+    """The trials and their confirmation in one Ray Tune run, then the results written."""
     from tuner import confirm, execution, extend
 
     o = prepared.options
     base_spec = TrialSpec(trainer=o.trainer, params={}, model=prepared.model_path, dataset=o.dataset,
                           reward_funcs=o.reward_funcs, max_steps=o.max_steps, seed=o.seed).to_dict()
     ray_storage = Path(o.store) / "ray"
-    progress = Progress(prepared.n_trials, echo, done=records)
     echo = progress.say  # a line of its own clears the live status line from a terminal first
     remaining = prepared.n_trials - len(records)
     echo(f"search {run_name}: {remaining} trials of {o.max_steps} steps, {o.trainer} on {o.model}, "
          f"{o.sampler} sampler, {placement.describe()} (experiment {prepared.experiment!r})")
-    status = "FAILED"
     confirmations: list[dict[str, Any]] = []
     extensions: list[dict[str, Any]] = []  # longer re-runs of the best stable trials, when none learned
 
@@ -282,40 +384,27 @@ def _run(prepared, tracker, study, run_name, records, placement, concurrency, st
             progress.total += 1
         return job
 
-    try:
-        proposer = Proposer(study, prepared.space, o.sampler, prepared.n_trials, done=records,
-                            device=placement.device, fits=placement.check)
-        searcher = execution.OptunaSearcher(proposer, base_spec, o.trial_timeout, n_search=remaining,
-                                            then=next_job, done=records, fits=placement.check,
-                                            prune_slow=prunes(o))
-        at_most = remaining + longer.most_runs + schedule.most_runs  # the searcher says FINISHED when it has fewer
-        if at_most:
-            execution.run_trials(name=f"{run_name}-{len(records)}", storage=ray_storage, per_trial=placement.resources,
-                                 concurrency=concurrency, callback=execution.DriverCallback(tracker, progress, records, confirmations, extensions),
-                                 searcher=searcher, num_samples=at_most,
-                                 scheduler=execution.Halving(o.max_steps) if prunes(o) else None)
-        records.sort(key=lambda r: r["number"])
-        if searcher.stopped_because:
-            echo(f"search stopped: {searcher.stopped_because}")
-            tracker.set_tags({"tuner.stopped_because": searcher.stopped_because[:5000]})
-        extensions.sort(key=lambda r: (r["max_steps"], r["number"]))
-        runs = [*records, *extensions]
-        cands = confirm.candidates(runs, o.confirm_top) if o.confirm_seeds > 0 else []
-        outcome = _finish(prepared, tracker, records, cands, confirmations, started, echo, placement, extensions)
-        outcome.stopped_because = searcher.stopped_because
-        status = "FINISHED"
-        return outcome
-    except KeyboardInterrupt as interrupt:
-        status = "KILLED"
-        raise SearchInterrupted(len(records), prepared.n_trials, prepared.experiment,
-                                resume_command(prepared.experiment, o.store, o.tracking_uri)) from interrupt
-    finally:
-        progress.clear()
-        tracker.finish(status)
-        still = tracker.flush()
-        if still:
-            echo(f"warning: {still} MLflow writes are kept in {tracker.spool_path}; send them when the server is "
-                 f"back: tuner sync --store {o.store} --tracking-uri {prepared.tracking_uri}")
+    proposer = Proposer(study, prepared.space, o.sampler, prepared.n_trials, done=records,
+                        device=placement.device, fits=placement.check)
+    searcher = execution.OptunaSearcher(proposer, base_spec, o.trial_timeout, n_search=remaining,
+                                        then=next_job, done=records, fits=placement.check, prune_slow=prunes(o))
+    at_most = remaining + longer.most_runs + schedule.most_runs  # the searcher says FINISHED when it has fewer
+    if at_most:
+        execution.run_trials(name=f"{run_name}-{len(records)}", storage=ray_storage, per_trial=placement.resources,
+                             concurrency=placement.concurrency,
+                             callback=execution.DriverCallback(tracker, progress, records, confirmations, extensions),
+                             searcher=searcher, num_samples=at_most,
+                             scheduler=execution.Halving(o.max_steps) if prunes(o) else None)
+    records.sort(key=lambda r: r["number"])
+    if searcher.stopped_because:
+        echo(f"search stopped: {searcher.stopped_because}")
+        tracker.set_tags({"tuner.stopped_because": searcher.stopped_because[:5000]})
+    extensions.sort(key=lambda r: (r["max_steps"], r["number"]))
+    runs = [*records, *extensions]
+    cands = confirm.candidates(runs, o.confirm_top) if o.confirm_seeds > 0 else []
+    outcome = _finish(prepared, tracker, records, cands, confirmations, started, echo, placement, extensions)
+    outcome.stopped_because = searcher.stopped_because
+    return outcome
 
 
 def _study_storage(o: SearchOptions) -> str | None:

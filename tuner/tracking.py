@@ -33,6 +33,7 @@ SEARCH_TAG = "tuner.kind"  # "search" on parent runs, "trial" on nested runs
 TRIAL_KEY_TAG = "tuner.trial_key"  # the driver's key of a trial run: kept writes find their run by it
 LOG_ARTIFACT = "process.log"  # a trial run's file: the end of what its process printed, when it died
 RUNNING_STATUS = "running"  # the tuner.status tag of a trial run until its verdict is written
+INTERRUPTED_STATUS = "interrupted"  # the tuner.status tag of a trial run its search ended before the trial did
 RETRY_AFTER_S = 10.0  # while the server is away, writes go straight to the spool; it is tried again after this
 
 
@@ -223,10 +224,14 @@ class SearchTracker:
         return self.parent_id
 
     def attach(self, parent_id: str) -> None:
-        """Continue an existing search run (``tuner search --resume``)."""
+        """Continue an existing search run (``tuner search --resume``); ``resume()`` marks it RUNNING again."""
         self.parent_id = parent_id
+
+    def resume(self) -> None:
+        """The attached search run is RUNNING again: once the resumed search has started (Ray up), so that one
+        stopped while it starts leaves the run as it was."""
         with self._whole():
-            self.client.update_run(parent_id, status="RUNNING")
+            self.client.update_run(self.parent_id, status="RUNNING")
 
     def study_name(self) -> str:
         """The Optuna study of the search run (its tuner.study tag)."""
@@ -234,12 +239,14 @@ class SearchTracker:
 
     def stored_trials(self) -> list[TrialRecord]:
         """The search's trials that MLflow holds in full, one record per trial number (``--resume`` keeps these).
-        A trial run left RUNNING belongs to a trial that was still running (or being written) when the search
-        was interrupted or its driver died: it is deleted, and its trial runs again. Confirmation re-runs and longer
-        re-runs (tuner.extend) are not kept: they run again after the search."""
+        A trial run with no verdict belongs to a trial that was still running (or being written) when the search
+        was interrupted (KILLED, tagged interrupted) or its driver died (left RUNNING): it is deleted, and its
+        trial runs again. Confirmation re-runs and longer re-runs (tuner.extend) are not kept: they run again
+        after the search's own trials."""
         records: dict[int, TrialRecord] = {}
         for run in trial_runs(self.uri, self.parent_id):
-            if run.info.status == "RUNNING":  # a confirmation re-run cut short too: it runs again
+            cut_short = run.data.tags.get("tuner.status") in (RUNNING_STATUS, INTERRUPTED_STATUS)
+            if run.info.status == "RUNNING" or cut_short:  # a confirmation re-run cut short too: it runs again
                 self.client.delete_run(run.info.run_id)
                 continue
             if "true" in (run.data.tags.get("tuner.confirmation"), run.data.tags.get("tuner.extension")):
@@ -273,7 +280,7 @@ class SearchTracker:
         """The trial's nested run, created RUNNING with its params when the trial starts; its id, or None when
         the server is away and the write was kept. ``key`` (unique in the search) names the trial in the
         writes that follow."""
-        self.open_trials.add(key)
+        self.open_trials.add(key)  # before the run exists: an interrupt inside its write still finds it (finish)
         return self._send("trial_start", {"key": key, "number": number, "spec": spec, "tags": tags or {}})
 
     def log_steps(self, key: str, rows: list[dict[str, Any]]) -> None:
@@ -286,9 +293,9 @@ class SearchTracker:
         """The trial's verdict: ``history`` is its whole per-step history (kept whole in result.json), of which
         the first ``streamed`` rows went out with log_steps already; ``output``, the end of what its process
         printed when it died (process.log); then FINISHED or FAILED."""
-        self.open_trials.discard(key)
         self._send("trial_end", {"key": key, "spec": spec, "summary": summary, "history": history,
                                  "streamed": streamed, "output": output})
+        self.open_trials.discard(key)  # after the write: interrupted before it, finish() still ends the run
 
     def run_id_of(self, key: str) -> str | None:
         """The run id of a started trial, once its run exists (None while its creation is kept on disk)."""
@@ -304,13 +311,17 @@ class SearchTracker:
         self._send("tags", {"tags": tags})
 
     def finish(self, status: str = "FINISHED") -> None:
-        """End the search run. Trials still open (the search was interrupted or failed) keep their runs
-        RUNNING, as after a driver that died: --resume deletes those and runs the trials again; their
-        tuner.status tag says "interrupted" meanwhile."""
-        for key in sorted(self.open_trials):
-            self._send("trial_tags", {"key": key, "tags": {"tuner.status": "interrupted"}})
-        self.open_trials.clear()
-        self._send("finish", {"status": status})
+        """End the search run, and first the runs of its trials still open (the search was interrupted or failed):
+        KILLED, tagged interrupted (--resume deletes those and runs the trials again). No run is left RUNNING.
+        Nothing to end when the search run was never started."""
+        if self.parent_id is None:
+            return
+        try:
+            for key in sorted(self.open_trials):
+                self._send("trial_interrupted", {"key": key})
+            self.open_trials.clear()
+        finally:  # the search run ends even if a trial's could not
+            self._send("finish", {"status": status})
 
     def flush(self) -> int:
         """Replay spooled writes in order; returns how many are still pending."""
@@ -430,10 +441,22 @@ class SearchTracker:
     def _apply_steps(self, key: str, rows: list[dict[str, Any]]) -> None:
         self._log_metrics(self._run_of(key), _step_metrics(rows))
 
-    def _apply_trial_tags(self, key: str, tags: dict[str, str]) -> None:
+    def _apply_trial_tags(self, key: str, tags: dict[str, str]) -> None:  # in kept writes of earlier versions
         run_id = self._run_of(key)
         for k, v in tags.items():
             self.client.set_tag(run_id, k, v)
+
+    def _apply_trial_interrupted(self, key: str) -> None:
+        """End a trial's run that is still RUNNING: KILLED, tagged interrupted. A run that got its verdict (an
+        interrupt right after that write) keeps it; a trial whose run was never created has nothing to end."""
+        try:
+            run_id = self._run_of(key)
+        except TunerError:
+            return
+        if self.client.get_run(run_id).info.status != "RUNNING":
+            return
+        self.client.set_tag(run_id, "tuner.status", INTERRUPTED_STATUS)
+        self.client.set_terminated(run_id, "KILLED")
 
     def _apply_trial_end(self, key: str, spec: dict[str, Any], summary: dict[str, Any],
                          history: list[dict[str, Any]], streamed: int, output: str = "") -> str:

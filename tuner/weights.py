@@ -233,17 +233,19 @@ def release(model_path: str | None = None) -> int:
     return freed
 
 
-def release_everywhere(model_path: str | None = None, timeout: float = 60.0) -> dict[str, Any]:
+def release_everywhere(model_path: str | None = None, timeout: float = 60.0,
+                       other_nodes: bool = True) -> dict[str, Any]:
     """``release(model_path)`` on every other alive node of the Ray cluster while Ray is up (a zero-CPU task pinned
     to each), then here: what trials on other nodes built does not outlive the search either. Best effort: a node
     that does not answer within ``timeout`` keeps its copy until a later tuner run there sweeps it; never raises
-    (the driver calls it while ending the search, also on errors). Returns the bytes freed:
+    (the driver calls it while ending the search, also on errors). ``other_nodes`` False: here only, Ray is not
+    asked (a local Ray has no other node; an interrupted search's Ray may be gone). Returns the bytes freed:
     {"nodes": {node id: bytes}, "local": bytes}."""
     nodes: dict[str, int] = {}
     try:
         import ray
 
-        if ray.is_initialized():
+        if other_nodes and ray.is_initialized():
             from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
             remote = ray.remote(num_cpus=0, max_retries=0)(_release_on_node)

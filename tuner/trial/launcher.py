@@ -60,21 +60,30 @@ def start(timeout: float = 30.0) -> subprocess.Popen | None:
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, start_new_session=True)
     process.socket_path = path
     deadline = time.monotonic() + timeout
-    while not os.path.exists(path):
-        if process.poll() is not None or time.monotonic() > deadline:
-            stop(process)
-            return None
-        time.sleep(0.02)
+    try:
+        while not os.path.exists(path):
+            if process.poll() is not None or time.monotonic() > deadline:
+                stop(process)
+                return None
+            time.sleep(0.02)
+    except BaseException:  # interrupted before the caller has it to stop: it would live on until its imports end
+        stop(process)
+        raise
     os.environ[ENV] = path
     return process
 
 
 def stop(process: subprocess.Popen, timeout: float = 30.0) -> None:
-    """Close its stdin: it kills the trials it forked and exits. TUNER_LAUNCHER is unset."""
+    """Close its stdin and SIGTERM it: it kills the trials it forked and exits. TUNER_LAUNCHER is unset.
+
+    SIGTERM as well: while it still imports torch (seconds, more under load) it reads no stdin, and the search
+    would wait for the imports to end; it has forked nothing yet then, and the signal's default action ends it."""
     from tuner import reaper
 
     if os.environ.get(ENV) == process.socket_path:
         del os.environ[ENV]
+    with contextlib.suppress(OSError):
+        process.terminate()  # nothing if it has ended (and been waited for)
     reaper.stop(process, timeout)  # the same end as the reaper's: stdin closed, then a kill if it lingers
     Path(process.socket_path).unlink(missing_ok=True)
     with contextlib.suppress(OSError):

@@ -159,5 +159,8 @@ def _reap(children: dict[int, Child], orphans: set[int], block: bool = False) ->
 
 
 if __name__ == "__main__":
-    serve(sys.argv[1])
-    os._exit(0)  # its trials are reaped: skip the interpreter's slow teardown of torch and friends
+    try:
+        serve(sys.argv[1])
+    except SystemExit:  # SIGTERM (tuner.trial.launcher.stop sends it): serve's finally reaped its trials
+        pass
+    os._exit(0)  # its trials are reaped: skip the interpreter's slow teardown of torch and friends (seconds)
