@@ -216,7 +216,8 @@ def assert_stores_whole(store: Path) -> None:
 def search_args(space: Path, store: Path, trials: int, max_steps: int, *extra: str) -> list[str]:
     # --concurrency 1: one trial at a time on any machine, so "one done and one running" is a moment that comes
     return ["search", "--search-space", str(space), "--sampler", "grid", "--trials", str(trials), "--max-steps",
-            str(max_steps), "--concurrency", "1", "--experiment", "stopped", "--store", str(store), *extra]
+            str(max_steps), "--concurrency", "1", "--budget", "0",  # no longer re-runs (tuner.extend): trials counted
+            "--experiment", "stopped", "--store", str(store), *extra]
 
 
 def resume(searches, search: Search, trials: int) -> tuple[int, str]:
