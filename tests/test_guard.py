@@ -340,6 +340,16 @@ def test_real_grpo_rows_whose_reward_saturates_are_ok_and_say_so():
     assert len(guard.notes) == 1 and guard.notes[0].startswith("reward saturated: 1 (from 0.27")
 
 
+def test_saturated_rewards_with_one_group_held_a_little_lower_are_still_solved():
+    # Recorded in the calibration runs: at the ceiling, one step's groups each agree but one of them on a lower
+    # reward (mean 0.9167), below the best step with spread (0.99). That is the task solved, not a collapse.
+    rows = [dict(row) for row in SATURATING]
+    rows[15]["reward"] = 11 / 12
+    guard = Guard("grpo")
+    assert all(guard.observe(row["step"], row) is None for row in rows)
+    assert len(guard.notes) == 1 and guard.notes[0].startswith("reward saturated")
+
+
 def test_no_reward_spread_and_no_gain_is_still_a_collapse():
     flat = {"loss": 0.0, "grad_norm": 0.0, "reward": 0.3, "reward_std": 0.0, "frac_reward_zero_std": 1.0,
             "params_changed": 1.0}

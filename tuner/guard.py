@@ -275,9 +275,11 @@ class Guard:
         before = self._rewards[: self.settings.baseline_steps]
         start = statistics.median(before) if before else None
         level = statistics.fmean(streak)
-        # Solved, not collapsed: every group's completions share one reward that is the best the trial has
-        # seen and clearly above where it started.
-        if (start is not None and math.isfinite(level) and level >= max(self._rewards) - 1e-9
+        # Solved, not collapsed: every group's completions share one reward, about the best the trial has seen
+        # (within saturation_min_gain: one group held below the others, at 0.92 beside 1.0, is still solved) and
+        # clearly above where it started.
+        if (start is not None and math.isfinite(level)
+                and level >= max(self._rewards) - self.settings.saturation_min_gain
                 and level - start >= self.settings.saturation_min_gain):
             if self._saturated_since is None:
                 self._saturated_since = step - len(streak) + 1
