@@ -273,3 +273,18 @@ def test_the_slow_limit_follows_the_best_learned_trial_with_a_minutes_margin():
     limit, reason = slow_limit([{**ok, "number": 3, "wall_seconds": 250.0},
                                 {**ok, "number": 4, "wall_seconds": 500.0, "tokens_per_second": 10.0}])
     assert limit == pytest.approx(500.0) and "trial 3" in reason and "250 s" in reason
+
+
+@pytest.mark.slow
+def test_kto_trials_on_two_seeds_train_on_different_batches(tiny_model, tmp_path):
+    # KTO takes the rows in order whatever its seed (TRL's sequential sampler); on the tiny model (full fine-tuning,
+    # no dropout) two seeds would train the same trial and confirmation would only repeat it. Found by the
+    # calibration runs (tests/calibration/record.py). Each trial shuffles the rows with its seed.
+    losses = []
+    for seed in (0, 1):
+        spec = TrialSpec(trainer="kto", params={"precision": "fp32", "learning_rate": 1e-3, "use_peft": False,
+                                                "per_device_train_batch_size": 4}, max_steps=3, seed=seed)
+        result = run_trial(spec, workdir=tmp_path / str(seed))
+        assert result.status == "ok", result.reason
+        losses.append([row["loss"] for row in result.history])
+    assert losses[0] != losses[1], losses

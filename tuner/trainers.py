@@ -61,6 +61,9 @@ class Adapter:
     # joined texts must fit; None: by the row's own shape (text, messages or prompt+completion); () not measured.
     length_pairs: tuple[tuple[str, str], ...] | None = None
     bool_columns: tuple[str, ...] = ()  # columns that must hold true/false (KTO indexes with its label)
+    # Trains on the rows in their order whatever its seed (KTO: TRL's sequential sampler, which its precomputed KL
+    # term requires): a trial shuffles them with its seed, or every confirmation seed would train the same batches.
+    rows_in_order: bool = False
     space_file: str = ""  # the shipped search space (default: search_spaces/<name>.yaml)
 
     @property
@@ -85,7 +88,7 @@ ADAPTERS: dict[str, Adapter] = _entries(
             # KTO unpairs chosen/rejected into completion/label.
             columns=(("prompt", "completion", "label"), ("prompt", "chosen", "rejected"), ("chosen", "rejected")),
             reads=("prompt", "completion", "chosen", "rejected"), tiny_rows=tiny_data.kto_row, task_rows=tasks.kto_rows,
-            length_pairs=(("prompt", "completion"),), bool_columns=("label",)),
+            length_pairs=(("prompt", "completion"),), bool_columns=("label",), rows_in_order=True),
     Adapter("reward", "RewardConfig", "RewardTrainer", "trl.scripts.reward", "SEQ_CLS",
             # The reward trainer takes an optional prompt.
             columns=(("chosen", "rejected"), ("prompt", "chosen", "rejected")),
