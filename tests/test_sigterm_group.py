@@ -39,24 +39,8 @@ import pytest
 EXIT_WITHIN_S = 30
 SEARCH_TIMEOUT_S = 480  # a whole short search on a 2-core machine other suites load too: about 2 minutes, often less
 
-# The cheapest real trials: SFT on the tiny model, batch 2, 32 tokens (tests/test_reliability.py's space).
-SFT_SPACE = """trainer: sft
-fixed:
-  max_length: 32
-  per_device_train_batch_size: 2
-params:
-  learning_rate: {type: categorical, choices: [1.0e-4, 2.0e-4, 3.0e-4]}
-"""
-# Trials that learn in 8 steps (tests/test_search.py's confirmation space): the best one gets a confirmation run.
-REWARD_SPACE = """trainer: reward
-fixed:
-  per_device_train_batch_size: 8
-  use_peft: false
-  max_length: 64
-  precision: fp32
-params:
-  learning_rate: {type: categorical, choices: [1.0e-3, 2.0e-3]}
-"""
+# The cheapest real trials: SFT on the tiny model, batch 2, 32 tokens, three learning rates (test_live's space).
+from test_live import SPACE as SFT_SPACE  # noqa: E402
 
 
 # -- processes --------------------------------------------------------------------------------------------------
@@ -220,6 +204,19 @@ def search_args(space: Path, store: Path, trials: int, max_steps: int, *extra: s
             "--experiment", "stopped", "--store", str(store), *extra]
 
 
+def assert_ended_interrupted(search: Search, store: Path, took: float) -> tuple[str, list]:
+    """The search exited 130 within EXIT_WITHIN_S (stop_group checked that), left no process and no run RUNNING,
+    its own run KILLED; returns its output and its runs."""
+    out = search.output()
+    assert search.process.returncode == 130, out[-4000:]
+    assert_nothing_left(search)
+    found = runs(store)
+    assert not [run for run in found if run[1] == "RUNNING"], found
+    assert [status for _, status, kind, _ in found if kind == "search"] == ["KILLED"], found
+    print(f"exit 130 {took:.1f}s after SIGTERM to the group")
+    return out, found
+
+
 def resume(searches, search: Search, trials: int) -> tuple[int, str]:
     """Run the resume command the interrupted search printed, to its end: (exit code, output)."""
     found = re.search(rf"^tuner: interrupted; (\d+) of {trials} trials are kept\. Resume with: (.+)$",
@@ -277,18 +274,11 @@ def test_sigterm_to_the_group_during_trials_then_resume(searches, tmp_path):
                                                 for _, status, kind, _ in found)
 
     wait_for(one_done_one_running, "a finished trial and a running one", search)
-    took = stop_group(search, every_process=True)
-    out = search.output()
-    assert search.process.returncode == 130, out[-4000:]
-    assert_nothing_left(search)
-    found = runs(store)
+    out, found = assert_ended_interrupted(search, store, stop_group(search, every_process=True))
     # every run ended: the search KILLED, the trial that was running KILLED, the finished ones as they were
-    assert not [run for run in found if run[1] == "RUNNING"], found
-    assert [status for _, status, kind, _ in found if kind == "search"] == ["KILLED"], found
     assert any(kind == "trial" and status == "KILLED" for _, status, kind, _ in found), found
     kept = trials_done(store)
     assert f"interrupted; {len(kept)} of {trials} trials are kept" in out, out[-4000:]
-    print(f"exit 130 {took:.1f}s after SIGTERM to the group")
 
     code, resumed = resume(searches, search, trials)
     assert code in (0, 3), resumed[-4000:]  # every trial ok: recommended, or none learned (exit 3)
@@ -303,7 +293,9 @@ def test_sigterm_to_the_group_during_trials_then_resume(searches, tmp_path):
 @pytest.mark.slow
 def test_sigterm_to_the_group_during_confirmation_then_resume(searches, tmp_path):
     space, store, trials = tmp_path / "space.yaml", tmp_path / "S", 2
-    space.write_text(REWARD_SPACE)
+    import test_search
+
+    space.write_text(test_search.CONFIRM_SPACE)  # trials that learn in 8 steps: the best one gets a confirmation run
     # only the confirmation run (seed 1) is slowed: it is still running when the test looks
     search = searches(search_args(space, store, trials, 8, "--confirm-seeds", "1", "--confirm-top", "1"),
                       env={"TUNER_FAULT": "slow@1", "TUNER_FAULT_WHEN": "seed=1"})
@@ -312,16 +304,9 @@ def test_sigterm_to_the_group_during_confirmation_then_resume(searches, tmp_path
         return any(confirms and status == "RUNNING" for _, status, _, confirms in runs(store))
 
     wait_for(confirming, "a confirmation run", search)
-    took = stop_group(search, every_process=True)
-    out = search.output()
-    assert search.process.returncode == 130, out[-4000:]
-    assert_nothing_left(search)
-    found = runs(store)
-    assert not [run for run in found if run[1] == "RUNNING"], found
-    assert [status for _, status, kind, _ in found if kind == "search"] == ["KILLED"], found
+    out, found = assert_ended_interrupted(search, store, stop_group(search, every_process=True))
     assert [status for _, status, _, confirms in found if confirms] == ["KILLED"], found
     assert f"interrupted; {trials} of {trials} trials are kept" in out, out[-4000:]
-    print(f"exit 130 {took:.1f}s after SIGTERM to the group")
 
     code, resumed = resume(searches, search, trials)
     # both trials learn in 8 steps and the confirmation (seed 1) is stable: a config is recommended, as in an
