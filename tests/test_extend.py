@@ -32,6 +32,21 @@ def test_the_best_third_of_stable_trials_get_3x_the_steps_and_the_next_rung_wait
     assert (job["number"], job["spec"]["max_steps"]) == (4, 180)  # best third of the 60-step runs: 1
 
 
+def test_a_rung_is_run_in_full_before_the_next_is_chosen_even_when_one_of_its_runs_ends_first():
+    # Seen on the pretrained model: 3 trials announced for 60 steps, 2 slots; the first 60-step run ended before the
+    # third was handed out, and the rung above was then chosen from that one run alone: the third never ran.
+    plan = Extension(BASE, budget_steps=1000, timeout=100, announce=lambda line: None)
+    records = [record(n, progress=0.001 * n) for n in range(7)]  # 7 stable: the best 3 at 60 steps
+    first, second = plan.next(records, []), plan.next(records, [])
+    done = [record(first["number"], steps=60, progress=0.01, extends=first["number"])]
+    third = plan.next(records, done)
+    assert [(j["number"], j["spec"]["max_steps"]) for j in (first, second, third)] == [(6, 60), (5, 60), (4, 60)]
+    assert plan.next(records, done) == WAIT  # two of the rung still out
+    done += [record(n, steps=60, progress=0.001 * n, extends=n) for n in (5, 4)]
+    job = plan.next(records, done)
+    assert (job["number"], job["spec"]["max_steps"]) == (6, 180)  # from all three: the best one
+
+
 def test_nothing_is_extended_once_a_trial_learned_or_the_budget_is_spent():
     plan = Extension(BASE, budget_steps=100, timeout=100, announce=lambda line: None)
     learned = [record(0, progress=0.3, learned=True), record(1)]

@@ -39,8 +39,9 @@ class Extension:
     def __init__(self, base_spec: dict[str, Any], budget_steps: int, timeout: float, announce=print):
         self.base_spec, self.budget, self.timeout, self.announce = base_spec, budget_steps, timeout, announce
         self.handed: set[tuple[int, int]] = set()  # (trial number, steps) of the runs handed out
-        self.spent = 0  # steps of the runs handed out
-        self.announced: set[int] = set()  # rungs (steps) announced
+        self.spent = 0  # steps of the rungs announced, all together
+        self.rung = 0  # the steps of the rung under way
+        self.queue: list[dict[str, Any]] = []  # its trials not yet handed out
 
     @property
     def most_runs(self) -> int:
@@ -51,24 +52,27 @@ class Extension:
         runs = [*records, *extensions]
         if self.budget <= 0 or not runs or any(rec.objective(r) > 0 for r in runs):
             return None  # off, or some trial learned: confirmation's turn
-        # a rung still running: the next one is chosen from its results once they are in
-        running = bool(self.handed - {(e["number"], e["max_steps"]) for e in extensions})
+        if self.queue:  # the rung under way is handed out in full (its steps were counted when it was announced)
+            return self._hand(self.queue.pop(0), self.rung)
+        if self.handed - {(e["number"], e["max_steps"]) for e in extensions}:
+            return WAIT  # a rung still running: the next one is chosen from all of its results
         longest = max(r["max_steps"] for r in runs)
         stable = [r for r in runs if r["max_steps"] == longest and is_ok(r)]
         best = sorted(stable, key=rec.speed_so_far, reverse=True)[:math.ceil(len(stable) / RATE)]
         steps = longest * RATE
         todo = [r for r in best if (r["number"], steps) not in self.handed]
-        if not todo or self.spent + steps > self.budget:
-            return WAIT if running else None
-        if steps not in self.announced:
-            self.announced.add(steps)
-            fits = min(len(todo), (self.budget - self.spent) // steps)
-            self.announce(f"no stable trial has learned within {longest} steps: re-running the best {fits} "
-                          f"(trials {', '.join(str(r['number']) for r in todo[:fits])}) for {steps} steps "
-                          f"({self.spent + fits * steps} of a {self.budget}-step budget)")
-        trial = todo[0]
+        fits = min(len(todo), (self.budget - self.spent) // steps)
+        if fits < 1:
+            return None
+        self.rung, self.queue = steps, todo[1:fits]
+        self.spent += fits * steps
+        self.announce(f"no stable trial has learned within {longest} steps: re-running the best {fits} "
+                      f"(trials {', '.join(str(r['number']) for r in todo[:fits])}) for {steps} steps "
+                      f"({self.spent} of a {self.budget}-step budget)")
+        return self._hand(todo[0], steps)
+
+    def _hand(self, trial: dict[str, Any], steps: int) -> dict[str, Any]:
         self.handed.add((trial["number"], steps))
-        self.spent += steps
         return job(self.base_spec, trial, steps, self.timeout * steps / self.base_spec["max_steps"])
 
 
