@@ -6,7 +6,6 @@ files, under the target) and put it where the alias looks; only the slow test bu
 
 import json
 import statistics
-import threading
 
 import pytest
 
@@ -50,21 +49,10 @@ def test_builds_are_deterministic_and_leave_torch_as_they_found_it(cache, tmp_pa
 
 
 def test_concurrent_builders_wait_for_one_build(tmp_path):
+    from test_models import at_once
+
     target = tmp_path / "shared"
-    results, errors = [], []
-
-    def build():
-        try:
-            results.append(build_tiny_pretrained(target, max_steps=SHORT_STEPS))
-        except Exception as error:  # noqa: BLE001 - collected and asserted below
-            errors.append(error)
-
-    threads = [threading.Thread(target=build) for _ in range(2)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert not errors and results == [target] * 2
+    assert at_once(lambda: build_tiny_pretrained(target, max_steps=SHORT_STEPS), 2) == [target] * 2
     # One build and its lock file; no staging folder is left behind.
     assert sorted(path.name for path in tmp_path.iterdir()) == [".shared.lock", "shared"]
 
