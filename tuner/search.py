@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
-import contextlib
 import dataclasses
 import datetime as dt
 import json
@@ -235,33 +234,33 @@ class _EndNow:
         from tuner import execution
         from tuner.trial import launcher
 
-        tracker, records = None, []
-        with contextlib.suppress(Exception):  # not opened: no run to end
-            if self.opening is not None:
-                tracker, _, _, records = self.opening.result(timeout=30)  # records: the search's own list, so far
         try:
-            if tracker is not None:
-                tracker.finish("KILLED")
+            said = _end_opened(self.prepared, self.opening, timeout=30)
         finally:
             execution.kill_ray()
             if self.launcher:
                 launcher.stop(self.launcher)
-        # as tuner.cli says an interrupt the main thread took
-        print(f"tuner: {_interruption(self.prepared, tracker, records)}", file=sys.stderr, flush=True)
+        print(f"tuner: {said}", file=sys.stderr, flush=True)  # as tuner.cli says an interrupt the main thread took
 
 
 def _interrupted_while_starting(prepared: Prepared, opening) -> KeyboardInterrupt:
     """An interrupt before the search run was (re)started in _run: a resumed search's run (left RUNNING by a driver
     that died, maybe) is ended KILLED. What the interrupted search says."""
-    tracker, records = None, []
     with interrupts.ending():
-        try:
-            if opening is not None:
-                tracker, _, _, records = opening.result()  # the stores finish opening: seconds
-        except Exception:  # noqa: BLE001 - they could not be opened: the interrupt is the news, not this
-            tracker = None
-        if tracker is not None:
-            tracker.finish("KILLED")  # nothing to end when no search run was started
+        return _end_opened(prepared, opening)
+
+
+def _end_opened(prepared: Prepared, opening, timeout: float | None = None) -> KeyboardInterrupt:
+    """The stores of an interrupted search, once open (within ``timeout``): its run, if one was started, ended
+    KILLED with its open trials' runs. What the interrupted search says."""
+    tracker, records = None, []
+    try:
+        if opening is not None:
+            tracker, _, _, records = opening.result(timeout=timeout)  # records: the search's own list, so far
+    except Exception:  # noqa: BLE001 - they could not be opened: the interrupt is the news, not this
+        tracker = None
+    if tracker is not None:
+        tracker.finish("KILLED")  # nothing to end when no search run was started
     return _interruption(prepared, tracker, records)
 
 

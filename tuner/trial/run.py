@@ -45,11 +45,12 @@ def _run_in(spec: TrialSpec, workdir: Path, metrics_path) -> TrialResult:
         workdir.mkdir(parents=True, exist_ok=True)
         model_path = models.resolve_model(spec.model)
         tiny = models.is_tiny(model_path)
+        entry = trainers.adapter(spec.trainer)
         dataset = data.load_dataset_spec(spec.dataset, spec.trainer, tiny=tiny)
-        if trainers.adapter(spec.trainer).rows_in_order:
+        if entry.rows_in_order:
             dataset = dataset.shuffle(seed=spec.seed)  # the seed picks the batches, as a random sampler's does
         reward_funcs = (rewards.resolve_reward_funcs(spec.reward_funcs or [data.builtin_reward(tiny)])
-                        if trainers.adapter(spec.trainer).uses_reward_funcs else None)
+                        if entry.uses_reward_funcs else None)
         split = trainers.split_params(spec.params)
     except Exception as error:  # noqa: BLE001 - loading failed: this trial's crash, said in one line with its place
         return TrialResult.crashed(describe_exception(error),
