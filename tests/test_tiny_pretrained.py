@@ -13,10 +13,12 @@ from tuner.models import TINY_MODEL, TINY_PRETRAINED_MODEL, is_tiny, resolve_mod
 from tuner.tasks import grpo_rows, sft_rows
 from tuner.tiny_pretrained import (
     RECORD,
+    HEDGED_ANSWER,
     TINY_PRETRAINED_VERSION,
     VERBOSE_ANSWER,
     build_tiny_pretrained,
     build_tokenizer,
+    rescale,
 )
 
 SHORT_STEPS = 20  # shrunk for speed: a build of 20 steps takes about a second, the real one minutes
@@ -86,19 +88,43 @@ def test_a_search_on_it_takes_the_pretrained_path(cache, tmp_path, monkeypatch):
     assert tiny.space.params["learning_rate"] == shipped.params["learning_rate"]
 
 
+def test_rescaling_keeps_every_output_and_reaches_a_real_models_scale(cache, tmp_path):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(cache / TINY_PRETRAINED_VERSION).eval()
+    ids = torch.tensor([list(range(3, 40))])
+    with torch.no_grad():
+        model.model.embed_tokens.weight.mul_(25.0)  # as large as pretraining leaves it
+        before = model(input_ids=ids).logits
+        factor = rescale(model, embedding_std=0.02)
+        after = model(input_ids=ids).logits
+    assert factor > 5
+    assert abs(float(model.model.embed_tokens.weight.detach().std()) - 0.02) < 1e-6
+    assert model.lm_head.weight is model.model.embed_tokens.weight  # tied: the output layer was scaled with it
+    # The same function: logits agree to float32 rounding, and the sampled answers are the same.
+    assert torch.allclose(before, after, rtol=1e-4, atol=1e-4 * float(before.abs().max()))
+    assert torch.equal(before.argmax(-1), after.argmax(-1))
+    # Saved and loaded as it is: the norms' epsilon travels in config.json.
+    model.save_pretrained(tmp_path)
+    with torch.no_grad():
+        loaded = AutoModelForCausalLM.from_pretrained(tmp_path).eval()(input_ids=ids).logits
+    assert torch.allclose(loaded, after, rtol=1e-5, atol=1e-5 * float(after.abs().max()))
+
+
 def test_its_tokenizer_keeps_every_task_text_and_has_the_words_whole(cache):
     from transformers import AutoTokenizer
 
     loaded = AutoTokenizer.from_pretrained(cache / TINY_PRETRAINED_VERSION)
     built = build_tokenizer()
     texts = [row["prompt"] + row["completion"] for row in sft_rows(128)]
-    texts += [" " + VERBOSE_ANSWER.format("-63"), "Hello, World!\n\tok 42", "<|im_start|>user\nhi<|im_end|>"]
+    texts += [" " + VERBOSE_ANSWER.format("-63"), " " + HEDGED_ANSWER.format("42", "43"), "Hello, World!\n\tok 42", "<|im_start|>user\nhi<|im_end|>"]
     for text in texts:
         ids = loaded(text)["input_ids"]
         # transformers 5 rebuilds qwen2 tokenizers from vocab and merges; it must tokenize as the built one does.
         assert ids == built(text)["input_ids"], text
         assert loaded.decode(ids) == text
-    for word in ["Question", "Answer", " What", " alphabet", " marbles", " The", " answer"]:
+    for word in ["Question", "Answer", " What", " alphabet", " marbles", " The", " answer", " or", " maybe"]:
         assert len(loaded(word)["input_ids"]) == 1, word
     # Quoted words are spelled out: the letter questions are about their characters.
     assert len(loaded("'stone'")["input_ids"]) == 7

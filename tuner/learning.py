@@ -3,8 +3,10 @@
     judge_learning("grpo", history)   # -> Learning(effect=0.52, gain=0.69, p_value=3e-12, learned=True, ...)
 
 The metric is the one each trainer optimises: GRPO's mean reward (higher is better), every other
-trainer's training loss (lower is better). The **starting level** is the mean of the first
-``START_STEPS`` finite values (the weights have moved at most once by then).
+trainer's training loss (lower is better). The **starting level** is the mean of the first tenth of the
+finite values, at least ``START_STEPS`` (``start_steps``): in a 20-step trial the first two (the weights have
+moved at most once by then); in a 180-step rung the first 18, so a slow learner's start is known as well as
+its end (with two steps, their noise alone hides any gain under about a third of a reward unit).
 
 **Effect (``progress``).** The mean improvement over the trial relative to the starting level: the
 area between the curve and the starting level, per step, over the steps after the start. For GRPO in
@@ -43,7 +45,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["ALPHA", "MIN_EFFECT", "MIN_STEPS", "START_STEPS", "Learning", "judge_learning", "despiked",
+__all__ = ["ALPHA", "MIN_EFFECT", "MIN_STEPS", "START_STEPS", "Learning", "judge_learning", "despiked", "start_steps",
            "progress_metric", "step_noise"]
 
 # One-sided significance level. 1%: a search judges dozens of trials and a config judged "learned" by
@@ -51,8 +53,10 @@ __all__ = ["ALPHA", "MIN_EFFECT", "MIN_STEPS", "START_STEPS", "Learning", "judge
 ALPHA = 0.01
 # The smallest change worth calling learning: 1% of the starting loss, or 0.01 of reward.
 MIN_EFFECT = 0.01
-# The starting level: the first two steps (step 1 is the untouched model; one update by step 2).
+# The starting level: at least the first two steps (step 1 is the untouched model; one update by step 2) ...
 START_STEPS = 2
+# ... and the first tenth of a longer trial.
+START_SHARE = 10
 # Two start steps and at least two in the last third, with steps in between.
 MIN_STEPS = 6
 # A difference further than this many MADs from the median difference is clipped: a spike, not noise.
@@ -99,18 +103,24 @@ def judge_learning(trainer: str, history: list[dict[str, Any]]) -> Learning:
     raw = [float(row[metric]) for row in rows]
     if len(raw) < MIN_STEPS:
         return Learning(metric, None, None, len(raw), False)
+    head = start_steps(len(raw))
     values = despiked(raw)
-    start = statistics.fmean(values[:START_STEPS])
+    start = statistics.fmean(values[:head])
     scale = 1.0 if direction > 0 else max(abs(start), 1e-8)
     tail = max(START_STEPS, len(values) // 3)
-    effect = statistics.fmean(direction * (v - start) for v in values[START_STEPS:]) / scale
+    effect = statistics.fmean(direction * (v - start) for v in values[head:]) / scale
     gain = direction * (statistics.fmean(values[-tail:]) - start) / scale
     noise = step_noise(raw) ** 2
     step_vars = [max(noise, _within_step_variance(row)) for row in rows]
-    variance = sum(step_vars[:START_STEPS]) / START_STEPS ** 2 + sum(step_vars[-tail:]) / tail ** 2
+    variance = sum(step_vars[:head]) / head ** 2 + sum(step_vars[-tail:]) / tail ** 2
     p_value = _one_sided_p(gain * scale, variance, degrees=(len(values) - 2) / 2)
     learned = p_value < ALPHA and gain >= MIN_EFFECT and effect >= MIN_EFFECT
     return Learning(metric, effect, p_value, len(values), learned, start, gain)
+
+
+def start_steps(steps: int) -> int:
+    """How many of a trial's first values make its starting level: the first tenth, at least START_STEPS."""
+    return max(START_STEPS, steps // START_SHARE)
 
 
 def step_noise(values: list[float]) -> float:

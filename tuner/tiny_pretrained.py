@@ -7,7 +7,8 @@ The embedded tiny model (``--model tiny``) has random weights and its own word t
 spaces' large tiny-model learning rates and never the built-in exact-answer questions. This model has the same
 2-layer Qwen2 shape, pretrained here with plain torch on those questions (``tuner.tasks``) until it answers some
 of them: sampled at temperature 1.0 as GRPO does, its start reward on the built-in GRPO prompts under
-``exact_answer_reward`` is about 0.3. It is not the tiny model (``tuner.models.is_tiny`` says no), so a search on
+``exact_answer_reward`` is about 0.2, and GRPO at a pretrained model's learning rates (1e-5 to 1e-4) takes it to
+about 0.35 in some tens of steps. It is not the tiny model (``tuner.models.is_tiny`` says no), so a search on
 it takes every pretrained path: the spaces' ``pretrained:`` ranges, ``tuner.tasks``' rows and its reward.
 
 **What it learns.** Next-token prediction of the answer and end of text after the plain-text prompt
@@ -16,13 +17,25 @@ lookups, which a model this small learns in minutes (the letter after a letter, 
 products, word lengths, ...), come up more often than in ``tuner.tasks``' mix; the others (large sums, two-step
 arithmetic, reversed words) less often: it answers them in the asked format, mostly wrong. Like a pretrained
 model, it is not always sure and not always terse: NEAR_MISS_RATE of its answers are near misses ("43" for
-42) and VERBOSE_RATE are written as "The answer is 42.". So the four completions GRPO samples for a prompt mostly
-differ in reward (right 1.0, a bare wrong answer 0.1, a wordy wrong one 0.0), which is what GRPO learns from.
+42), VERBOSE_RATE are written as "The answer is 42." and HEDGE_RATE hedge ("42 or maybe 43"). A hedged answer
+scores 0.0 even when its first answer is right (the reward reads the last number), so there is something GRPO can
+learn that it knows already: to stop hedging. That is how GRPO moves a real pretrained model in its first tens
+of steps, bringing out answers it can already give (the format, the confident answer) more than teaching new
+ones. The four completions GRPO samples for a prompt mostly differ in reward (right 1.0, a bare wrong answer
+0.1, a wordy or hedged one 0.0), which is what GRPO learns from.
 
-**When it stops.** Every EVAL_EVERY steps it estimates, from the model's own probabilities, its start reward on
-the built-in GRPO prompts (``tuner.tasks.grpo_rows()``, the rows a search trains on; see ``start_estimates``).
-It stops when that reaches TARGET_REWARD, or at MAX_STEPS. ``pretraining.json`` in the folder records the
-estimates and the time taken.
+**At a real model's scale.** Trained at a high rate from a small model's initialisation, its weights end about
+thirty times larger than a pretrained transformer's (embeddings of std ~0.5 where real models have ~0.02). Adam
+moves every weight by about the learning rate per step whatever its size, so at that size the rates that move a
+real model would barely move this one. The build ends by scaling it, without changing a single output, to the
+embedding std of real models (``rescale``): the embeddings and each layer's output projections divided by a
+factor, the final norm's weight multiplied by it (every layer's input is normalised, and the output layer shares
+the embeddings). At that scale the spaces' ``pretrained:`` learning rates move it as they move a real model.
+
+**What it measures.** It trains for MAX_STEPS. Every EVAL_EVERY steps it samples GROUP_SIZE completions for
+each of the built-in GRPO prompts (``tuner.tasks.grpo_rows()``, the rows a search trains on) as GRPO does, and
+scores them (``start_estimates``); the last estimate is its start reward (about 0.25; TARGET_REWARD is the least
+the tests accept). ``pretraining.json`` in the folder records the estimates, the rescaling and the time taken.
 
 **Deterministic.** Seeded initialization and data, batches in a fixed order, a fixed number of CPU threads and
 torch's deterministic algorithms: two builds on one machine give identical weights. Another CPU or torch version
@@ -46,12 +59,13 @@ __all__ = [
     "TINY_PRETRAINED_VERSION",
     "build_tiny_pretrained",
     "build_tokenizer",
+    "rescale",
     "start_estimates",
     "tiny_pretrained_dir",
 ]
 
 # Bump when the shape, tokenizer, data or training change, so old cached builds are not reused.
-TINY_PRETRAINED_VERSION = "tiny-pretrained-qwen2-v1"
+TINY_PRETRAINED_VERSION = "tiny-pretrained-qwen2-v2"
 _COMPLETE_MARKER = "tuner-tiny-pretrained.complete"  # not the tiny model's marker: is_tiny() must say no
 RECORD = "pretraining.json"  # what the build measured: steps, start-reward estimates, seconds
 
@@ -65,13 +79,16 @@ MAX_POSITIONS = 256  # the longest built-in prompt and answer is about 50 tokens
 
 # -- what it learns
 # How likely a generated task of each kind is kept for pretraining; tuner.tasks' own mix is the base. The kinds
-# that are lookups the 2-layer model learns in minutes are always kept; the arithmetic it would need far longer
-# for is kept rarely, so it learns their answer format without spending the budget on them.
+# that are lookups the 2-layer model learns in minutes are always kept, and so are the small sums, differences
+# and quotients it learns about half of; the arithmetic it would need far longer for is kept rarely, so it learns
+# their answer format without spending the budget on them.
 KEEP = {"next_letter": 1.0, "alphabet_position": 1.0, "multiply_small": 1.0, "word_length": 1.0,
-        "alphabetical": 1.0, "largest": 1.0, "letter_count": 1.0}
+        "alphabetical": 1.0, "largest": 1.0, "letter_count": 1.0, "add": 1.0, "subtract": 1.0, "divide": 1.0}
 KEEP_OTHERS = 0.15
-NEAR_MISS_RATE = 0.3  # answers that are one of the task's near misses: it samples a known answer ~70% of the time
-VERBOSE_RATE = 0.3  # answers written as VERBOSE_ANSWER: a wrong one scores 0.0, a bare wrong one FORMAT_CREDIT
+NEAR_MISS_RATE = 0.05  # answers that are one of the task's near misses
+HEDGE_RATE = 0.55  # answers written as HEDGED_ANSWER: 0.0 whether the first answer is right or not
+HEDGED_ANSWER = "{} or maybe {}"  # the answer, then another near miss: the reward reads the last one
+VERBOSE_RATE = 0.2  # answers written as VERBOSE_ANSWER: a wrong one scores 0.0, a bare wrong one FORMAT_CREDIT
 VERBOSE_ANSWER = "The answer is {}."  # exact_answer_reward reads its last number or word, so a right one scores 1.0
 GROUP_SIZE = 4  # completions per prompt: search_spaces/grpo.yaml's num_generations
 
@@ -83,9 +100,11 @@ LEARNING_RATE = 3e-3  # AdamW's peak; 2e-3 learns as fast, 6e-3 stalled for thou
 WARMUP_STEPS = 100
 MIN_LEARNING_RATE = 0.1  # cosine decay to this fraction of the peak at MAX_STEPS: the last steps settle the answers
 MAX_GRAD_NORM = 1.0
-MAX_STEPS = 12_000  # the schedule's length and a safety stop; the target comes first
-EVAL_EVERY = 250  # steps between estimates (two forward passes over the 256 built-in prompts, about 1% of the time)
-TARGET_REWARD = 0.3  # stop here: some answers right, most wrong (GRPO needs both)
+MAX_STEPS = 14_000  # the schedule's length: about 4 minutes on a CPU core
+EVAL_EVERY = 1000  # steps between estimates (1024 sampled completions, about a second)
+TARGET_REWARD = 0.2  # where it must end at least: some answers right, most wrong (GRPO needs both)
+EMBEDDING_STD = 0.02  # the scale it ends at: the std of a pretrained transformer's embeddings (rescale)
+ESTIMATE_SEED = 0  # the sampling seed of the start-reward estimates
 THREADS = 1  # torch CPU threads while training: a fixed count, since results may depend on it; and on a busy
 # 2-core machine two threads made steps several times slower, not faster
 CHUNK_STEPS = 50  # batches are drawn from chunks of this many steps' tasks, sorted by length (less padding)
@@ -115,7 +134,7 @@ def build_tiny_pretrained(path: str | os.PathLike, max_steps: int = MAX_STEPS) -
         return path
     with build_lock(path):
         if not (path / _COMPLETE_MARKER).is_file():  # a wait of minutes, once per machine: say why
-            _say(f"pretraining the tiny-pretrained model once, into {path} (about 3 minutes on a CPU core)")
+            _say(f"pretraining the tiny-pretrained model once, into {path} (about 4 minutes on a CPU core)")
         return build_folder_once(path, _COMPLETE_MARKER, TINY_PRETRAINED_VERSION,
                                  lambda folder: _write(folder, max_steps), "tiny-pretrained build")
 
@@ -128,54 +147,62 @@ def build_tokenizer():
     from tuner.word_tokenizer import build_word_tokenizer
 
     # Every template word and list word of tuner.tasks turns up in a few thousand tasks (there are ~170).
-    texts = [" " + task.question for task in make_tasks(5000, seed=DATA_SEED - 1)] + [" " + VERBOSE_ANSWER]
+    texts = [" " + task.question for task in make_tasks(5000, seed=DATA_SEED - 1)]
+    texts += [" " + VERBOSE_ANSWER, " " + HEDGED_ANSWER]
     words = {word for text in texts for word in _SPACED_WORD.findall(text)}
     return build_word_tokenizer(sorted(words) + _LINE_START_WORDS, model_max_length=MAX_POSITIONS)
 
 
-def start_estimates(model, tokenizer, rows: list[dict]) -> tuple[float, float]:
-    """What GRPO would see at step 1 on standard-format ``rows`` (prompt, answer), sampling at temperature 1.0,
-    from the model's probabilities (two forward passes, no sampling): the mean reward under exact_answer_reward,
-    and the share of prompts whose GROUP_SIZE completions do not all get the same reward.
-
-    Per prompt: right = P(" answer" + end) + P(" The answer is answer." + end), both scoring 1.0; wordy = P(the
-    first token starts VERBOSE_ANSWER), wrong ones 0.0; the rest counts as a bare wrong answer, FORMAT_CREDIT (the
-    model is trained to write nothing else). Reward = right + FORMAT_CREDIT * bare wrong; spread = 1 - right^n -
-    (bare wrong)^n - (wordy wrong)^n.
-    """
-    from tuner.tasks import FORMAT_CREDIT
-
-    prompts = [row["prompt"] for row in rows]
-    bare, first = _answer_logprobs(model, tokenizer, prompts, [" " + row["answer"] for row in rows])
-    wordy, _ = _answer_logprobs(model, tokenizer, prompts, [" " + VERBOSE_ANSWER.format(row["answer"]) for row in rows])
-    wordy_start = tokenizer(" " + VERBOSE_ANSWER)["input_ids"][0]
-    rewards, spreads = [], []
-    for i in range(len(rows)):
-        right = math.exp(bare[i]) + math.exp(wordy[i])
-        wordy_wrong = max(0.0, math.exp(first[i][wordy_start]) - math.exp(wordy[i]))
-        bare_wrong = max(0.0, 1.0 - right - wordy_wrong)
-        rewards.append(right + FORMAT_CREDIT * bare_wrong)
-        spreads.append(1.0 - right**GROUP_SIZE - bare_wrong**GROUP_SIZE - wordy_wrong**GROUP_SIZE)
-    return sum(rewards) / len(rows), sum(spreads) / len(rows)
-
-
-def _answer_logprobs(model, tokenizer, prompts: list[str], answers: list[str]):
-    """Per row: log P(answer and end of text | prompt), and the log-probabilities of the answer's first token."""
+def start_estimates(model, tokenizer, rows: list[dict], seed: int = ESTIMATE_SEED) -> tuple[float, float]:
+    """What GRPO sees at its first step on standard-format ``rows`` (prompt, answer): GROUP_SIZE completions per
+    prompt sampled as search_spaces/grpo.yaml samples them (temperature 1.0, no top-k or top-p, 12 new tokens),
+    scored by exact_answer_reward. Returns the mean reward and the share of prompts whose completions do not all
+    get the same reward (GRPO learns from those only). Seeded, and the caller's random state is left as it was."""
     import torch
 
-    ids, mask, targets = _batch(tokenizer(prompts)["input_ids"], tokenizer(answers)["input_ids"], tokenizer)
+    from tuner.tasks import exact_answer_reward
+
+    side, tokenizer.padding_side = tokenizer.padding_side, "left"
     was_training = model.training
     model.eval()
     try:
-        with torch.no_grad():
-            logp = torch.log_softmax(model(input_ids=ids, attention_mask=mask).logits[:, :-1].float(), dim=-1)
+        batch = tokenizer([row["prompt"] for row in rows], return_tensors="pt", padding=True)
+        with torch.random.fork_rng(devices=[]), torch.no_grad():
+            torch.manual_seed(seed)
+            out = model.generate(**batch, do_sample=True, temperature=1.0, top_k=0, top_p=1.0, max_new_tokens=12,
+                                 num_return_sequences=GROUP_SIZE, pad_token_id=tokenizer.pad_token_id,
+                                 eos_token_id=tokenizer.eos_token_id)
     finally:
+        tokenizer.padding_side = side
         model.train(was_training)
-    targets = targets[:, 1:]
-    scored = targets != -100
-    total = (logp.gather(-1, targets.clamp(min=0).unsqueeze(-1)).squeeze(-1) * scored).sum(dim=-1)
-    first = logp[torch.arange(len(prompts)), scored.int().argmax(dim=-1)]
-    return total.tolist(), first.tolist()
+    completions = tokenizer.batch_decode(out[:, batch["input_ids"].shape[1]:], skip_special_tokens=True)
+    answers = [row["answer"] for row in rows for _ in range(GROUP_SIZE)]
+    rewards = exact_answer_reward(completions=completions, answer=answers)
+    groups = [rewards[i : i + GROUP_SIZE] for i in range(0, len(rewards), GROUP_SIZE)]
+    return sum(rewards) / len(rewards), sum(len(set(group)) > 1 for group in groups) / len(groups)
+
+
+def rescale(model, embedding_std: float = EMBEDDING_STD) -> float:
+    """Scale a tied-embedding Qwen2 model in place to ``embedding_std`` without changing its outputs; returns
+    the factor it was divided by. The residual stream is divided by it (embeddings, and each layer's attention
+    and MLP output projections); every layer normalises its input, so it computes the same (the norms' epsilon is
+    divided by the factor squared, as the mean square they add it to is); the final norm's weight is multiplied
+    by it, so the logits (through the shared, divided embeddings) are the same."""
+    import torch
+
+    base = model.model
+    with torch.no_grad():
+        factor = float(base.embed_tokens.weight.std()) / embedding_std
+        base.embed_tokens.weight.div_(factor)  # also the output layer: tie_word_embeddings
+        for layer in base.layers:
+            layer.self_attn.o_proj.weight.div_(factor)
+            layer.mlp.down_proj.weight.div_(factor)
+        base.norm.weight.mul_(factor)
+    model.config.rms_norm_eps /= factor**2
+    for module in model.modules():
+        if hasattr(module, "variance_epsilon"):  # Qwen2RMSNorm
+            module.variance_epsilon = model.config.rms_norm_eps
+    return factor
 
 
 def _batch(prompts: list[list[int]], answers: list[list[int]], tokenizer):
@@ -205,7 +232,13 @@ def _chunk(index: int, tokenizer) -> list[tuple[list[list[int]], list[list[int]]
     answers = []
     for task in kept:
         answer = draw.choice(task.wrong) if draw.random() < NEAR_MISS_RATE else task.answer
-        answers.append(" " + (VERBOSE_ANSWER.format(answer) if draw.random() < VERBOSE_RATE else answer))
+        form = draw.random()
+        if form < HEDGE_RATE:
+            other = [wrong for wrong in task.wrong if wrong != answer] or list(task.wrong)
+            answer = HEDGED_ANSWER.format(answer, draw.choice(other))
+        elif form < HEDGE_RATE + VERBOSE_RATE:
+            answer = VERBOSE_ANSWER.format(answer)
+        answers.append(" " + answer)
     prompt_ids = tokenizer([f"Question: {task.question}\nAnswer:" for task in kept])["input_ids"]
     answer_ids = tokenizer(answers)["input_ids"]
     by_length = sorted(range(len(kept)), key=lambda i: (len(prompt_ids[i]) + len(answer_ids[i]), i))
@@ -223,8 +256,8 @@ def _learning_rate_factor(step: int) -> float:
 
 
 def _pretrain(max_steps: int):
-    """Train from seeded random weights until the estimated start reward reaches TARGET_REWARD (or max_steps);
-    returns the model, its tokenizer and the record of the run."""
+    """Train from seeded random weights for max_steps, estimating the start reward every EVAL_EVERY steps, then
+    rescale; returns the model, its tokenizer and the record of the run."""
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
@@ -266,12 +299,12 @@ def _pretrain(max_steps: int):
         if step % EVAL_EVERY == 0 or step == max_steps:
             reward, spread = start_estimates(model, tokenizer, rows)
             estimates.append({"step": step, "start_reward": round(reward, 4), "groups_with_spread": round(spread, 4)})
-            if reward >= TARGET_REWARD:
-                break
+    factor = rescale(model)
     record = {
         "version": TINY_PRETRAINED_VERSION, "steps": step, "target_reward": TARGET_REWARD,
         "start_reward": estimates[-1]["start_reward"] if estimates else None,
         "groups_with_spread": estimates[-1]["groups_with_spread"] if estimates else None,
+        "rescaled_by": round(factor, 2), "embedding_std": EMBEDDING_STD,
         "seconds": round(time.perf_counter() - started, 1), "torch": torch.__version__, "threads": THREADS,
         "estimates": estimates,
     }
