@@ -125,7 +125,7 @@ def test_wandering_reward_is_not_learning_and_a_steady_gain_is():
     assert judge_learning("grpo", rows("reward", rising)).learned
 
 
-@pytest.mark.parametrize("steps", [6, 10, 20, 40])
+@pytest.mark.parametrize("steps", [6, 10, 20, 40, 60, 180])
 @pytest.mark.parametrize("tails", ["gaussian", "heavy"])
 def test_false_alarm_rate_on_exchangeable_noise(steps, tails):
     # 4000 sequences of pure noise: the size must stay at ALPHA on Gaussian noise and below 2.5x ALPHA on noise
