@@ -32,6 +32,32 @@ def test_the_best_third_of_stable_trials_get_3x_the_steps_and_the_next_rung_wait
     assert (job["number"], job["spec"]["max_steps"]) == (4, 180)  # best third of the 60-step runs: 1
 
 
+def test_the_strongest_evidence_of_learning_goes_first_not_the_luckiest_start():
+    # Seen on the tiny pretrained model at 20 steps: a trial at lr 1e-6 with a lucky 2-step start had the highest
+    # learning speed so far (+0.26, p 0.2); those at 3e-5, which learn within 60 steps, had less (p ~0.03).
+    plan = Extension(BASE, budget_steps=1000, timeout=100, announce=lambda line: None)
+    records = [record(0, progress=0.26, progress_p_value=0.2, speed=6000),
+               record(1, progress=0.2, progress_p_value=0.03, speed=9000),
+               record(2, progress=0.1, progress_p_value=0.04, speed=9000),
+               *[record(n, progress=0.01 * n, progress_p_value=0.5, speed=9000) for n in range(3, 6)]]
+    jobs = [plan.next(records, []), plan.next(records, [])]
+    assert [j["number"] for j in jobs] == [1, 2]
+    # without a p-value (too few steps to judge), a trial comes after those with one
+    assert extend.closest_to_learning(record(7, progress=1.0)) > extend.closest_to_learning(records[3])
+
+
+def test_a_pretrained_model_is_not_halved_inside_its_first_rung_unless_asked():
+    from tuner.options import SearchOptions
+
+    assert search.halves(SearchOptions()) and not search.halves(SearchOptions(sampler="grid"))
+    assert not search.halves(SearchOptions(model="tiny-pretrained"))
+    assert not search.halves(SearchOptions(model="Qwen2.5-0.5B"))
+    assert search.halves(SearchOptions(model="tiny-pretrained", prune=True))
+    assert not search.halves(SearchOptions(prune=False))
+    # the slow-trial stop stays on for a pretrained model
+    assert search.prunes(SearchOptions(model="tiny-pretrained"))
+
+
 def test_a_rung_is_run_in_full_before_the_next_is_chosen_even_when_one_of_its_runs_ends_first():
     # Seen on the pretrained model: 3 trials announced for 60 steps, 2 slots; the first 60-step run ended before the
     # third was handed out, and the rung above was then chosen from that one run alone: the third never ran.

@@ -5,7 +5,6 @@ files, under the target) and put it where the alias looks; only the slow test bu
 """
 
 import json
-import statistics
 
 import pytest
 
@@ -19,6 +18,7 @@ from tuner.tiny_pretrained import (
     build_tiny_pretrained,
     build_tokenizer,
     rescale,
+    start_estimates,
 )
 
 SHORT_STEPS = 20  # shrunk for speed: a build of 20 steps takes about a second, the real one minutes
@@ -136,47 +136,32 @@ def test_its_tokenizer_keeps_every_task_text_and_has_the_words_whole(cache):
 # ---- the real model ------------------------------------------------------------------------------------------
 
 
-def _sampled_rewards(path, seed: int) -> tuple[float, float]:
-    """Mean exact_answer_reward of 4 completions per built-in GRPO prompt, sampled as GRPO samples (temperature
-    1.0, no top-k or top-p, 12 new tokens: search_spaces/grpo.yaml), and the share of prompts whose 4 differ."""
-    import torch
+@pytest.mark.slow
+def test_the_real_build_starts_grpo_in_the_target_band_and_learns_at_a_pretrained_rate(tuner_cache_dir):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from tuner.tasks import exact_answer_reward
-
-    tokenizer = AutoTokenizer.from_pretrained(path, padding_side="left")
-    model = AutoModelForCausalLM.from_pretrained(path).eval()
-    rows = grpo_rows()
-    torch.manual_seed(seed)
-    batch = tokenizer([row["prompt"] for row in rows], return_tensors="pt", padding=True)
-    with torch.no_grad():
-        out = model.generate(**batch, do_sample=True, temperature=1.0, top_k=0, top_p=1.0, max_new_tokens=12,
-                             num_return_sequences=4)
-    completions = tokenizer.batch_decode(out[:, batch["input_ids"].shape[1]:], skip_special_tokens=True)
-    rewards = exact_answer_reward(completions=completions, answer=[row["answer"] for row in rows for _ in range(4)])
-    groups = [rewards[i : i + 4] for i in range(0, len(rewards), 4)]
-    return statistics.fmean(rewards), statistics.fmean(len(set(group)) > 1 for group in groups)
-
-
-@pytest.mark.slow
-def test_the_real_build_starts_grpo_in_the_target_band(tuner_cache_dir):
+    from tuner.learning import judge_learning
     from tuner.records import Status
     from tuner.trial import TrialSpec, run_trial
 
     path = resolve_model(TINY_PRETRAINED_MODEL)  # the real build, into the session's cache: minutes
     record = json.loads((tuner_cache_dir / TINY_PRETRAINED_VERSION / RECORD).read_text())
     assert record["start_reward"] >= record["target_reward"]
-    for seed in range(2):
-        reward, spread = _sampled_rewards(path, seed)
-        # Some answers right, most wrong: 0.2-0.6 (measured 0.30 +- 0.01 over seeds; 1024 completions each).
-        assert 0.2 <= reward <= 0.6, (seed, reward)
-        # Most groups of 4 completions differ in reward, so GRPO has a signal (measured 0.80 +- 0.02).
+    # At a real model's scale: its embeddings were about 25x larger before the build rescaled them.
+    assert record["rescaled_by"] > 5
+    model, tokenizer = AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path)
+    for seed in (1, 2):  # other sampling seeds than the build's own estimate
+        reward, spread = start_estimates(model, tokenizer, grpo_rows(), seed=seed)
+        # Some answers right, most wrong (measured MEASURED_START over seeds; 1024 completions each).
+        assert 0.18 <= reward <= 0.6, (seed, reward)
+        # Most groups of 4 completions differ in reward, so GRPO has a signal (measured MEASURED_SPREAD).
         assert spread >= 0.6, (seed, spread)
-    # A real GRPO trial through tuner at a pretrained learning rate runs, and its rewards are in the band.
-    params = {"learning_rate": 1e-5, "per_device_train_batch_size": 8, "num_generations": 4,
-              "max_completion_length": 12, "temperature": 1.0, "beta": 0.0}
-    result = run_trial(TrialSpec(trainer="grpo", params=params, model=TINY_PRETRAINED_MODEL, max_steps=20, seed=0))
+    # Real GRPO trials through tuner at a pretrained model's learning rate: it learns to stop hedging in tens
+    # of steps, and tuner's judgement says so (measured MEASURED_TRIALS).
+    params = {"learning_rate": 3e-5, "per_device_train_batch_size": 8, "gradient_accumulation_steps": 2,
+              "num_generations": 4, "max_completion_length": 12, "temperature": 1.0, "beta": 0.0,
+              "loss_type": "dr_grpo", "lr_scheduler_type": "constant"}
+    result = run_trial(TrialSpec(trainer="grpo", params=params, model=TINY_PRETRAINED_MODEL, max_steps=60, seed=0))
     assert result.status == Status.OK, result.reason
-    rewards = [entry["reward"] for entry in result.history if entry.get("reward") is not None]
-    # 20 steps see 40 of the 256 prompts: a looser band than the sampled one above (measured 0.26-0.31).
-    assert len(rewards) == 20 and 0.15 <= statistics.fmean(rewards) <= 0.6, rewards
+    judged = judge_learning("grpo", result.history)
+    assert judged.learned and judged.gain >= 0.15, judged.describe()

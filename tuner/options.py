@@ -149,8 +149,10 @@ class SearchOptions:
     prune: bool | None = field(
         default=None,
         metadata={"help": "stop stable trials whose learning speed so far is behind the others at a quarter of "
-                  "the steps (successive halving, Ray Tune's ASHA); --no-prune runs every trial to the end",
-                  "default_help": "on, except with --sampler grid"},
+                  "the steps (successive halving, Ray Tune's ASHA), and trials too slow to win; --no-prune runs "
+                  "every trial to the end",
+                  "default_help": "on, except with --sampler grid; for a pretrained model only the slow trials "
+                  "are stopped (its learning does not show in a quarter of the steps: the longer rungs halve)"},
     )
     confirm_top: int = field(
         default=2,
