@@ -488,6 +488,28 @@ def test_confirmation_demotes_a_candidate_that_does_not_learn_on_another_seed():
         "seed 1: ok, but no learning shown (progress +0.004, p=0.4: last third not significantly better than the start)")
 
 
+def test_confirmation_seeds_are_judged_together_but_each_must_move_the_right_way():
+    from tuner import confirm
+
+    cand = {"number": 5, "status": "ok", "tokens_per_second": 10000.0, "progress": 0.25, "progress_p_value": 0.008,
+            "learned": True, "params": {}, "seed": 0, "max_steps": 60}
+    # Seen on the tiny pretrained model at 4e-5, 60 steps: neither extra seed passes alone, together they do.
+    seeds = [{**cand, "seed": 1, "confirms": 5, "progress": 0.183, "progress_p_value": 0.027, "learned": False},
+             {**cand, "seed": 2, "confirms": 5, "progress": 0.102, "progress_p_value": 0.038, "learned": False}]
+    assert confirm.combined_p_value(seeds) == pytest.approx(0.0044, abs=2e-4)
+    best, verdicts = confirm.judge([cand], seeds)
+    assert best["number"] == 5 and verdicts[0]["confirmed"]
+    # Two seeds that only wandered (p 0.3 and 0.5) are no evidence; nor is one strong seed beside one that fell.
+    for p_values, progress in (((0.3, 0.5), (0.02, 0.01)), ((1e-4, 0.9), (0.3, -0.05))):
+        weak = [{**seeds[i], "progress_p_value": p, "progress": g} for i, (p, g) in enumerate(zip(p_values, progress))]
+        best, verdicts = confirm.judge([cand], weak)
+        assert best is None and not verdicts[0]["confirmed"]
+        assert "the 2 seeds together: p=" in verdicts[0]["demoted_because"]
+    # An unstable seed demotes it whatever the others show.
+    crashed = [{**seeds[0], "status": "diverged", "progress_p_value": None}, {**seeds[1], "progress_p_value": 1e-9}]
+    assert confirm.judge([cand], crashed)[0] is None
+
+
 def test_free_slots_confirm_the_best_so_far_then_the_final_candidates_each_run_once():
     from tuner import confirm
 

@@ -25,8 +25,8 @@ from tuner.trainers import adapter, lora_config_kwargs, split_params
 
 RULE = (f"highest learning speed (progress x tokens/s; progress: the mean improvement per step over the trial's "
         f"starting level) among trials that stayed ok and learned (the last third better than the start with "
-        f"one-sided p < {ALPHA:g}, by at least {MIN_EFFECT:g}), confirmed ok and learning "
-        "on every confirmation seed; diverged, collapsed, crashed and oom trials are never recommended")
+        f"one-sided p < {ALPHA:g}, by at least {MIN_EFFECT:g}), confirmed ok on every confirmation seed and "
+        f"learning on them (each progress > 0, together p < {ALPHA:g}); diverged, collapsed, crashed and oom trials are never recommended")
 
 
 def learned(trial: dict[str, Any]) -> bool:

@@ -484,7 +484,7 @@ def summary_text(outcome: SearchOutcome) -> str:
     lines = [f"\n{len(outcome.records)} trials in {outcome.wall_seconds:.0f}s (experiment {outcome.experiment!r}, "
              f"run {outcome.parent_run_id})", f"rule: {rec.RULE}"]
     if outcome.recommended is None and outcome.candidates:
-        lines.append("Nothing recommended: no candidate stayed stable on every confirmation seed:")
+        lines.append("Nothing recommended: no candidate stayed stable and learning on its confirmation seeds:")
         lines += confirm.describe(outcome.candidates)
     elif outcome.recommended is None and outcome.stopped_because:
         lines.append(f"Stopped after {len(outcome.records)} trials: {outcome.stopped_because}")
