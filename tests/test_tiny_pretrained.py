@@ -152,16 +152,18 @@ def test_the_real_build_starts_grpo_in_the_target_band_and_learns_at_a_pretraine
     model, tokenizer = AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path)
     for seed in (1, 2):  # other sampling seeds than the build's own estimate
         reward, spread = start_estimates(model, tokenizer, grpo_rows(), seed=seed)
-        # Some answers right, most wrong (measured MEASURED_START over seeds; 1024 completions each).
+        # Some answers right, most wrong (measured 0.230-0.248 over seeds 0-3; 1024 completions each).
         assert 0.18 <= reward <= 0.6, (seed, reward)
-        # Most groups of 4 completions differ in reward, so GRPO has a signal (measured MEASURED_SPREAD).
+        # Most groups of 4 completions differ in reward, so GRPO has a signal (measured 0.74-0.79).
         assert spread >= 0.6, (seed, spread)
-    # Real GRPO trials through tuner at a pretrained model's learning rate: it learns to stop hedging in tens
-    # of steps, and tuner's judgement says so (measured MEASURED_TRIALS).
+    # A real GRPO trial through tuner at a pretrained model's learning rate: it learns to stop hedging in tens of
+    # steps, and tuner's judgement says so. 120 steps, so its start (the first 12) and end are each known to ~0.05:
+    # a 60-step run is a weak test on one seed (at 4e-5: p 0.008, 0.027, 0.038 on seeds 0-2).
     params = {"learning_rate": 3e-5, "per_device_train_batch_size": 8, "gradient_accumulation_steps": 2,
               "num_generations": 4, "max_completion_length": 12, "temperature": 1.0, "beta": 0.0,
               "loss_type": "dr_grpo", "lr_scheduler_type": "constant"}
-    result = run_trial(TrialSpec(trainer="grpo", params=params, model=TINY_PRETRAINED_MODEL, max_steps=60, seed=0))
+    result = run_trial(TrialSpec(trainer="grpo", params=params, model=TINY_PRETRAINED_MODEL, max_steps=120, seed=0))
     assert result.status == Status.OK, result.reason
     judged = judge_learning("grpo", result.history)
-    assert judged.learned and judged.gain >= 0.15, judged.describe()
+    # measured on seeds 0-2: last third +0.29, +0.30, +0.23 above the start (about 0.2 -> 0.6), p 7e-5, 6e-5, 0.002
+    assert judged.learned and judged.gain >= 0.1, judged.describe()
