@@ -40,6 +40,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tuner.config.trainers import adapter
 from bench.history import first_nonfinite_step, last_value, wasted_steps
 
 # The metric each trainer's user watches: what TRL logs as the training objective.
@@ -71,8 +72,8 @@ def train(config: dict[str, Any], run: dict[str, Any]) -> None:
     from transformers import (AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer,
                               TrainerCallback, set_seed)
 
-    from tuner.data import builtin_dataset
-    from tuner.rewards import builtin_reward
+    from tuner.inputs.data import builtin_dataset
+    from tuner.inputs.rewards import builtin_reward
 
     trainer_name, metric = run["trainer"], metric_of(run["trainer"])[0]
     params = dict(config)
@@ -113,7 +114,7 @@ def train(config: dict[str, Any], run: dict[str, Any]) -> None:
                                  target_modules=lora.get("lora_target_modules", "all-linear"))
     kwargs = {"reward_funcs": [builtin_reward]} if trainer_name == "grpo" else {}
     trainer = getattr(trl, {"reward": "RewardTrainer", "grpo": "GRPOTrainer"}[trainer_name])(
-        model=model, args=args, train_dataset=builtin_dataset(trainer_name), processing_class=tokenizer,
+        model=model, args=args, train_dataset=builtin_dataset(adapter(trainer_name)), processing_class=tokenizer,
         peft_config=peft_config, callbacks=[ReportToTune()], **kwargs)
     trainer.train()
 
@@ -131,7 +132,7 @@ class DefineByRun:
 
 
 def ray_init_kwargs() -> dict[str, Any]:
-    # The same as tuner.execution.init_ray for a local run, so the two sides get the same cluster.
+    # The same as tuner.search.execution.init_ray for a local run, so the two sides get the same cluster.
     return dict(include_dashboard=False, log_to_driver=False, logging_level="ERROR", num_cpus=os.cpu_count())
 
 
@@ -140,7 +141,7 @@ def judge_run(trainer: str, history: list[dict[str, Any]], error: str | None, ma
     anchor's own results show; TRL's filter hides a NaN loss, its grad_norm does not), ``crashed`` when the
     trial raised (GRPO sampling from NaN probabilities raises), ``stopped`` when ASHA cut it, else ``ok``.
     ``learned``: tuner's learning test on the run's logged metric, shown beside the status, not part of it."""
-    from tuner.learning import judge_learning
+    from tuner.verdicts.learning import judge_learning
 
     first = first_nonfinite_step(history)
     steps = len(history)
@@ -152,7 +153,7 @@ def judge_run(trainer: str, history: list[dict[str, Any]], error: str | None, ma
         status = "stopped"
     else:
         status = "ok"
-    learning = judge_learning(trainer, history) if history else None
+    learning = judge_learning(adapter(trainer), history) if history else None
     return {"status": status, "steps_run": steps, "first_nonfinite_step": first,
             "wasted_steps": wasted_steps(history, steps), "error": error,
             "learned": bool(learning and learning.learned), "progress": learning.effect if learning else None,
@@ -189,7 +190,7 @@ def run_anchor(trainer: str = "reward", seed: int = 0, trials: int = 12, max_ste
     from ray.tune.search.optuna import OptunaSearch
 
     from bench.reference import shipped_space
-    from tuner.models import resolve_model
+    from tuner.inputs.models import resolve_model
 
     workdir = Path(workdir or tempfile.mkdtemp(prefix="bench-anchor-"))
     log_dir = workdir / "logs"

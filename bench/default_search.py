@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from tuner.config.trainers import adapter
 from pathlib import Path
 
 OUT = Path(__file__).with_name("default_search.json")
@@ -34,7 +35,7 @@ def _run(command: list[str], cwd: Path, timeout: float) -> tuple[int, str, float
 
 
 def one_seed(seed: int, folder: Path, timeout: float, model: str = "tiny") -> dict:
-    from tuner.data import builtin_dataset
+    from tuner.inputs.data import builtin_dataset
 
     tuner = [sys.executable, "-m", "tuner.cli"]
     code, output, seconds = _run([*tuner, "search", "--seed", str(seed), "--model", model,
@@ -61,7 +62,7 @@ def one_seed(seed: int, folder: Path, timeout: float, model: str = "tiny") -> di
         return row
     data = folder / "data"
     data.mkdir(exist_ok=True)
-    builtin_dataset("grpo").to_json(str(data / "train.jsonl"))
+    builtin_dataset(adapter("grpo")).to_json(str(data / "train.jsonl"))
     import torch
 
     # The export carries no use_cpu (it is for the machine you train on); on this CPU machine say it, as a user would.

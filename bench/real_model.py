@@ -1,5 +1,5 @@
 """A real tuner search on the Qwen2.5-0.5B-shaped model (bench/shapes.py): set-up time, step time, peak memory
-against tuner.memory's estimate, and the memory plan the search ran under; on a GPU, also tokens/s of the
+against tuner.trial.memory's estimate, and the memory plan the search ran under; on a GPU, also tokens/s of the
 search's pick against TRL's default config.
 
     python -m bench.real_model                                  # grpo, 2 trials of 2 steps -> bench/real_model.json
@@ -9,9 +9,9 @@ What it does:
 
 1. builds the shaped model once (494M parameters, seeded random bf16 weights, the tiny tokenizer; reused after, and
    then a fresh build into a temporary folder is timed for the figure, unless ``--no-build-timing``);
-2. runs ``tuner.search.prepare`` + ``run_search`` on it in a temporary store, ``--confirm-seeds 0`` (2 steps are
+2. runs ``tuner.search.driver.prepare`` + ``run_search`` on it in a temporary store, ``--confirm-seeds 0`` (2 steps are
    too few for the learning test, so nothing would be confirmed anyway). No ``--gpus-per-trial``: the search's
-   memory plan (tuner.placement) decides how many trials run at once and, on a GPU, what share of it each gets;
+   memory plan (tuner.search.placement) decides how many trials run at once and, on a GPU, what share of it each gets;
 3. reads each trial's per-step history back from its MLflow run and writes, per trial: set-up time (trial start to
    the start of optimizer step 1), the first step, the later steps (TRL's own ``step_time``), tokens/s, peak memory
    beside the estimate; and for the search: the plan, how many trials really overlapped (their MLflow runs' start
@@ -94,8 +94,8 @@ def build_model(model: str | None, time_build: bool = True) -> dict[str, Any]:
     from transformers import AutoConfig
 
     from bench.shapes import QWEN25_05B, build_shaped_model, shape_dir
-    from tuner import memory
-    from tuner.models import resolve_model
+    from tuner.trial import memory
+    from tuner.inputs.models import resolve_model
 
     started = time.perf_counter()
     if model is None:
@@ -223,8 +223,8 @@ def run(*, trainer: str = "grpo", trials: int = 2, max_steps: int = 2, seed: int
     import yaml
 
     from bench import report
-    from tuner.search import SearchOptions, prepare, run_search
-    from tuner.tracking import client
+    from tuner.search.driver import SearchOptions, prepare, run_search
+    from tuner.stores.tracking import client
 
     started = time.perf_counter()
     machine = report.machine()
@@ -318,7 +318,7 @@ def pick(outcome) -> tuple[dict[str, Any] | None, str]:
 def compare_with_defaults(prepared, outcome, store: Path, echo: Callable[[str], None]) -> dict[str, Any]:
     """tokens/s of the search's pick, TRL's defaults, and TRL's defaults at the space's fixed values: each run alone
     (the whole GPU), in a child process, for the search's number of steps."""
-    from tuner.search import hardware_precisions
+    from tuner.search.driver import hardware_precisions
     from tuner.trial import TrialSpec, run_trial_isolated
 
     o = prepared.options

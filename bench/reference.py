@@ -36,6 +36,7 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from tuner.config.trainers import adapter
 from typing import Any
 
 # The knobs that change how much work a step is, crossed by the speed reference, in this order.
@@ -56,8 +57,8 @@ LORA_DEFAULTS = {"lora_r": 16, "lora_alpha": 32, "lora_dropout": 0.05, "lora_tar
 
 def shipped_space(trainer: str):
     """The trainer's shipped space as a search on this machine runs it (unrunnable precisions dropped)."""
-    from tuner.search import hardware_precisions
-    from tuner.space import load_space
+    from tuner.search.driver import hardware_precisions
+    from tuner.config.space import load_space
 
     space = load_space(None, trainer)
     cannot = hardware_precisions(None)
@@ -67,10 +68,10 @@ def shipped_space(trainer: str):
 def safe_values(space) -> dict[str, Any]:
     """One value per searched param: TRL's default where the space allows it, else the middle choice or the
     middle of the range (geometric for a log range); LoRA's at TRL's ModelConfig defaults."""
-    from tuner.space import CategoricalParam, FixedParam, FloatParam, IntParam
-    from tuner.trainers import config_class
+    from tuner.config.space import CategoricalParam, FixedParam, FloatParam, IntParam
+    from tuner.config.trainers import config_class
 
-    defaults = {f.name: f.default for f in dataclasses.fields(config_class(space.trainer))
+    defaults = {f.name: f.default for f in dataclasses.fields(adapter(space.trainer).config_type())
                 if f.default is not dataclasses.MISSING}
     defaults.update(LORA_DEFAULTS)
     values = {}
@@ -92,7 +93,7 @@ def safe_values(space) -> dict[str, Any]:
 def speed_configs(space, knobs: tuple[str, ...] | None = None) -> list[dict[str, Any]]:
     """Every combination of the crossed speed knobs, the rest at safe values (conditional params only when
     their condition holds)."""
-    from tuner.space import CategoricalParam
+    from tuner.config.space import CategoricalParam
 
     crossed = [k for k in (knobs or SPEED_KNOBS) if isinstance(space.params.get(k), CategoricalParam)]
     base = safe_values(space)
@@ -129,7 +130,7 @@ def run_configs(trainer: str, configs: list[dict[str, Any]], max_steps: int, see
                 workers: int | None = None) -> list[dict[str, Any]]:
     """Each config as one real tuner trial, ``workers`` at a time (default: one per CPU, as a search runs them);
     returns records in the configs' order, numbered from 0."""
-    from tuner.models import resolve_model
+    from tuner.inputs.models import resolve_model
     from tuner.trial import TrialSpec, run_trial_isolated
 
     # One thread per trial, as in a search: Ray sets OMP_NUM_THREADS to a trial's 1 CPU. Two trials of two
@@ -191,7 +192,7 @@ def run_reference(trainer: str, kind: str, max_steps: int, seed: int = 0, trials
     records = run_configs(trainer, configs, max_steps, seed)
     if kind == "speed":
         remeasure(trainer, records, max_steps, seed)
-    from tuner.space import CategoricalParam
+    from tuner.config.space import CategoricalParam
 
     crossed = [k for k in (knobs or SPEED_KNOBS) if isinstance(space.params.get(k), CategoricalParam)]
     return {"trainer": trainer, "kind": kind, "max_steps": max_steps, "seed": seed, "seconds": time.perf_counter() - started,
@@ -201,7 +202,7 @@ def run_reference(trainer: str, kind: str, max_steps: int, seed: int = 0, trials
 
 
 def load_precisions(trainer: str) -> list[str]:
-    from tuner.space import load_space
+    from tuner.config.space import load_space
 
     return list(load_space(None, trainer).precisions())
 

@@ -274,7 +274,7 @@ def real_model_section(data: dict[str, Any]) -> list[str]:
         " less TRL's own `step_time` of step 1; a step's time is TRL's `step_time` (generation, scoring and the"
         " update); tokens/s is tuner's (the steps after its 2 warm-up steps, or with 2 steps the second alone). Peak"
         " memory is the trial's: on a CPU its process's peak resident set, on a GPU `torch.cuda.max_memory_allocated`;"
-        " the estimate is `tuner.memory`'s for the trial's params, made before it trains (GRPO's assumes 512-token"
+        " the estimate is `tuner.trial.memory`'s for the trial's params, made before it trains (GRPO's assumes 512-token"
         " prompts; the built-in prompts are ~50 tokens, so the activation term is an over-estimate here).",
     ]
     if gpu.get("measured"):
@@ -482,7 +482,7 @@ def _efficiency(results: dict[str, Any]) -> list[str]:
         "## Trials to target: tuner's default sampler vs random (on lookups)",
         "",
         "Dozens of real searches per sampler do not fit this machine, so each sampler ran on **lookups built from"
-        " real trials** of this run. Proposals are asked and told through `tuner.sampling.Proposer`, the entry point"
+        " real trials** of this run. Proposals are asked and told through `tuner.search.sampling.Proposer`, the entry point"
         " tuner's searcher uses (for tpe, tuner's default: speed knobs first, the first trial on the system config"
         " expected fastest on the device, then learning knobs), with tuner's samplers and `tell`; only the training"
         " is replaced by the lookup. 'Unstable' is an outcome of diverged, collapsed, crashed or oom. Two lookups:",

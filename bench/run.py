@@ -14,7 +14,7 @@ session or environment):
    then its pick on 2 more seeds) and tuner (bench/tuner_search.py: prepare + run_search, TPE, its top
    candidates confirmed on 2 more seeds), the same seed, trial budget and steps; which side runs first
    alternates from seed to seed. Each side's pick is judged by bench/headline.py;
-3. trials to target, tuner's default sampler (through tuner.sampling.Proposer) vs random, on the lookup
+3. trials to target, tuner's default sampler (through tuner.search.sampling.Proposer) vs random, on the lookup
    built from the random reference (bench/efficiency.py);
 4. tuner's slot time outside trial processes, from the headline's tuner searches.
 
@@ -152,7 +152,7 @@ def _command(argv: list[str] | None) -> str:
 def _run(budget: Budget, workdir: Path) -> dict[str, Any]:
     from bench import headline
 
-    from tuner.models import resolve_model
+    from tuner.inputs.models import resolve_model
 
     resolve_model("tiny")  # built once here, so no timed run pays for it
     _python(["-c", "import torch, transformers, trl, ray.tune, mlflow, optuna"], workdir / "warmup.log")

@@ -1,5 +1,5 @@
 """Per-trial set-up with the base model's weights loaded from disk by every trial (before) and mapped from the node's
-one shared copy (after, tuner.weights), side by side in one run, on the tiny model and the Qwen2.5-0.5B shape.
+one shared copy (after, tuner.trial.weights), side by side in one run, on the tiny model and the Qwen2.5-0.5B shape.
 
     python -m bench.setup_time                       # 5-20 min on a 2-core CPU (its load); writes bench/setup_time.json
     python -m bench.setup_time --repeats 5 --models tiny
@@ -9,7 +9,7 @@ does; before and after alternate within each repeat, medians and the ratio befor
 
 1. model load alone: ``from_pretrained`` of the causal LM (before: from the model's folder, page cache warm; and
    cold, the checkpoint dropped from the page cache first), then one read of every page of every weight (a mapped
-   checkpoint is read lazily: its cost would otherwise hide in the first step); after: ``tuner.weights`` forced on
+   checkpoint is read lazily: its cost would otherwise hide in the first step); after: ``tuner.trial.weights`` forced on
    (TUNER_SHARED_WEIGHTS=always). Also the trial's private memory after it (what N concurrent trials pay N times),
    the same with every page written once (full fine-tuning: its first optimizer step), and the one-off build of
    the shared copy by the first trial on the node.
@@ -31,6 +31,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from tuner.config.trainers import adapter
 from typing import Any
 
 OUT = Path(__file__).with_name("setup_time.json")
@@ -85,7 +86,7 @@ def _load_child(model_path: str, dtype: str, mode: str, root: str, trained: bool
     import torch
     from transformers import AutoModelForCausalLM
 
-    from tuner import weights
+    from tuner.trial import weights
     from tuner.errors import quiet_libraries
 
     quiet_libraries()
@@ -107,7 +108,11 @@ def _trial_child(spec_dict: dict, workdir: str, mode: str, root: str, construct_
     import trl.trainer.dpo_trainer
     import trl.trainer.grpo_trainer
 
-    from tuner import data, models, rewards, trainers, weights
+    from tuner.config import trainers
+
+    from tuner.inputs import data, models, rewards
+
+    from tuner.trial import weights
     from tuner.errors import quiet_libraries
     from tuner.trial.run import run_trial
     from tuner.trial.spec import TrialSpec
@@ -137,11 +142,11 @@ def _trial_child(spec_dict: dict, workdir: str, mode: str, root: str, construct_
     if construct_only:
         model_path = models.resolve_model(spec.model)
         tiny = models.is_tiny(model_path)
-        dataset = data.load_dataset_spec(None, spec.trainer, tiny=tiny)
+        dataset = data.load_dataset_spec(None, adapter(spec.trainer), tiny=tiny)
         reward_funcs = (rewards.resolve_reward_funcs([data.builtin_reward(tiny)])
                         if trainers.adapter(spec.trainer).uses_reward_funcs else None)
         run = {"max_steps": 1, "seed": spec.seed, "output_dir": str(Path(workdir) / "out"), "use_cpu": True}
-        trainers.build_trainer(spec.trainer, model_path, spec.params, dataset, run, reward_funcs=reward_funcs)
+        build_trainer(adapter(spec.trainer), model_path, spec.params, dataset, run, reward_funcs=reward_funcs)
         row["status"] = "built"
     else:
         result = run_trial(spec, workdir)
@@ -203,7 +208,7 @@ def _ratio(before: float | None, after: float | None) -> float | None:
 
 
 def measure_model(label: str, model_path: str, repeats: int, trials: list[str], root: str) -> dict[str, Any]:
-    from tuner import weights
+    from tuner.trial import weights
 
     out: dict[str, Any] = {"model": label, "path": model_path, "load": {}, "trials": {}}
     for dtype in DTYPES:
@@ -288,10 +293,10 @@ def main(argv: list[str] | None = None) -> int:
     import trl
 
     from bench.shapes import QWEN25_05B, build_shaped_model
-    from tuner.models import tiny_model_dir
+    from tuner.inputs.models import tiny_model_dir
 
     paths = {"tiny": str(tiny_model_dir()), "qwen2.5-0.5b": str(build_shaped_model(QWEN25_05B))}
-    from tuner import weights
+    from tuner.trial import weights
 
     # the bench's own entries folder (children get it as an argument; release() here needs it too): the node's
     # folder, which searches running beside the bench use, is left alone

@@ -46,7 +46,7 @@ def build_shaped_model(shape: dict[str, Any] = QWEN25_05B, path: str | os.PathLi
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from tuner.models import build_tiny_tokenizer
+    from tuner.inputs.models import build_tiny_tokenizer
 
     path = Path(path or shape_dir(shape)).absolute()
     if (path / _MARKER).is_file():

@@ -9,7 +9,7 @@ import pytest
 
 @pytest.fixture(scope="session", autouse=True)
 def shared_weights_dir():
-    """The session's own folder for tuner.weights' shared copies (in /dev/shm where there is one), removed at
+    """The session's own folder for tuner.trial.weights' shared copies (in /dev/shm where there is one), removed at
     the end, so test runs never leave copies in the machine's /dev/shm/tuner-weights-<uid>."""
     import shutil
     import tempfile
@@ -44,6 +44,6 @@ def tuner_cache_dir(tmp_path_factory):
 def tiny_model(tuner_cache_dir) -> str:
     """The tiny model's folder, built once per session in the session cache. Tests that train request it;
     pure-logic tests do not, so they do not pay for importing torch."""
-    from tuner.models import tiny_model_dir
+    from tuner.inputs.models import tiny_model_dir
 
     return str(tiny_model_dir())

@@ -9,7 +9,7 @@ from bench.anchor_asha import judge_run
 from bench.efficiency import NearestMeasured, SpeedAndOutcome, compare, targets
 from bench.headline import anchor_verdict, slot_share, speed_verdict, summarize, tuner_verdict
 from bench.history import first_nonfinite_step, wasted_steps
-from tuner.space import parse_space
+from tuner.config.space import parse_space
 
 NAN = math.nan
 

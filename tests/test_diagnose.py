@@ -1,6 +1,6 @@
-"""tuner.diagnose: a crash every config shares stops the search; anything a config could change does not."""
+"""tuner.verdicts.diagnose: a crash every config shares stops the search; anything a config could change does not."""
 
-from tuner.diagnose import MIN_TRIALS, systematic_failure
+from tuner.verdicts.diagnose import MIN_TRIALS, systematic_failure
 
 
 def crashed(number: int, reason: str = "ValueError: bad row 7 (my_rewards.py:4 in score)", **extra) -> dict:

@@ -1,4 +1,4 @@
-"""A new local MLflow store starts as a copy of an empty one (tuner.empty_store): the same store MLflow builds."""
+"""A new local MLflow store starts as a copy of an empty one (tuner.stores.empty_store): the same store MLflow builds."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tuner import empty_store, tracking
+from tuner.stores import empty_store, tracking
 
 
 def _schema(database: Path) -> tuple[list, list]:

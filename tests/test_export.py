@@ -17,10 +17,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tuner import cli, recommend
-from tuner.space import PRECISIONS, load_space
-from tuner.precision import PRECISIONS as PRECISION_ROWS
-from tuner.trainers import ADAPTERS
+from tuner.config.trainers import adapter
+from tuner import cli
+
+from tuner.verdicts import recommend
+from tuner.config.space import PRECISIONS, load_space
+from tuner.config.precision import PRECISIONS as PRECISION_ROWS
+from tuner.config.trainers import ADAPTERS
 
 TRAINERS = tuple(ADAPTERS)
 MODEL = "/models/tiny"  # TRL's parser does not open the model; any path reads back as written
@@ -73,8 +76,8 @@ def same(exported, parsed) -> bool:
 def test_exported_yaml_parses_through_trls_own_parser_and_reads_back(trainer, use_peft, precision, tmp_path):
     seed = TRAINERS.index(trainer) * 100 + PRECISIONS.index(precision) * 2 + use_peft
     params = sampled_params(trainer, use_peft, precision, seed)
-    reward_funcs = ["tuner.rewards.builtin_reward"] if trainer == "grpo" else None
-    config = recommend.trl_config(trainer, params, MODEL, reward_funcs=reward_funcs)
+    reward_funcs = ["tuner.inputs.rewards.builtin_reward"] if trainer == "grpo" else None
+    config = recommend.trl_config(adapter(trainer), params, MODEL, reward_funcs=reward_funcs)
     assert "use_cpu" not in config  # the file is for the machine the user trains on
     path = tmp_path / "recommended.yaml"
     path.write_text(recommend.render(config, "yaml", header="tuner test\nsecond header line"))
@@ -114,7 +117,7 @@ def test_exported_yaml_parses_through_trls_own_parser_and_reads_back(trainer, us
 def test_trl_refuses_bf16_on_a_cpu_without_use_cpu_so_the_export_writes_bf16_false(tmp_path):
     # What TRL does: its configs turn bf16 on when the key is left out, and refuse bf16 on a CPU unless use_cpu.
     # So an fp32 export must say bf16: false to load here without use_cpu; and the parse tests above can fail.
-    config = recommend.trl_config("grpo", {"precision": "fp32", "learning_rate": 1e-4}, MODEL)
+    config = recommend.trl_config(adapter("grpo"), {"precision": "fp32", "learning_rate": 1e-4}, MODEL)
     assert config["bf16"] is False and "use_cpu" not in config
     path = tmp_path / "fp32.yaml"
     path.write_text(recommend.render(config, "yaml"))
@@ -123,7 +126,7 @@ def test_trl_refuses_bf16_on_a_cpu_without_use_cpu_so_the_export_writes_bf16_fal
     with pytest.raises(ValueError, match="use_cpu"):
         trl_parse("grpo", path, tmp_path / "out")
     # bf16-mixed keeps bf16: true (the run the search measured); on a CPU it loads with --use_cpu on the command line
-    mixed = recommend.trl_config("grpo", {"precision": "bf16-mixed", "learning_rate": 1e-4}, MODEL)
+    mixed = recommend.trl_config(adapter("grpo"), {"precision": "bf16-mixed", "learning_rate": 1e-4}, MODEL)
     path.write_text(recommend.render(mixed, "yaml"))
     with pytest.raises(ValueError, match="use_cpu"):
         trl_parse("grpo", path, tmp_path / "out")
@@ -132,7 +135,7 @@ def test_trl_refuses_bf16_on_a_cpu_without_use_cpu_so_the_export_writes_bf16_fal
 
 def test_trl_parser_rejects_unknown_keys(tmp_path):
     # The parser the tests rely on is strict: a key TRL does not know fails the parse.
-    config = recommend.trl_config("dpo", {"precision": "fp32", "learning_rate": 1e-4}, MODEL)
+    config = recommend.trl_config(adapter("dpo"), {"precision": "fp32", "learning_rate": 1e-4}, MODEL)
     path = tmp_path / "unknown.yaml"
     path.write_text(recommend.render({**config, "tuner_only_key": 1}, "yaml"))
     with pytest.raises(ValueError, match="Unknown arguments"):
@@ -142,12 +145,12 @@ def test_trl_parser_rejects_unknown_keys(tmp_path):
 @pytest.mark.parametrize("precision", ["fp32", "bf16-pure", "fp16-pure"])
 def test_non_mixed_precisions_export_bf16_off(precision):
     # TRL's configs default bf16 to True when it is left out; an fp32 or "-pure" trial ran without autocast.
-    config = recommend.trl_config("reward", {"precision": precision}, MODEL)
+    config = recommend.trl_config(adapter("reward"), {"precision": precision}, MODEL)
     assert config["bf16"] is False and config["fp16"] is False
 
 
 def test_render_json_and_yaml_hold_the_same_config():
-    config = recommend.trl_config("dpo", sampled_params("dpo", True, "bf16-mixed", 7), MODEL)
+    config = recommend.trl_config(adapter("dpo"), sampled_params("dpo", True, "bf16-mixed", 7), MODEL)
     as_yaml = yaml.safe_load(recommend.render(config, "yaml", header="a\nb"))
     assert as_yaml == json.loads(recommend.render(config, "json")) == config
 
@@ -246,15 +249,15 @@ def search_json(trainer: str, config: dict, info: dict) -> dict:
 
 @pytest.mark.parametrize("trainer", TRAINERS)
 def test_export_of_a_cpu_search_leaves_out_use_cpu_and_the_shipped_spaces_trial_lengths(trainer, tmp_path):
-    from tuner import export
+    from tuner.report import export
 
     space = load_space(None, trainer)  # the shipped space: its fixed lengths keep trials short
     harness = export.harness_lengths(space)
     assert harness, f"the shipped {trainer} space fixes a short-trial length"
     params = sampled_params(trainer, False, "fp32", 11)
     assert all(params[name] == value for name, value in harness.items())  # every trial ran with them
-    reward_funcs = ["tuner.rewards.builtin_reward"] if trainer == "grpo" else None
-    config, info = export.build(trainer, params, MODEL, space=space, reward_funcs=reward_funcs, on_cpu=True)
+    reward_funcs = ["tuner.inputs.rewards.builtin_reward"] if trainer == "grpo" else None
+    config, info = export.build(adapter(trainer), params, MODEL, space=space, reward_funcs=reward_funcs, on_cpu=True)
     assert "use_cpu" not in config and not set(harness) & set(config)
     path = tmp_path / "recommended.yaml"
     path.write_text(export.render_export(search_json(trainer, config, info), "exp", "RUN"))
@@ -267,19 +270,19 @@ def test_export_of_a_cpu_search_leaves_out_use_cpu_and_the_shipped_spaces_trial_
     assert "# Not set: use_cpu." in text
     # TRL's parser, on this machine, without use_cpu: the lengths are TRL's defaults, not the trials' 64 or 12
     args = trl_parse(trainer, path, tmp_path / "out")[1]
-    defaults = export.length_fields(trainer)
+    defaults = export.length_fields(adapter(trainer))
     for name in harness:
         assert getattr(args, name) == defaults[name] != harness[name]
     assert args.use_cpu is False
 
 
 def test_a_length_from_the_users_own_space_is_kept():
-    from tuner import export
-    from tuner.space import parse_space
+    from tuner.report import export
+    from tuner.config.space import parse_space
 
     space = parse_space({"trainer": "dpo", "fixed": {"max_length": 64},
                          "params": {"learning_rate": {"type": "float", "low": 1e-5, "high": 1e-3}}}, "my_space.yaml")
-    config, info = export.build("dpo", {"max_length": 64, "learning_rate": 1e-4}, MODEL, space=space)
+    config, info = export.build(adapter("dpo"), {"max_length": 64, "learning_rate": 1e-4}, MODEL, space=space)
     assert config["max_length"] == 64
     assert info["lengths"] == [{"name": "max_length", "value": 64,
                                 "why": "your search space's fixed value (every trial ran with it)"}]
@@ -289,7 +292,7 @@ def preference_rows(n: int) -> list[dict]:
     """Pairs in the built-in data's words, far longer than the shipped reward space's max_length of 64."""
     import random
 
-    from tuner.tiny_data import ANIMALS, COLOURS
+    from tuner.inputs.tiny_data import ANIMALS, COLOURS
 
     rng = random.Random(0)
     rows = []
@@ -310,13 +313,13 @@ def token_lengths(rows: list[dict], model: str) -> list[int]:
 
 
 def test_max_length_is_measured_on_the_users_data_with_the_models_tokenizer(tmp_path, tiny_model):
-    from tuner import export
+    from tuner.report import export
 
     rows = preference_rows(300)
     data = tmp_path / "prefs.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     space = load_space(None, "reward")
-    config, info = export.build("reward", sampled_params("reward", False, "fp32", 3), tiny_model, space=space,
+    config, info = export.build(adapter("reward"), sampled_params("reward", False, "fp32", 3), tiny_model, space=space,
                                 dataset=str(data))
     lengths = token_lengths(rows[:export.MEASURE_ROWS], tiny_model)
     value = config["max_length"]
@@ -330,15 +333,15 @@ def test_max_length_is_measured_on_the_users_data_with_the_models_tokenizer(tmp_
 
 
 def test_export_length_flags_set_a_length_and_say_so():
-    from tuner import export
+    from tuner.report import export
     from tuner.errors import TunerError
 
-    config, info = export.build("sft", {"learning_rate": 1e-4, "max_length": 64}, MODEL,
+    config, info = export.build(adapter("sft"), {"learning_rate": 1e-4, "max_length": 64}, MODEL,
                                 space=load_space(None, "sft"))
     changed = export.with_overrides(search_json("sft", config, info), {"max_length": 2048})
     assert changed["trl_config"]["max_length"] == 2048
     assert "# max_length: 2048: set by --max-length.\n" in export.render_export(changed, "exp", "RUN")
-    grpo, grpo_info = export.build("grpo", {"learning_rate": 1e-4, "max_completion_length": 12}, MODEL,
+    grpo, grpo_info = export.build(adapter("grpo"), {"learning_rate": 1e-4, "max_completion_length": 12}, MODEL,
                                    space=load_space(None, "grpo"))
     assert "max_completion_length" not in grpo
     search = search_json("grpo", grpo, grpo_info)
@@ -349,9 +352,9 @@ def test_export_length_flags_set_a_length_and_say_so():
 
 
 def test_a_bf16_export_of_a_cpu_search_says_how_to_run_it_on_a_cpu():
-    from tuner import export
+    from tuner.report import export
 
-    config, info = export.build("reward", {"precision": "bf16-mixed", "learning_rate": 1e-4}, MODEL, on_cpu=True)
+    config, info = export.build(adapter("reward"), {"precision": "bf16-mixed", "learning_rate": 1e-4}, MODEL, on_cpu=True)
     assert config["bf16"] is True and "use_cpu" not in config
     header = export.header(search_json("reward", config, info), "exp", "RUN")
     assert "bf16: true (the bf16-mixed precision the search measured) needs a GPU with bfloat16" in header
@@ -363,8 +366,9 @@ def test_export_of_a_real_cpu_search_on_the_users_data_loads_in_trl_without_harn
                                                                                               monkeypatch):
     """A real search (Ray, MLflow, the tiny model) with the shipped reward space on the user's own data, on this
     CPU; then `tuner export` and TRL's parser: no use_cpu, no harness max_length 64, a length measured on the data."""
-    from tuner import export, search
-    from tuner.space import FloatParam
+    from tuner.report import export
+    from tuner.search import driver as search
+    from tuner.config.space import FloatParam
 
     rows = preference_rows(96)
     (tmp_path / "prefs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))

@@ -1,4 +1,4 @@
-"""Longer rungs (tuner.extend): when no stable trial learned within --max-steps, the best third of them run again
+"""Longer rungs (tuner.search.extend): when no stable trial learned within --max-steps, the best third of them run again
 with 3x the steps, within the step budget; then confirmation at that length. Pure rules first, then a real search."""
 
 from __future__ import annotations
@@ -7,8 +7,10 @@ from typing import Any
 
 import pytest
 
-from tuner import extend, search, tracking
-from tuner.extend import WAIT, Extension
+from tuner.search import driver as search, extend
+
+from tuner.stores import tracking
+from tuner.search.extend import WAIT, Extension
 
 BASE = {"trainer": "reward", "params": {}, "max_steps": 20, "seed": 0}
 
@@ -47,7 +49,7 @@ def test_the_strongest_evidence_of_learning_goes_first_not_the_luckiest_start():
 
 
 def test_a_pretrained_model_is_not_halved_inside_its_first_rung_unless_asked():
-    from tuner.options import SearchOptions
+    from tuner.config.options import SearchOptions
 
     assert search.halves(SearchOptions()) and not search.halves(SearchOptions(sampler="grid"))
     assert not search.halves(SearchOptions(model="tiny-pretrained"))
@@ -92,7 +94,7 @@ def test_default_budget_fits_two_rungs_of_the_default_search():
 
 
 # The reward model at learning rates that learn clearly within 12 steps (test_search's confirmation space); a 4-step
-# rung can show no learning at all (the judgement needs tuner.learning.MIN_STEPS = 6 values), so only a longer rung
+# rung can show no learning at all (the judgement needs tuner.verdicts.learning.MIN_STEPS = 6 values), so only a longer rung
 # can recommend.
 def longer_space() -> str:
     import test_search

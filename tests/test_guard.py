@@ -4,7 +4,8 @@ import math
 
 import pytest
 
-from tuner.guard import Guard, GuardSettings, Verdict, first_verdict
+from tuner.config.trainers import adapter
+from tuner.verdicts.guard import Guard, GuardSettings, Verdict, first_verdict
 
 NAN = math.nan
 INF = math.inf
@@ -27,7 +28,7 @@ def test_fp16_weights_reward_model_stops_at_first_nan_grad_norm():
         {"loss": 0.8, "grad_norm": 2.0, "accuracy": 0.6},
         *[{"loss": 0.0, "grad_norm": NAN, "accuracy": 0.5}] * 6,
     )
-    verdict = first_verdict("reward", history)
+    verdict = first_verdict(adapter("reward"), history)
     assert (verdict.status, verdict.signal, verdict.step) == ("diverged", "non_finite", 5)
     # The logged 0.0 loss is shown, since Trainer's filter can hide a NaN loss behind it.
     assert verdict.reason == "grad_norm is nan at step 5 (loss logged 0.0)"
@@ -40,7 +41,7 @@ def test_loss_1e34_with_nan_grad_norm_fires_at_that_step():
         {"loss": 1e34, "grad_norm": NAN},
         *[{"loss": 0.0, "grad_norm": NAN}] * 5,
     )
-    verdict = first_verdict("reward", history)
+    verdict = first_verdict(adapter("reward"), history)
     # The non-finite grad norm outranks the loss explosion on the same step.
     assert (verdict.status, verdict.signal, verdict.step) == ("diverged", "non_finite", 3)
     assert "loss logged 1e+34" in verdict.reason
@@ -53,7 +54,7 @@ def test_loss_1e34_with_finite_grad_norm_is_a_loss_explosion_before_any_nan():
         {"loss": 1e34, "grad_norm": 50.0},
         {"loss": 0.0, "grad_norm": NAN},
     )
-    verdict = first_verdict("reward", history)
+    verdict = first_verdict(adapter("reward"), history)
     # The baseline still being filled (2 of 3 steps) already guards against the blow-up.
     assert (verdict.status, verdict.signal, verdict.step) == ("diverged", "loss_explosion", 3)
 
@@ -67,13 +68,13 @@ def test_reward_model_jump_to_4_4_that_recovers_is_tolerated():
         {"loss": 0.6, "grad_norm": 1.1},
     )
     # 4.4 is about 6x the baseline, under the 20x explosion factor: noisy, not diverged.
-    assert first_verdict("reward", history) is None
+    assert first_verdict(adapter("reward"), history) is None
 
 
 def test_dpo_fp16_nan_rewards_with_zero_loss_and_grad_norm_diverges():
     healthy = {"loss": 0.69, "grad_norm": 3.0, "rewards/chosen": 0.01, "rewards/rejected": -0.01, "logps/chosen": -120.0}
     broken = {"loss": 0.0, "grad_norm": 0.0, "rewards/chosen": NAN, "rewards/rejected": NAN, "logps/chosen": -120.0}
-    verdict = first_verdict("dpo", steps(healthy, healthy, broken, broken, broken))
+    verdict = first_verdict(adapter("dpo"), steps(healthy, healthy, broken, broken, broken))
     # Reported as divergence at the NaN step, not as a zero-grad collapse later.
     assert (verdict.status, verdict.signal, verdict.step) == ("diverged", "non_finite", 3)
     assert verdict.reason == "rewards/chosen is nan at step 3 (loss logged 0.0)"
@@ -82,7 +83,7 @@ def test_dpo_fp16_nan_rewards_with_zero_loss_and_grad_norm_diverges():
 def test_kto_nan_loss_stops_at_that_step():
     healthy = {"loss": 0.5, "grad_norm": 2.0, "rewards/chosen": 0.1, "kl": 0.0}
     history = steps(healthy, healthy, healthy, {"loss": NAN, "grad_norm": NAN, "rewards/chosen": 0.1, "kl": 0.0})
-    verdict = first_verdict("kto", history)
+    verdict = first_verdict(adapter("kto"), history)
     assert (verdict.status, verdict.signal, verdict.step) == ("diverged", "non_finite", 4)
     assert verdict.reason == "loss is nan at step 4"
 
@@ -94,19 +95,19 @@ def test_grpo_loss_exactly_zero_every_step_is_normal():
             for i in range(20)
         ]
     )
-    assert first_verdict("grpo", history) is None
+    assert first_verdict(adapter("grpo"), history) is None
 
 
 def test_grpo_small_negative_losses_around_a_zero_baseline_are_normal():
     losses = [0.0, 0.0, 0.0, -0.04, 0.03, -0.5, 0.8, -0.02]
     history = steps(*[{"loss": loss, "grad_norm": 0.5, "frac_reward_zero_std": 0.0} for loss in losses])
     # The loss floor keeps a zero baseline from turning every nonzero loss into an explosion.
-    assert first_verdict("grpo", history) is None
+    assert first_verdict(adapter("grpo"), history) is None
 
 
 def test_grpo_loss_explodes_against_the_floor_when_the_baseline_is_zero():
     history = steps(*[{"loss": 0.0, "grad_norm": 0.5}] * 3, {"loss": -25.0, "grad_norm": 0.5})
-    verdict = first_verdict("grpo", history)
+    verdict = first_verdict(adapter("grpo"), history)
     # A negative loss explodes by magnitude, measured against the floor of 1.0.
     assert (verdict.signal, verdict.step) == ("loss_explosion", 4)
 
@@ -115,30 +116,30 @@ def test_fp16_mixed_calibration_skips_then_healthy_is_normal():
     calibrating = {"loss": 2.3, "grad_norm": INF, "step_skipped": 1.0, "loss_scale": 65536.0}
     healthy = {"loss": 2.2, "grad_norm": 1.5, "step_skipped": 0.0, "loss_scale": 8192.0}
     history = steps(calibrating, calibrating, calibrating, *[healthy] * 10)
-    assert first_verdict("sft", history, grad_scaler=True) is None
+    assert first_verdict(adapter("sft"), history, grad_scaler=True) is None
 
 
 def test_fp16_mixed_calibration_without_step_skipped_key_is_inferred():
     history = steps(*[{"loss": 2.3, "grad_norm": INF}] * 3, *[{"loss": 2.2, "grad_norm": 1.5}] * 5)
     # Non-finite grad norms with a finite loss in the first max_skipped_steps steps read as calibration.
-    assert first_verdict("sft", history, grad_scaler=True) is None
+    assert first_verdict(adapter("sft"), history, grad_scaler=True) is None
 
 
 def test_fp16_mixed_inferred_skip_ends_after_the_first_steps():
     history = steps(*[{"loss": 2.2, "grad_norm": 1.5}] * 6, {"loss": 2.2, "grad_norm": INF})
-    verdict = first_verdict("sft", history, grad_scaler=True)
+    verdict = first_verdict(adapter("sft"), history, grad_scaler=True)
     assert (verdict.signal, verdict.step) == ("non_finite", 7)
 
 
 def test_inf_grad_norm_without_fp16_mixed_diverges_at_step_one():
     history = steps({"loss": 2.3, "grad_norm": INF, "step_skipped": 1.0})
     # The GradScaler exemption is only for fp16 mixed precision.
-    assert first_verdict("sft", history).signal == "non_finite"
+    assert first_verdict(adapter("sft"), history).signal == "non_finite"
 
 
 def test_fp16_mixed_many_consecutive_skipped_steps_diverge():
     skipped = {"loss": 2.3, "grad_norm": NAN, "step_skipped": 1.0}
-    verdict = first_verdict("sft", steps(*[skipped] * 8), grad_scaler=True)
+    verdict = first_verdict(adapter("sft"), steps(*[skipped] * 8), grad_scaler=True)
     # Five skips are tolerated, the sixth in a row fires.
     assert (verdict.status, verdict.signal, verdict.step) == ("diverged", "skipped_steps", 6)
 
@@ -147,20 +148,20 @@ def test_fp16_mixed_skip_streak_resets_on_a_real_step():
     skipped = {"loss": 2.3, "grad_norm": INF, "step_skipped": 1.0}
     healthy = {"loss": 2.2, "grad_norm": 1.5, "step_skipped": 0.0}
     history = steps(*[skipped] * 5, healthy, *[skipped] * 5, healthy)
-    assert first_verdict("sft", history, grad_scaler=True) is None
+    assert first_verdict(adapter("sft"), history, grad_scaler=True) is None
 
 
 def test_fp16_mixed_collapsing_loss_scale_diverges():
     scales = [65536.0, 4096.0, 64.0, 2.0, 0.5]
     history = steps(*[{"loss": 2.3, "grad_norm": 1.0, "step_skipped": 0.0, "loss_scale": scale} for scale in scales])
-    verdict = first_verdict("sft", history, grad_scaler=True)
+    verdict = first_verdict(adapter("sft"), history, grad_scaler=True)
     assert (verdict.status, verdict.signal, verdict.step) == ("diverged", "loss_scale_collapse", 5)
     assert "loss_scale is 0.5 at step 5" in verdict.reason
 
 
 def test_fp16_mixed_nan_loss_is_divergence_even_on_a_skipped_step():
     history = steps({"loss": NAN, "grad_norm": INF, "step_skipped": 1.0})
-    verdict = first_verdict("kto", history, grad_scaler=True)
+    verdict = first_verdict(adapter("kto"), history, grad_scaler=True)
     assert (verdict.signal, verdict.step) == ("non_finite", 1)
 
 
@@ -170,7 +171,7 @@ def test_fp16_mixed_skipped_step_does_not_count_as_grad_explosion():
         {"loss": 2.3, "grad_norm": 1e9, "step_skipped": 1.0},
         {"loss": 2.2, "grad_norm": 1.0, "step_skipped": 0.0},
     )
-    assert first_verdict("sft", history, grad_scaler=True) is None
+    assert first_verdict(adapter("sft"), history, grad_scaler=True) is None
 
 
 # --- collapse rules --------------------------------------------------------------------------------
@@ -178,18 +179,18 @@ def test_fp16_mixed_skipped_step_does_not_count_as_grad_explosion():
 
 def test_zero_grad_norm_three_steps_in_a_row_collapses():
     history = steps({"loss": 0.7, "grad_norm": 1.0}, *[{"loss": 0.7, "grad_norm": 0.0}] * 4)
-    verdict = first_verdict("reward", history)
+    verdict = first_verdict(adapter("reward"), history)
     assert (verdict.status, verdict.signal, verdict.step) == ("collapsed", "zero_grad", 4)
 
 
 def test_zero_grad_norm_streak_broken_by_a_nonzero_step_is_tolerated():
     zero, nonzero = {"loss": 0.7, "grad_norm": 0.0}, {"loss": 0.7, "grad_norm": 0.2}
-    assert first_verdict("sft", steps(zero, zero, nonzero, zero, zero, nonzero)) is None
+    assert first_verdict(adapter("sft"), steps(zero, zero, nonzero, zero, zero, nonzero)) is None
 
 
 def test_grpo_without_reward_spread_collapses_after_five_steps():
     no_signal = {"loss": 0.0, "grad_norm": 0.0, "reward": 0.0, "reward_std": 0.0, "frac_reward_zero_std": 1.0}
-    verdict = first_verdict("grpo", steps(*[no_signal] * 6))
+    verdict = first_verdict(adapter("grpo"), steps(*[no_signal] * 6))
     # Zero grads explained by equal rewards are judged by the reward-spread rule, not zero_grad at step 3.
     assert (verdict.status, verdict.signal, verdict.step) == ("collapsed", "zero_reward_std", 5)
 
@@ -197,12 +198,12 @@ def test_grpo_without_reward_spread_collapses_after_five_steps():
 def test_grpo_finding_reward_spread_within_patience_is_normal():
     no_signal = {"loss": 0.0, "grad_norm": 0.0, "frac_reward_zero_std": 1.0}
     signal = {"loss": 0.0, "grad_norm": 0.4, "frac_reward_zero_std": 0.5}
-    assert first_verdict("grpo", steps(*[no_signal] * 4, *[signal] * 10)) is None
+    assert first_verdict(adapter("grpo"), steps(*[no_signal] * 4, *[signal] * 10)) is None
 
 
 def test_params_unchanged_at_step_three_collapses():
     history = steps(*[{"loss": 0.69, "grad_norm": 0.8, "params_changed": 0.0}] * 4)
-    verdict = first_verdict("sft", history)
+    verdict = first_verdict(adapter("sft"), history)
     # Steps 1 and 2 are given time; from no_update_steps on, unmoved parameters mean LoRA hit nothing.
     assert (verdict.status, verdict.signal, verdict.step) == ("collapsed", "no_update", 3)
 
@@ -214,18 +215,18 @@ def test_params_changing_by_step_three_is_normal():
         {"loss": 0.68, "grad_norm": 0.8, "params_changed": 1.0},
         {"loss": 0.67, "grad_norm": 0.8},
     )
-    assert first_verdict("sft", history) is None
+    assert first_verdict(adapter("sft"), history) is None
 
 
 def test_reward_model_pinned_at_ln2_with_small_grads_is_not_the_guards_job():
     history = steps(*[{"loss": 0.6931, "grad_norm": 1e-6, "accuracy": 0.5, "margin": 0.0} for _ in range(20)])
     # Stable but useless is for the progress metric, not the guard.
-    assert first_verdict("reward", history) is None
+    assert first_verdict(adapter("reward"), history) is None
 
 
 def test_reward_model_pinned_at_ln2_with_exactly_zero_grads_collapses():
     history = steps(*[{"loss": 0.6931, "grad_norm": 0.0, "accuracy": 0.5} for _ in range(5)])
-    assert first_verdict("reward", history).signal == "zero_grad"
+    assert first_verdict(adapter("reward"), history).signal == "zero_grad"
 
 
 # --- explosions and ordinary noise -----------------------------------------------------------------
@@ -235,19 +236,19 @@ def test_noisy_descending_loss_is_normal():
     losses = [0.69, 0.72, 0.9, 0.65, 0.6, 0.66, 0.5, 0.55, 0.45, 0.4]
     grads = [1.0, 2.5, 0.4, 3.0, 1.2, 0.8, 5.0, 1.1, 0.9, 0.7]
     history = steps(*[{"loss": loss, "grad_norm": grad, "learning_rate": 1e-4} for loss, grad in zip(losses, grads)])
-    assert first_verdict("reward", history) is None
+    assert first_verdict(adapter("reward"), history) is None
 
 
 def test_loss_explosion_diverges():
     losses = [2.5, 2.4, 2.3, 2.2, 80.0]
-    verdict = first_verdict("sft", steps(*[{"loss": loss, "grad_norm": 1.0} for loss in losses]))
+    verdict = first_verdict(adapter("sft"), steps(*[{"loss": loss, "grad_norm": 1.0} for loss in losses]))
     assert (verdict.status, verdict.signal, verdict.step) == ("diverged", "loss_explosion", 5)
     assert "loss is 80 at step 5" in verdict.reason
 
 
 def test_grad_explosion_diverges():
     grads = [1.0, 1.2, 0.9, 1.1, 150.0]
-    verdict = first_verdict("dpo", steps(*[{"loss": 0.69, "grad_norm": grad} for grad in grads]))
+    verdict = first_verdict(adapter("dpo"), steps(*[{"loss": 0.69, "grad_norm": grad} for grad in grads]))
     assert (verdict.status, verdict.signal, verdict.step) == ("diverged", "grad_explosion", 5)
     assert "grad_norm is 150 at step 5" in verdict.reason
 
@@ -255,7 +256,7 @@ def test_grad_explosion_diverges():
 def test_zero_grad_norms_stay_out_of_the_grad_baseline():
     grads = [0.0, 0.0, 0.5, 0.6, 0.4]
     # A zero median would make the first real gradient an "explosion".
-    assert first_verdict("grpo", steps(*[{"loss": 0.0, "grad_norm": grad} for grad in grads])) is None
+    assert first_verdict(adapter("grpo"), steps(*[{"loss": 0.0, "grad_norm": grad} for grad in grads])) is None
 
 
 @pytest.mark.parametrize(
@@ -264,7 +265,7 @@ def test_zero_grad_norms_stay_out_of_the_grad_baseline():
 )
 def test_non_finite_output_metric_diverges(key):
     history = steps({"loss": 0.5, "grad_norm": 1.0}, {"loss": 0.5, "grad_norm": 1.0, key: -INF})
-    verdict = first_verdict("grpo", history)
+    verdict = first_verdict(adapter("grpo"), history)
     assert (verdict.signal, verdict.step) == ("non_finite", 2)
     assert verdict.reason == f"{key} is -inf at step 2 (loss logged 0.5)"
 
@@ -272,19 +273,19 @@ def test_non_finite_output_metric_diverges(key):
 def test_non_finite_unwatched_metric_is_ignored():
     history = steps({"loss": 0.5, "grad_norm": 1.0, "completions/mean_length": NAN, "learning_rate": 0.0})
     # Only model outputs, loss and grad norm say the numerics broke; a length statistic does not.
-    assert first_verdict("grpo", history) is None
+    assert first_verdict(adapter("grpo"), history) is None
 
 
 def test_missing_keys_are_not_failures():
     history = steps({"learning_rate": 1e-4}, {}, {"loss": 0.7}, {"grad_norm": 1.0}, {"loss": 0.6, "grad_norm": 0.9})
-    assert first_verdict("sft", history) is None
+    assert first_verdict(adapter("sft"), history) is None
 
 
 # --- the Guard object and its settings -------------------------------------------------------------
 
 
 def test_guard_keeps_returning_the_same_verdict_after_firing():
-    guard = Guard("kto")
+    guard = Guard(adapter("kto"))
     assert guard.observe(1, {"loss": 0.5, "grad_norm": 1.0}) is None
     verdict = guard.observe(2, {"loss": NAN, "grad_norm": 1.0})
     assert isinstance(verdict, Verdict)
@@ -295,13 +296,16 @@ def test_guard_keeps_returning_the_same_verdict_after_firing():
 
 def test_custom_settings_change_patience():
     history = steps(*[{"loss": 0.7, "grad_norm": 0.0}] * 5)
-    verdict = first_verdict("sft", history, settings=GuardSettings(zero_grad_steps=5))
+    verdict = first_verdict(adapter("sft"), history, settings=GuardSettings(zero_grad_steps=5))
     assert verdict.step == 5
 
 
-def test_guard_rejects_an_unknown_trainer():
-    with pytest.raises(ValueError, match="trainer must be one of grpo, dpo, kto, reward, sft"):
-        Guard("ppo")
+def test_an_unknown_trainer_is_refused_before_a_guard_exists():
+    from tuner.errors import TunerError
+
+    # a Guard takes the trainer's entry; the name is checked where it is turned into one
+    with pytest.raises(TunerError, match="unknown trainer 'ppo'; choose one of grpo, dpo, kto, reward, sft"):
+        Guard(adapter("ppo"))
 
 
 @pytest.mark.parametrize(
@@ -334,7 +338,7 @@ SATURATING = json.loads((Path(__file__).parent / "calibration" / "grpo_saturatin
 
 
 def test_real_grpo_rows_whose_reward_saturates_are_ok_and_say_so():
-    guard = Guard("grpo")
+    guard = Guard(adapter("grpo"))
     assert all(guard.observe(row["step"], row) is None for row in SATURATING)
     # frac_reward_zero_std = 1 at the reward's ceiling is a solved task, noted, not a collapse.
     assert len(guard.notes) == 1 and guard.notes[0].startswith("reward saturated: 1 (from 0.27")
@@ -345,7 +349,7 @@ def test_saturated_rewards_with_one_group_held_a_little_lower_are_still_solved()
     # reward (mean 0.9167), below the best step with spread (0.99). That is the task solved, not a collapse.
     rows = [dict(row) for row in SATURATING]
     rows[15]["reward"] = 11 / 12
-    guard = Guard("grpo")
+    guard = Guard(adapter("grpo"))
     assert all(guard.observe(row["step"], row) is None for row in rows)
     assert len(guard.notes) == 1 and guard.notes[0].startswith("reward saturated")
 
@@ -354,7 +358,7 @@ def test_no_reward_spread_and_no_gain_is_still_a_collapse():
     flat = {"loss": 0.0, "grad_norm": 0.0, "reward": 0.3, "reward_std": 0.0, "frac_reward_zero_std": 1.0,
             "params_changed": 1.0}
     start = {"loss": 0.0, "grad_norm": 0.5, "reward": 0.3, "reward_std": 0.2, "frac_reward_zero_std": 0.0}
-    verdict = first_verdict("grpo", steps(start, start, start, *[flat] * 6))
+    verdict = first_verdict(adapter("grpo"), steps(start, start, start, *[flat] * 6))
     assert (verdict.status, verdict.signal, verdict.step) == ("collapsed", "zero_reward_std", 8)
     assert "has not risen" in verdict.reason
 
@@ -367,7 +371,7 @@ def test_grpo_equal_rewards_for_the_first_steps_do_not_trip_the_no_update_rule()
     rows = [{**no_spread, "step": step} for step in (1, 2, 3, 4)]
     rows += [{**row, "step": row["step"] + 4} for row in SATURATING]
     rows[4]["params_changed"] = 1.0
-    assert first_verdict("grpo", rows) is None
+    assert first_verdict(adapter("grpo"), rows) is None
 
 
 def test_fp16_mixed_gradscaler_skips_do_not_trip_the_no_update_rule():
@@ -378,14 +382,14 @@ def test_fp16_mixed_gradscaler_skips_do_not_trip_the_no_update_rule():
              "params_changed": 1.0}
     after = {key: value for key, value in moved.items() if key != "params_changed"}  # moved once: no longer checked
     history = steps(*[skipped] * 5, moved, after, after)
-    assert first_verdict("sft", history, grad_scaler=True) is None
+    assert first_verdict(adapter("sft"), history, grad_scaler=True) is None
 
 
 def test_warmup_steps_at_learning_rate_zero_do_not_use_up_the_no_update_patience():
     idle = {"loss": 0.69, "grad_norm": 0.8, "learning_rate": 0.0, "params_changed": 0.0}
     busy = {"loss": 0.69, "grad_norm": 0.8, "learning_rate": 1e-5, "params_changed": 0.0}
     # Steps 1-3 at lr 0 and step 4 (which used lr 0: the logged lr is the next step's) do not count.
-    verdict = first_verdict("reward", steps(idle, idle, idle, busy, busy, busy, busy))
+    verdict = first_verdict(adapter("reward"), steps(idle, idle, idle, busy, busy, busy, busy))
     assert (verdict.signal, verdict.step) == ("no_update", 7)
     assert "bf16/fp16 weights" in verdict.reason and "LoRA" in verdict.reason
 
@@ -394,23 +398,23 @@ def test_grad_spike_at_step_two_is_not_judged_against_one_step():
     # bf16-pure lr 0.3 on the reward grid: step 1's grad norm is small, step 2's large, then training settles.
     grads = [0.4, 60.0, 5.0, 2.0, 1.5, 1.0]
     history = steps(*[{"loss": 0.7, "grad_norm": g} for g in grads])
-    assert first_verdict("reward", history) is None
+    assert first_verdict(adapter("reward"), history) is None
 
 
 def test_a_clipped_grad_spike_is_tolerated_but_a_sustained_one_diverges():
     base = [{"loss": 0.7, "grad_norm": 1.0}] * 3
     spike = {"loss": 0.7, "grad_norm": 500.0}
     # max_grad_norm 1.0 clips the spike to 1.0: the update is bounded, so one spike is what clipping is for.
-    assert first_verdict("dpo", steps(*base, spike, *base), max_grad_norm=1.0) is None
-    verdict = first_verdict("dpo", steps(*base, spike, spike, spike), max_grad_norm=1.0)
+    assert first_verdict(adapter("dpo"), steps(*base, spike, *base), max_grad_norm=1.0) is None
+    verdict = first_verdict(adapter("dpo"), steps(*base, spike, spike, spike), max_grad_norm=1.0)
     assert (verdict.signal, verdict.step) == ("grad_explosion", 6)
     assert "3 steps in a row" in verdict.reason and "clipped to 1" in verdict.reason
     # Without clipping the first spike already moved the weights by that much.
-    assert first_verdict("dpo", steps(*base, spike)).step == 4
+    assert first_verdict(adapter("dpo"), steps(*base, spike)).step == 4
 
 
 def test_catastrophic_loss_is_caught_while_the_baseline_is_still_filling():
-    verdict = first_verdict("reward", steps({"loss": 0.69, "grad_norm": 1.0}, {"loss": 1e34, "grad_norm": 5.0}))
+    verdict = first_verdict(adapter("reward"), steps({"loss": 0.69, "grad_norm": 1.0}, {"loss": 1e34, "grad_norm": 5.0}))
     assert (verdict.signal, verdict.step) == ("loss_explosion", 2)
 
 
@@ -418,9 +422,9 @@ def test_a_loss_driven_to_zero_with_vanishing_gradients_is_solved_not_collapsed(
     # A reward model that separates its pairs perfectly: loss -> ~0, and in low precision the gradient underflows.
     falling = [{"loss": loss, "grad_norm": 1.0} for loss in (0.69, 0.5, 0.2, 0.05, 0.01)]
     solved = {"loss": 1e-4, "grad_norm": 0.0}
-    guard = Guard("reward")
+    guard = Guard(adapter("reward"))
     rows = steps(*falling, *[solved] * 5)
     assert all(guard.observe(row["step"], row) is None for row in rows)
     assert guard.notes and guard.notes[0].startswith("loss reached 0.0001 (from 0.69)")
     # The same zero gradients at a loss that never moved are a collapse.
-    assert first_verdict("reward", steps(*[{"loss": 0.69, "grad_norm": 0.0}] * 4)).signal == "zero_grad"
+    assert first_verdict(adapter("reward"), steps(*[{"loss": 0.69, "grad_norm": 0.0}] * 4)).signal == "zero_grad"

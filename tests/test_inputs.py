@@ -17,8 +17,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tuner import cli, search
-from tuner.data import builtin_dataset
+from tuner.config.trainers import adapter
+from tuner import cli
+
+from tuner.search import driver as search
+from tuner.inputs.data import builtin_dataset
 from tuner.errors import TunerError
 from tuner.trial import TrialSpec, prepare_trial_spec, run_trial, run_trial_isolated
 from tuner.trial.isolation import _child
@@ -27,9 +30,9 @@ STORE = "mlflow"  # relative: each test runs in its own tmp_path, so the store w
 
 # GRPO prompts of the user's own (with a column a reward can read); 8 rows: the probe reads 4, a trial a few.
 PROMPTS = "".join(json.dumps({"prompt": row["prompt"], "solution": "4"}) + "\n"
-                  for row in builtin_dataset("grpo", size=8).to_list())
+                  for row in builtin_dataset(adapter("grpo"), size=8).to_list())
 CHAT_PROMPTS = "".join(json.dumps({"prompt": [{"role": "user", "content": row["prompt"]}]}) + "\n"
-                       for row in builtin_dataset("grpo", size=8).to_list())
+                       for row in builtin_dataset(adapter("grpo"), size=8).to_list())
 
 REWARDS = """\
 import math
@@ -127,7 +130,7 @@ def test_relative_paths_search_from_another_folder_runs_ok_trials(tiny_model, tm
     # 0 with a recommendation; 3 (tuner.cli.EXIT_NOTHING_RECOMMENDED) when the trial ran ok but 3 steps were too
     # few to show learning. Not 2 (refused) and not 4 (no trial ok): what matters here is that the trial ran.
     assert code in (0, 3), err
-    from tuner import tracking
+    from tuner.stores import tracking
 
     client = tracking.client(tracking.default_tracking_uri(folder / STORE))
     experiment = client.get_experiment_by_name("relative")
@@ -299,7 +302,7 @@ def test_a_trial_that_cannot_load_its_data_says_why_not_exit_code_1(tiny_model, 
     result = run_trial_isolated(spec, tmp_path / "trial", timeout=300)
     assert result.status == "crashed"
     assert result.reason.startswith(f"TunerError: dataset file '{tmp_path / 'gone.jsonl'}' does not exist")
-    assert "(tuner/data.py:" in result.reason and " in load_dataset_spec)" in result.reason
+    assert "(tuner/inputs/data.py:" in result.reason and " in load_dataset_spec)" in result.reason
     assert "exited with code" not in result.reason
 
 

@@ -1,4 +1,4 @@
-"""Ctrl-C and SIGTERM wait for a store write to end (tuner.interrupts): on the signal handlers themselves, and on
+"""Ctrl-C and SIGTERM wait for a store write to end (tuner.stores.interrupts): on the signal handlers themselves, and on
 a real MLflow SQLite store interrupted in the middle of SQLite's executemany, as a SIGTERM'd search once was. A
 clean-up that ends the work drops a second signal's interrupt; a signal whose interrupt Python dropped is raised
 again; one a stuck main thread cannot take is answered from the watcher thread (a process of its own, exit 130)."""
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy
 
-from tuner import interrupts, tracking
+from tuner.stores import interrupts, tracking
 from tuner.cli import _interrupt
 
 
@@ -99,7 +99,7 @@ def test_a_sigterm_inside_sqlites_executemany_leaves_the_trial_run_whole_and_the
     result = json.loads(Path(tracker.client.download_artifacts(run_id, "result.json", str(tmp_path))).read_text())
     assert len(result["history"]) == 4
     # The interrupted search's own cleanup writes next, with the KeyboardInterrupt (and its traceback's frames)
-    # still alive, as in tuner.search: without the deferral, SQLite's lock was still held and this write waited
+    # still alive, as in tuner.search.driver: without the deferral, SQLite's lock was still held and this write waited
     # out the busy timeout and failed with "database is locked".
     with contextlib.closing(sqlite3.connect(store / "mlflow.db", timeout=2, isolation_level=None)) as other:
         other.execute("BEGIN IMMEDIATE")  # "database is locked" after 2 s if a write lock is still held
@@ -112,7 +112,7 @@ def test_a_sigterm_inside_sqlites_executemany_leaves_the_trial_run_whole_and_the
 
 def test_the_default_action_runs_after_the_block(tmp_path):
     """SIGTERM with no Python handler: the process ends as it would have, once the block's write is done."""
-    code = ("import signal, sys; from tuner import interrupts\n"
+    code = ("import signal, sys; from tuner.stores import interrupts\n"
             "signal.signal(signal.SIGTERM, signal.SIG_DFL)\n"
             "with interrupts.deferred():\n"
             "    signal.raise_signal(signal.SIGTERM)\n"
@@ -169,7 +169,7 @@ def test_answered_raises_again_a_signal_whose_exception_was_lost(sigterm_interru
 
 STUCK = """
 import os, signal, sys
-from tuner import interrupts
+from tuner.stores import interrupts
 from tuner.cli import _interrupt
 
 signal.signal(signal.SIGTERM, _interrupt)  # as tuner's CLI does

@@ -1,8 +1,11 @@
-"""The code's layout rules, checked on the source: no import circles, and each idea spelled in its own module.
+"""The code's layout rules, checked on the source: the subsystems' import directions, no import circles, and
+each idea spelled in its own module.
 
-- No module of tuner/ imports, directly or through others, a module that imports it back (function-level
-  imports count: a lazy import is still an arrow).
-- Status values appear as string literals only in tuner/records.py, trainer names only in tuner/trainers.py
+- tuner/ is a stack of subsystems (README, "Layout"); a module imports only from its own subsystem and those
+  below it in ``MAY_IMPORT``: cli -> search -> report -> trial -> verdicts / inputs -> config -> stores -> core.
+  Function-level imports count: a lazy import is still an arrow.
+- No module of tuner/ imports, directly or through others, a module that imports it back.
+- Status values appear as string literals only in tuner/records.py, trainer names only in tuner/config/trainers.py
   (docstrings, which show usage, aside). A new status or trainer is then one edit in one place.
 """
 
@@ -13,23 +16,37 @@ from pathlib import Path
 
 import pytest
 
+from tuner.config.trainers import ADAPTERS
 from tuner.records import Status
-from tuner.trainers import ADAPTERS
 
 PACKAGE = Path(__file__).resolve().parent.parent / "tuner"
 
+# What each subsystem may import besides itself. "core" is tuner's vocabulary (tuner/errors.py, tuner/records.py,
+# tuner/__init__.py), which every subsystem shares; "cli" is tuner/cli.py.
+MAY_IMPORT = {
+    "cli": {"search", "report", "trial", "verdicts", "inputs", "config", "stores", "core"},
+    "search": {"report", "trial", "verdicts", "inputs", "config", "stores", "core"},
+    "report": {"verdicts", "inputs", "config", "stores", "core"},
+    "trial": {"verdicts", "inputs", "config", "stores", "core"},
+    "verdicts": {"config", "core"},
+    "inputs": {"config", "stores", "core"},
+    "config": {"core"},
+    "stores": {"core"},
+    "core": set(),
+}
+
 # Strings that equal a status or trainer name but mean something else, each with why.
 NOT_A_NAME = {
-    ("guard.py", "reward"): "TRL's logged metric of the mean reward",
-    ("learning.py", "reward"): "the progress metric's name (higher is better), from the trainer entry",
+    ("verdicts/guard.py", "reward"): "TRL's logged metric of the mean reward",
+    ("verdicts/learning.py", "reward"): "the progress metric's name (higher is better), from the trainer entry",
     ("trial/faults.py", "oom"): "a fault kind the test hook injects",
 }
 
 
-def _modules() -> dict[str, Path]:
+def _modules(package: Path = PACKAGE) -> dict[str, Path]:
     found = {}
-    for path in PACKAGE.rglob("*.py"):
-        parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    for path in package.rglob("*.py"):
+        parts = list(path.relative_to(package.parent).with_suffix("").parts)
         if parts[-1] == "__init__":
             parts.pop()
         found[".".join(parts)] = path
@@ -37,15 +54,38 @@ def _modules() -> dict[str, Path]:
 
 
 def _imports(path: Path, modules: dict[str, Path]) -> set[str]:
+    """The tuner modules ``path`` imports; ``from tuner.pkg import module`` is an arrow to the module alone (the
+    package's ``__init__`` only hands names on), ``from tuner.pkg import name`` one to the package."""
     deps = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("tuner"):
-            if node.module in modules and node.module != "tuner":
+            submodules = {f"{node.module}.{a.name}" for a in node.names} & set(modules)
+            deps |= submodules
+            if node.module in modules and len(submodules) < len(node.names):
                 deps.add(node.module)
-            deps |= {f"{node.module}.{a.name}" for a in node.names if f"{node.module}.{a.name}" in modules}
         elif isinstance(node, ast.Import):
             deps |= {a.name for a in node.names if a.name in modules}
     return deps
+
+
+def _graph(package: Path = PACKAGE) -> dict[str, set[str]]:
+    modules = _modules(package)
+    return {name: _imports(path, modules) - {name} for name, path in modules.items()}
+
+
+def subsystem(module: str) -> str:
+    parts = module.split(".")
+    if parts[1:] == ["cli"]:
+        return "cli"
+    if len(parts) > 2 or (len(parts) == 2 and parts[1] in MAY_IMPORT):
+        return parts[1]
+    return "core"  # tuner, tuner.errors, tuner.records
+
+
+def wrong_way(graph: dict[str, set[str]]) -> list[str]:
+    """Every import that runs against MAY_IMPORT, as "importer -> imported (from -> to)"."""
+    return sorted(f"{a} -> {b} ({subsystem(a)} -> {subsystem(b)})" for a, deps in graph.items() for b in deps
+                  if subsystem(b) != subsystem(a) and subsystem(b) not in MAY_IMPORT[subsystem(a)])
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -85,10 +125,38 @@ def test_the_cycle_finder_finds_a_cycle():
     assert _cycles({"a": {"b"}, "b": set()}) == []
 
 
+def test_the_direction_check_finds_an_import_up_the_stack(tmp_path):
+    # A made-up package where a verdict imports the search and the config imports a store: both are refused;
+    # the search importing a verdict, a module importing its own subsystem and everyone importing core are not.
+    files = {
+        "tuner/__init__.py": "", "tuner/errors.py": "",
+        "tuner/verdicts/__init__.py": "", "tuner/verdicts/guard.py": "from tuner.search import driver\nimport tuner.errors\n",
+        "tuner/search/__init__.py": "", "tuner/search/driver.py": "from tuner.verdicts.guard import Guard\n"
+                                                                   "from tuner.search import other\n",
+        "tuner/search/other.py": "",
+        "tuner/config/__init__.py": "", "tuner/config/space.py": "def f():\n    from tuner.stores import cache\n",
+        "tuner/stores/__init__.py": "", "tuner/stores/cache.py": "",
+    }
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    assert wrong_way(_graph(tmp_path / "tuner")) == [
+        "tuner.config.space -> tuner.stores.cache (config -> stores)",
+        "tuner.verdicts.guard -> tuner.search.driver (verdicts -> search)",
+    ]
+
+
+def test_imports_run_down_the_stack():
+    assert wrong_way(_graph()) == []
+
+
+def test_every_subpackage_is_a_subsystem():
+    packages = {p.parent.name for p in PACKAGE.glob("*/__init__.py")} - {"search_spaces"}
+    assert packages == set(MAY_IMPORT) - {"cli", "core"}
+
+
 def test_no_import_circles():
-    modules = _modules()
-    graph = {name: _imports(path, modules) - {name} for name, path in modules.items()}
-    assert _cycles(graph) == []
+    assert _cycles(_graph()) == []
 
 
 def _literals(path: Path) -> list[tuple[int, str]]:
@@ -100,7 +168,8 @@ def _literals(path: Path) -> list[tuple[int, str]]:
             if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings]
 
 
-@pytest.mark.parametrize("home, names", [("records.py", {s.value for s in Status}), ("trainers.py", set(ADAPTERS))])
+@pytest.mark.parametrize("home, names", [("records.py", {s.value for s in Status}),
+                                         ("config/trainers.py", set(ADAPTERS))])
 def test_names_are_spelled_only_in_their_home(home, names):
     stray = []
     for path in sorted(PACKAGE.rglob("*.py")):

@@ -21,8 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from tuner.learning import judge_learning
-from tuner.recommend import recommend
+from tuner.config.trainers import adapter
+from tuner.verdicts.learning import judge_learning
+from tuner.verdicts.recommend import recommend
 
 RECORDED = json.loads((Path(__file__).parent / "calibration" / "histories.json").read_text())
 TRIALS = RECORDED["trials"]
@@ -42,8 +43,8 @@ REGRESSES_AT_MOST = 0.15
 
 @functools.cache
 def judged() -> tuple[tuple[dict, object], ...]:
-    """Every recorded trial with its judgement (tuner.learning.judge_learning)."""
-    return tuple((trial, judge_learning(trial["trainer"], trial["history"])) for trial in TRIALS)
+    """Every recorded trial with its judgement (tuner.verdicts.learning.judge_learning)."""
+    return tuple((trial, judge_learning(adapter(trial["trainer"]), trial["history"])) for trial in TRIALS)
 
 
 def rates() -> dict[tuple[str, str], tuple[int, int]]:
@@ -100,7 +101,7 @@ def table() -> str:
 
 
 def test_recording_covers_every_trainer_and_kind_with_enough_seeds():
-    from tuner.trainers import ADAPTERS
+    from tuner.config.trainers import ADAPTERS
 
     assert set(TRAINERS) == set(ADAPTERS)
     measured = rates()
@@ -190,7 +191,7 @@ def test_of_two_grpo_trials_at_similar_speed_the_one_at_the_ceiling_first_ranks_
             pairs.append((fast, slow) if first_at_ceiling(fast[0]) < first_at_ceiling(slow[0]) else (slow, fast))
 
     def ranks_first(first, second, slower: float) -> bool:
-        """Ranked as the search ranks them (tuner.recommend: progress x tokens/s over ok trials that learned), with
+        """Ranked as the search ranks them (tuner.verdicts.recommend: progress x tokens/s over ok trials that learned), with
         the trial at the ceiling first given ``slower`` times the other's tokens/s. The two share their system config,
         so their speed is the same; the recorded tokens/s of a shared CPU swing with other load and are not used."""
         speeds = ((first, 1000.0 * slower, "first"), (second, 1000.0, "second"))
@@ -234,5 +235,5 @@ def test_a_dpo_trial_at_the_floor_from_step_2_is_judged_learned():
     # like this, the loss ~0 from the first update on. Before the start was exempted from despiking it was judged from a
     # start of 4e-25 (step 1's 0.693 taken for a spike): effect 0, not learned.
     loss = [0.69314718, 4.1180363e-25, 0.0, 5.0980889e-15] + [0.0] * 16
-    learning = judge_learning("dpo", [{"step": i, "loss": v} for i, v in enumerate(loss, start=1)])
+    learning = judge_learning(adapter("dpo"), [{"step": i, "loss": v} for i, v in enumerate(loss, start=1)])
     assert learning.learned and learning.effect > 0.9

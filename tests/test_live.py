@@ -25,8 +25,8 @@ from pathlib import Path
 
 import pytest
 
-from tuner import tracking
-from tuner.progress import Progress, resume_command
+from tuner.stores import tracking
+from tuner.report.progress import Progress, resume_command
 from tuner.records import Status
 from tuner.trial.isolation import MetricsTail
 
@@ -277,7 +277,7 @@ def trial_runs_now(db: Path, experiment: str) -> list[tuple[str, str, int]]:
 def test_search_streams_running_trials_to_mlflow_and_the_log(tmp_path, tiny_model, monkeypatch):
     import optuna
 
-    from tuner import search
+    from tuner.search import driver as search
 
     monkeypatch.chdir(tmp_path)
     for name, value in SLOW.items():

@@ -1,4 +1,4 @@
-"""tuner.memory: parameter counts against transformers and PEFT (meta device: free), the estimate's monotonic
+"""tuner.trial.memory: parameter counts against transformers and PEFT (meta device: free), the estimate's monotonic
 rules, the plan's packing, and one estimate against a real training peak measured on this CPU."""
 
 from __future__ import annotations
@@ -9,8 +9,9 @@ import sys
 
 import pytest
 
-from tuner import memory
-from tuner.memory import GiB, MiB, count_parameters, estimate, lora_parameters, plan
+from tuner.config.trainers import adapter
+from tuner.trial import memory
+from tuner.trial.memory import GiB, MiB, count_parameters, estimate, lora_parameters, plan
 
 GB = 10**9
 
@@ -132,12 +133,12 @@ def test_unfused_logits_are_batch_by_sequence_by_vocabulary():
 def test_estimate_trial_reads_the_trainers_defaults():
     config = qwen05_config()
     params = {"precision": "bf16-mixed"}
-    sft, dpo = memory.estimate_trial("sft", config, params), memory.estimate_trial("dpo", config, params)
+    sft, dpo = memory.estimate_trial(adapter("sft"), config, params), memory.estimate_trial(adapter("dpo"), config, params)
     assert dpo.reference > 0 == sft.reference and dpo.activations > sft.activations
-    assert memory.estimate_trial("grpo", config, params).reference == 0  # TRL's GRPO beta defaults to 0
-    assert memory.estimate_trial("grpo", config, {**params, "beta": 0.04}).reference > 0
-    assert memory.estimate_trial("grpo", config, params).generation > 0
-    assert memory.estimate_trial("reward", config, params).parameters == count_parameters(config, sequence_classifier=True)
+    assert memory.estimate_trial(adapter("grpo"), config, params).reference == 0  # TRL's GRPO beta defaults to 0
+    assert memory.estimate_trial(adapter("grpo"), config, {**params, "beta": 0.04}).reference > 0
+    assert memory.estimate_trial(adapter("grpo"), config, params).generation > 0
+    assert memory.estimate_trial(adapter("reward"), config, params).parameters == count_parameters(config, sequence_classifier=True)
     assert re.fullmatch(r"~\d+\.\d GiB: weights .* \(GiB\)", sft.describe())
 
 

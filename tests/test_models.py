@@ -1,4 +1,4 @@
-"""tuner.models: the embedded tiny model (built for real, loaded with transformers) and --model resolution."""
+"""tuner.inputs.models: the embedded tiny model (built for real, loaded with transformers) and --model resolution."""
 
 import threading
 import time
@@ -6,11 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from tuner.data import builtin_dataset
-from tuner.tiny_data import VOCABULARY
-from tuner.trainers import names as trainer_names
+from tuner.config.trainers import adapter
+from tuner.inputs.data import builtin_dataset
+from tuner.inputs.tiny_data import VOCABULARY
+from tuner.config.trainers import names as trainer_names
 from tuner.errors import TunerError
-from tuner.models import (
+from tuner.inputs.models import (
     ALIASES,
     TINY_MODEL,
     TINY_MODEL_VERSION,
@@ -41,7 +42,7 @@ def empty_hub_cache(tmp_path, monkeypatch):
 def _builtin_texts() -> list[str]:
     texts = []
     for trainer in trainer_names():
-        for row in builtin_dataset(trainer, size=32):
+        for row in builtin_dataset(adapter(trainer), size=32):
             texts += [value for value in row.values() if isinstance(value, str)]
     return texts
 

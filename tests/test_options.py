@@ -1,4 +1,4 @@
-"""tuner search's options are declared once (tuner.options): the command line is generated from the declaration,
+"""tuner search's options are declared once (tuner.config.options): the command line is generated from the declaration,
 and the command line and ``search.prepare`` check values with the same rules and words."""
 
 from __future__ import annotations
@@ -10,10 +10,12 @@ import sys
 
 import pytest
 
-from tuner import cli, options
+from tuner import cli
+
+from tuner.config import options
 from tuner.errors import TunerError
-from tuner.options import SearchOptions, check_options, flag, option_field, option_fields, value_type
-from tuner.trainers import ADAPTERS
+from tuner.config.options import SearchOptions, check_options, flag, option_field, option_fields, value_type
+from tuner.config.trainers import ADAPTERS
 
 RULED = [f.name for f in option_fields() if f.metadata.get("rule") is not None]
 
@@ -117,7 +119,7 @@ def test_command_line_values_become_the_options():
 
 
 def test_search_reexports_the_declaration():
-    from tuner import search
+    from tuner.search import driver as search
 
     assert search.SearchOptions is SearchOptions
     assert search.SAMPLERS is options.SAMPLERS

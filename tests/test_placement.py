@@ -8,11 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from tuner import placement
+from tuner.config.trainers import adapter
+from tuner.search import placement
 from tuner.errors import TunerError
-from tuner.memory import GiB
+from tuner.trial.memory import GiB
 from tuner.records import Status
-from tuner.space import load_space, parse_space
+from tuner.config.space import load_space, parse_space
 
 # Qwen/Qwen2.5-0.5B's and Qwen/Qwen2.5-7B's config.json numbers.
 QWEN_05B = dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
@@ -43,7 +44,7 @@ def test_corners_cover_every_memory_value_of_the_space():
 
 def test_a_half_billion_model_packs_several_grpo_trials_on_one_gpu(tmp_path):
     model = config_dir(tmp_path, "qwen05b", QWEN_05B)
-    plan = placement.place("grpo", model, load_space(None, "grpo"), H100, cpus_per_trial=1, gpus_per_trial=None,
+    plan = placement.place(adapter("grpo"), model, load_space(None, "grpo"), H100, cpus_per_trial=1, gpus_per_trial=None,
                            concurrency=None)
     assert plan.device == "cuda"
     assert 1 < plan.concurrency <= 16 and plan.resources["gpu"] < 1
@@ -60,12 +61,12 @@ def test_a_7b_full_fine_tune_with_a_reference_does_not_fit_and_says_why(tmp_path
     space = parse_space({"trainer": "dpo", "fixed": {"max_length": 1024, "per_device_train_batch_size": 8},
                          "params": {"use_peft": {"type": "categorical", "choices": [True, False]},
                                     "precision": {"type": "categorical", "choices": ["bf16-mixed", "bf16-pure"]}}})
-    plan = placement.place("dpo", model, space, H100, cpus_per_trial=1, gpus_per_trial=None, concurrency=None)
+    plan = placement.place(adapter("dpo"), model, space, H100, cpus_per_trial=1, gpus_per_trial=None, concurrency=None)
     reason = plan.check({"use_peft": False, "precision": "bf16-mixed"})
     assert reason is not None and reason.startswith("not run:") and "GiB" in reason and "LoRA" in reason
     assert plan.check({"use_peft": True, "precision": "bf16-pure"}) is None
     # a user's explicit share is kept, and still checked against memory
-    whole = placement.place("dpo", model, space, H100, cpus_per_trial=1, gpus_per_trial=1.0, concurrency=None)
+    whole = placement.place(adapter("dpo"), model, space, H100, cpus_per_trial=1, gpus_per_trial=1.0, concurrency=None)
     assert whole.resources["gpu"] == 1.0 and whole.concurrency == 1
     assert whole.check({"use_peft": False, "precision": "bf16-mixed"}) is not None
 
@@ -75,21 +76,21 @@ def test_a_space_where_nothing_fits_is_refused_before_any_trial(tmp_path):
     space = parse_space({"trainer": "sft", "fixed": {"use_peft": False, "precision": "fp32"},
                          "params": {"learning_rate": {"type": "float", "low": 1e-5, "high": 1e-4}}})
     with pytest.raises(TunerError, match="no config of the space fits"):
-        placement.place("sft", model, space, LAPTOP, cpus_per_trial=1, gpus_per_trial=None, concurrency=None)
+        placement.place(adapter("sft"), model, space, LAPTOP, cpus_per_trial=1, gpus_per_trial=None, concurrency=None)
 
 
 def test_cpu_trials_are_bounded_by_cpus_and_host_memory(tmp_path, tiny_model):
-    tiny = placement.place("sft", tiny_model, load_space(None, "sft"), LAPTOP, cpus_per_trial=1,
+    tiny = placement.place(adapter("sft"), tiny_model, load_space(None, "sft"), LAPTOP, cpus_per_trial=1,
                            gpus_per_trial=None, concurrency=None)
     assert (tiny.device, tiny.concurrency, tiny.plan.limit) == ("cpu", 2, "cpus")
-    asked = placement.place("sft", tiny_model, load_space(None, "sft"), LAPTOP, cpus_per_trial=1,
+    asked = placement.place(adapter("sft"), tiny_model, load_space(None, "sft"), LAPTOP, cpus_per_trial=1,
                             gpus_per_trial=None, concurrency=8)
     assert asked.concurrency == 2 and "lowered to 2" in asked.notes[0]
     big = config_dir(tmp_path, "qwen05b", QWEN_05B)
     space = parse_space({"trainer": "sft", "fixed": {"use_peft": False, "precision": "fp32", "max_length": 1024,
                                                      "per_device_train_batch_size": 8}, "params": {
         "learning_rate": {"type": "float", "low": 1e-5, "high": 1e-4}}})
-    half = placement.place("sft", big, space, LAPTOP, cpus_per_trial=1, gpus_per_trial=None, concurrency=None)
+    half = placement.place(adapter("sft"), big, space, LAPTOP, cpus_per_trial=1, gpus_per_trial=None, concurrency=None)
     assert half.concurrency == 1 and half.plan.limit == "host memory"
 
 

@@ -7,9 +7,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from tuner import execution, sampling
+from tuner.search import execution, sampling
 from tuner.records import Status, new_record
-from tuner.space import parse_space
+from tuner.config.space import parse_space
 
 LIVE = {execution.LIVE: True, "step": 9, "so_far": {"steps_run": 9, "tokens_per_second": 1200.0, "progress": 0.05,
                                                     "progress_p_value": 0.2, "learned": False,
@@ -40,7 +40,7 @@ def test_rows_are_cut_so_that_a_report_ends_at_every_rung():
 
 
 def test_the_summary_names_successive_halving_as_what_stopped_pruned_trials():
-    from tuner.recommend import failure_summary
+    from tuner.verdicts.recommend import failure_summary
 
     pruned = [{**execution.pruned_result({**LIVE, "step": step}, max_steps=40), "params": {}} for step in (9, 27)]
     summary = failure_summary(pruned)
@@ -62,7 +62,7 @@ def test_optuna_is_told_a_pruned_trial_as_pruned_and_stable():
 
 
 def test_grid_searches_run_every_point_to_the_end_unless_asked_to_prune():
-    from tuner.options import SearchOptions, prunes
+    from tuner.config.options import SearchOptions, prunes
     from tuner.cli import build_parser
 
     assert prunes(SearchOptions()) and not prunes(SearchOptions(sampler="grid"))

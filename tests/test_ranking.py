@@ -1,5 +1,5 @@
 """The trials that solve the task fastest rank first: a real grid search over the learning rate on the tiny GRPO
-task (tuner.learning's progress is the mean improvement per step over the trial's start, so the sooner a trial
+task (tuner.verdicts.learning's progress is the mean improvement per step over the trial's start, so the sooner a trial
 reaches the reward ceiling, the higher it scores; the statistic before it scored a trial at the ceiling by step 5
 as 0 and ranked it last)."""
 
@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import pytest
 
-from tuner import search, tracking
+from tuner.search import driver as search
 
 # fp32, batch 8, gradient accumulation 2, constant schedule: the issue's grid. On this task lr 0.1 reaches the
+
+from tuner.stores import tracking
 # ceiling (reward 1.0 for every completion) by step 5-6, lr 0.03 by step 13-18 and lr 0.01 not within 20 steps
 # (seeds 0-3 on a 2-core CPU); the test reads when each trial reached it from the trial's own rows.
 GRID_SPACE = """\

@@ -1,5 +1,5 @@
 """A real search on the Qwen2.5-0.5B-shaped model (bench/shapes.py) on the CPU runner: 2 trials of 2 steps complete
-within the search's memory plan, and every trial records tuner.memory's estimate beside its measured peak.
+within the search's memory plan, and every trial records tuner.trial.memory's estimate beside its measured peak.
 
 One run of ``bench.real_model.run`` (the bench script's own code; the model is built in the session's cache, ~15 s,
 ~1 GB) serves every slow test here: about 2-3 minutes on 2 cores. No timing is asserted; the figures go to

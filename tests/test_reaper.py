@@ -1,4 +1,4 @@
-"""tuner.reaper: the processes started after it (as by ray.init) die when its pipe closes, and also when it is sent
+"""tuner.stores.reaper: the processes started after it (as by ray.init) die when its pipe closes, and also when it is sent
 SIGTERM itself (a batch system signals every process of a job, the reaper included); the processes there were
 before it are left alone; stopping it does not wait on processes that are only zombies."""
 
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import psutil
 
-from tuner import reaper
+from tuner.stores import reaper
 
 
 def _sleeper() -> subprocess.Popen:

@@ -159,7 +159,7 @@ def tuner(*args: str) -> list[str]:
 def search_args(space_file: Path, store: Path, experiment: str, trials: int, max_steps: int, *extra: str) -> list[str]:
     return tuner("search", "--trainer", "sft", "--search-space", str(space_file), "--sampler", "grid",
                  "--trials", str(trials), "--max-steps", str(max_steps), "--confirm-seeds", "0",
-                 "--budget", "0",  # no longer re-runs (tuner.extend): these tests count the search's own trials
+                 "--budget", "0",  # no longer re-runs (tuner.search.extend): these tests count the search's own trials
                  "--experiment", experiment, "--store", str(store), *extra)
 
 
@@ -237,7 +237,7 @@ def assert_trial_run_complete(client, run) -> None:
 
 
 def load_search(uri: str, experiment: str):
-    from tuner.tracking import load_search as load
+    from tuner.stores.tracking import load_search as load
 
     return load(uri, experiment)
 
@@ -626,7 +626,8 @@ import sys, time
 from pathlib import Path
 
 import mlflow.store.tracking.sqlalchemy_store, optuna  # noqa: F401 - imported before the go, not after
-from tuner import sampling, tracking
+from tuner.search import sampling
+from tuner.stores import tracking
 
 store, name = Path(sys.argv[1]), sys.argv[2]
 (store / f"ready-{name}").touch()

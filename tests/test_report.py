@@ -6,15 +6,15 @@ import collections
 
 import pytest
 
-from tuner import report
-from tuner.report_analysis import breakdown, hints, importances, lr_band, pareto_front
+from tuner.report import document as report
+from tuner.report.analysis import breakdown, hints, importances, lr_band, pareto_front
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
 def trial(number, status="ok", step=None, tokens=1000.0, progress=0.2, reason="", **params):
     params = {"precision": "fp32", "learning_rate": 1e-3, "use_peft": False, **params}
-    # "learned" is the trial's own learning judgement (tuner.learning); here: ok and clearly more than 1% progress
+    # "learned" is the trial's own learning judgement (tuner.verdicts.learning); here: ok and clearly more than 1% progress
     return {"number": number, "params": params, "status": status, "reason": reason, "stopped_at_step": step,
             "steps_run": step or 8, "tokens_per_second": tokens, "progress": progress if status == "ok" else None,
             "learned": status == "ok" and progress is not None and progress > 0.01, "max_steps": 8, "run_id": None}
@@ -195,7 +195,7 @@ def test_crash_reasons_are_counted_per_distinct_reason():
 
 
 def test_results_table_never_says_none_and_cuts_reasons_at_a_word():
-    from tuner.progress import REASON_WIDTH, results_table
+    from tuner.report.progress import REASON_WIDTH, results_table
 
     long = ("ValueError: the batch size per device (8) times the gradient accumulation steps (4) must be divisible "
             "by num_generations (3) | see the docs")
@@ -280,7 +280,7 @@ def plotted_points(fig) -> int:
 def test_plots_render_every_trial_including_non_finite_steps(tmp_path):
     import matplotlib.image
 
-    from tuner import plots
+    from tuner.report import plots
 
     records = precision_split(3, 3) + [trial(7, "collapsed", 5, precision="fp32", learning_rate=0.3)]
     records[0]["params"]["learning_rate"] = 0.3
@@ -315,7 +315,7 @@ params:
 @pytest.fixture(scope="module")
 def real_search(tmp_path_factory, tuner_cache_dir):
     """A real 2x2 grid search on the reward trainer and the tiny model, run once for this module."""
-    from tuner import search
+    from tuner.search import driver as search
 
     tmp = tmp_path_factory.mktemp("report-search")
     (tmp / "space.yaml").write_text(SPACE)
@@ -338,7 +338,9 @@ def cell(records, precision, lr):
 def test_real_search_report_matches_trial_outcomes(real_search):
     import matplotlib.image
 
-    from tuner import plots, tracking
+    from tuner.report import plots
+
+    from tuner.stores import tracking
 
     tmp, outcome = real_search
     records = outcome.records

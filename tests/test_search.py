@@ -18,9 +18,13 @@ from typing import Any
 
 import pytest
 
-from tuner import recommend, search, tracking
-from tuner.sampling import constraint_of, make_sampler, tell
-from tuner.space import parse_space
+from tuner.search import driver as search
+
+from tuner.stores import tracking
+
+from tuner.verdicts import recommend
+from tuner.search.sampling import constraint_of, make_sampler, tell
+from tuner.config.space import parse_space
 from tuner.records import Status
 
 # The issue's anchor: the reward trainer on {fp16-pure, bf16-pure, fp32} x {1e-4, 0.3}.
@@ -227,12 +231,12 @@ def verdicts_by_number(finished: Finished) -> dict[int, tuple]:
 
 
 def replay(space, sampler: str, seed: int, n: int, told: list[dict[str, Any]] | None = None):
-    """What the search's proposer (tuner.sampling.Proposer: the sampler, staged for tpe) proposes for ``space``
+    """What the search's proposer (tuner.search.sampling.Proposer: the sampler, staged for tpe) proposes for ``space``
     with ``seed``, asked n times with no training; with ``told``, each proposal is answered with that trial's
     recorded outcome, as the search answered it."""
     import optuna
 
-    from tuner.sampling import Proposer
+    from tuner.search.sampling import Proposer
 
     study = optuna.create_study(sampler=make_sampler(sampler, seed, n), direction="maximize")
     proposer = Proposer(study, space, sampler, n)
@@ -304,7 +308,7 @@ def test_export_after_a_search_that_recommended_nothing_exits_2_with_one_line(un
 
 @pytest.mark.slow
 def test_tpe_search_at_concurrency_1_is_reproduced_by_its_seed_and_outcomes(tmp_path, tiny_model):
-    # 4 trials: 3 speed-stage trials (random start-up, learning knobs pinned: tuner.staging), then one learning-
+    # 4 trials: 3 speed-stage trials (random start-up, learning knobs pinned: tuner.search.staging), then one learning-
     # stage trial TPE proposes from the first three outcomes on the fastest stable system config. With one trial
     # at a time each outcome is told before the next ask, so the proposals are a function of the seed and the
     # outcomes: a fresh TPE sampler with the same seed, told the same outcomes, proposes the same params.
@@ -399,7 +403,7 @@ def test_unstable_trials_are_told_as_complete_and_infeasible():
 def test_a_resume_re_runs_the_trials_in_flight_even_before_their_params_were_drawn_if_enqueued():
     import optuna
 
-    from tuner.sampling import reconcile
+    from tuner.search.sampling import reconcile
 
     space = parse_space({"trainer": "reward",
                          "params": {"learning_rate": {"type": "categorical", "choices": [0.01, 0.1, 1.0]}}})
@@ -468,7 +472,7 @@ def test_tpe_after_start_up_depends_on_measured_speed():
 
 
 def test_confirmation_demotes_a_candidate_that_does_not_learn_on_another_seed():
-    from tuner import confirm
+    from tuner.search import confirm
 
     fast = {"number": 1, "status": "ok", "tokens_per_second": 900.0, "progress": 0.2, "progress_p_value": 1e-6,
             "learned": True, "params": {}, "seed": 0}
@@ -489,7 +493,7 @@ def test_confirmation_demotes_a_candidate_that_does_not_learn_on_another_seed():
 
 
 def test_confirmation_seeds_are_judged_together_but_each_must_move_the_right_way():
-    from tuner import confirm
+    from tuner.search import confirm
 
     cand = {"number": 5, "status": "ok", "tokens_per_second": 10000.0, "progress": 0.25, "progress_p_value": 0.008,
             "learned": True, "params": {}, "seed": 0, "max_steps": 60}
@@ -511,7 +515,7 @@ def test_confirmation_seeds_are_judged_together_but_each_must_move_the_right_way
 
 
 def test_free_slots_confirm_the_best_so_far_then_the_final_candidates_each_run_once():
-    from tuner import confirm
+    from tuner.search import confirm
 
     def trial(number: int, speed: float) -> dict[str, Any]:
         return {"number": number, "status": "ok", "tokens_per_second": speed, "progress": 0.2,

@@ -35,7 +35,7 @@ import pytest
 
 # Before the fix the driver waited 60 s for the GCS that the signal had killed, then Ray ended it with exit code 1.
 # Measured since: 0.2 to 2 s on a loaded 2-core machine; a driver stuck in a Ray call is ended by its watcher thread
-# after tuner.interrupts.ANSWER_WITHIN_S (5 s).
+# after tuner.stores.interrupts.ANSWER_WITHIN_S (5 s).
 EXIT_WITHIN_S = 30
 SEARCH_TIMEOUT_S = 480  # a whole short search on a 2-core machine other suites load too: about 2 minutes, often less
 
@@ -200,7 +200,7 @@ def assert_stores_whole(store: Path) -> None:
 def search_args(space: Path, store: Path, trials: int, max_steps: int, *extra: str) -> list[str]:
     # --concurrency 1: one trial at a time on any machine, so "one done and one running" is a moment that comes
     return ["search", "--search-space", str(space), "--sampler", "grid", "--trials", str(trials), "--max-steps",
-            str(max_steps), "--concurrency", "1", "--budget", "0",  # no longer re-runs (tuner.extend): trials counted
+            str(max_steps), "--concurrency", "1", "--budget", "0",  # no longer re-runs (tuner.search.extend): trials counted
             "--experiment", "stopped", "--store", str(store), *extra]
 
 
@@ -322,7 +322,7 @@ def test_sigterm_to_the_group_during_confirmation_then_resume(searches, tmp_path
 def test_a_signal_is_acted_on_while_ray_waits_for_its_gcs_port(tmp_path):
     from ray._private import node
 
-    from tuner import execution
+    from tuner.search import execution
     from tuner.cli import _interrupt
 
     previous = signal.signal(signal.SIGTERM, _interrupt)  # as tuner's CLI does: SIGTERM raises KeyboardInterrupt

@@ -6,10 +6,11 @@ import optuna
 import pytest
 import yaml
 
-from tuner import trainers
+from tuner.config.trainers import adapter
+from tuner.config import trainers
 from tuner.errors import TunerError
-from tuner.space import check_param_names, load_space, parse_space
-from tuner.trainers import names as trainer_names
+from tuner.config.space import check_param_names, load_space, parse_space
+from tuner.config.trainers import names as trainer_names
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -58,7 +59,7 @@ def test_shipped_space_loads_and_names_only_real_config_fields(trainer):
     assert space.trainer == trainer
     assert space.source.endswith(f"search_spaces/{trainer}.yaml")
     # Every name is tuner's own or a field of the trainer's TRL config: nothing the config would reject.
-    check_param_names(space, trainers.config_fields(trainer))
+    check_param_names(space, adapter(trainer).config_fields())
     # The shipped spaces search precision, the dimension most failures hang on.
     assert "precision" in space.searched_names()
 
@@ -271,7 +272,7 @@ def test_unknown_names_suggest_the_closest_field(section, name, suggestion):
     space = parse_space(yaml.safe_load(VALID.replace(suggestion + ":", name + ":")), "x.yaml")
     with pytest.raises(TunerError, match=rf"^x\.yaml: {section}\.{name}: unknown parameter for grpo; did you mean "
                        rf"'{suggestion}'\?$"):
-        check_param_names(space, trainers.config_fields("grpo"))
+        check_param_names(space, adapter("grpo").config_fields())
 
 
 def test_pretrained_block_replaces_ranges_only_for_a_pretrained_model():
@@ -299,9 +300,7 @@ def test_pretrained_block_must_replace_a_declared_parameter():
 def test_shipped_spaces_search_below_trls_default_learning_rate_for_a_pretrained_model(trainer):
     import dataclasses
 
-    from tuner.trainers import config_class
-
-    default = next(f.default for f in dataclasses.fields(config_class(trainer)) if f.name == "learning_rate")
+    default = next(f.default for f in dataclasses.fields(adapter(trainer).config_type()) if f.name == "learning_rate")
     learning_rate = load_space(None, trainer).for_model(pretrained=True).params["learning_rate"]
     # TRL's own default sits inside the range, and the range reaches LoRA's ~10x higher rates.
     assert learning_rate.low < default < learning_rate.high and learning_rate.high >= 10 * default

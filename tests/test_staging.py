@@ -1,5 +1,5 @@
-"""Speed knobs first, then learning knobs on the fastest stable system configs (tuner.staging), through the real
-Optuna study the searcher uses (tuner.sampling.Proposer); outcomes come from a rule, no training."""
+"""Speed knobs first, then learning knobs on the fastest stable system configs (tuner.search.staging), through the real
+Optuna study the searcher uses (tuner.search.sampling.Proposer); outcomes come from a rule, no training."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import math
 
 import pytest
 
-from tuner import sampling, staging
+from tuner.search import sampling, staging
 from tuner.records import Status, new_record
-from tuner.space import load_space
+from tuner.config.space import load_space
 
 
 def test_the_shipped_grpo_space_splits_into_speed_and_learning_knobs():

@@ -1,4 +1,4 @@
-"""The built-in tasks for pretrained models (tuner.tasks): right answers, rows every TRL trainer takes, and a
+"""The built-in tasks for pretrained models (tuner.inputs.tasks): right answers, rows every TRL trainer takes, and a
 reward that scores right answers 1.0, never raises, and spreads a group's rewards. The last tests train the
 tiny model for real for 2 steps: GRPO with the reward, and every other trainer on its rows."""
 
@@ -11,23 +11,24 @@ import string
 
 import pytest
 
-from tuner.data import check_columns
-from tuner.tasks import (FORMAT_CREDIT, exact_answer_reward, extract_answer, grpo_rows, kto_rows, make_tasks,
+from tuner.inputs.data import check_columns
+from tuner.inputs.tasks import (FORMAT_CREDIT, exact_answer_reward, extract_answer, grpo_rows, kto_rows, make_tasks,
                          preference_rows, sft_rows)
-from tuner.trainers import adapter
+from tuner.config.trainers import adapter
+from tuner.inputs import tasks
 
 
 def rows(trainer: str, size: int = 256, seed: int = 0, conversational: bool = False):
-    """The trainer entry's task rows as a Dataset (tuner.data.builtin_dataset builds them in standard format)."""
+    """The trainer entry's task rows as a Dataset (tuner.inputs.data.builtin_dataset builds them in standard format)."""
     from datasets import Dataset
 
-    return Dataset.from_list(adapter(trainer).task_rows(size, seed, conversational))
+    return Dataset.from_list(tasks.ROWS[adapter(trainer).rows](size, seed, conversational))
 
 ALL_ROWS = [grpo_rows, preference_rows, kto_rows, sft_rows]
 
 
 def _solve(question: str) -> str:
-    """The answer to a task question, worked out here from its text alone (not by tuner.tasks)."""
+    """The answer to a task question, worked out here from its text alone (not by tuner.inputs.tasks)."""
     q = question
     if m := re.fullmatch(r"What is ([0-9]+(?: [-+*/] [0-9]+)+)\? Answer with the number only\.", q):
         value = eval(m.group(1), {"__builtins__": {}})  # digits, spaces and + - * / only: Python's precedence
@@ -125,7 +126,7 @@ def test_rows_have_the_columns_their_trl_trainer_takes(trainer, conversational):
 
     dataset = rows(trainer, 16, 0, conversational)
     assert len(dataset) == 16
-    check_columns(dataset, trainer, "built-in tasks")  # TRL 1.16's accepted column sets, and KTO's bool label
+    check_columns(dataset, adapter(trainer), "built-in tasks")  # TRL 1.16's accepted column sets, and KTO's bool label
     expected = {
         "grpo": ["prompt", "answer"],
         "dpo": ["prompt", "chosen", "rejected"],
@@ -140,7 +141,7 @@ def test_rows_have_the_columns_their_trl_trainer_takes(trainer, conversational):
 def test_rows_kinds_and_bad_arguments():
     from tuner.errors import TunerError
 
-    assert adapter("dpo").task_rows is adapter("reward").task_rows is preference_rows
+    assert tasks.ROWS[adapter("dpo").rows] is tasks.ROWS[adapter("reward").rows] is preference_rows
     with pytest.raises(TunerError, match="unknown trainer 'ppo'"):
         rows("ppo", 4)
     with pytest.raises(TunerError, match="at least 1"):
@@ -256,23 +257,23 @@ def test_reward_spreads_a_mixed_group():
 def test_reward_is_importable_by_dotted_path():
     import importlib
 
-    from tuner.rewards import resolve_reward_funcs, reward_func_spec
+    from tuner.inputs.rewards import resolve_reward_funcs, reward_func_spec
 
-    module, _, name = "tuner.tasks.exact_answer_reward".rpartition(".")
+    module, _, name = "tuner.inputs.tasks.exact_answer_reward".rpartition(".")
     assert getattr(importlib.import_module(module), name) is exact_answer_reward
-    assert resolve_reward_funcs(["tuner.tasks.exact_answer_reward"]) == [exact_answer_reward]
-    assert reward_func_spec(exact_answer_reward) == "tuner.tasks.exact_answer_reward"
+    assert resolve_reward_funcs(["tuner.inputs.tasks.exact_answer_reward"]) == [exact_answer_reward]
+    assert reward_func_spec(exact_answer_reward) == "tuner.inputs.tasks.exact_answer_reward"
 
 
 # ---- real training on the tiny model -------------------------------------------------------------------------
 
 
 def _train(trainer: str, dataset, tmp_path, reward_funcs=None, **params) -> list[dict]:
-    from tuner.models import resolve_model
-    from tuner.trainers import build_trainer
+    from tuner.inputs.models import resolve_model
+    from tuner.trial.trainer import build_trainer
 
     run = {"max_steps": 2, "seed": 0, "output_dir": str(tmp_path / "out"), "use_cpu": True}
-    built = build_trainer(trainer, resolve_model("tiny"), {"per_device_train_batch_size": 4, **params}, dataset,
+    built = build_trainer(adapter(trainer), resolve_model("tiny"), {"per_device_train_batch_size": 4, **params}, dataset,
                           run, reward_funcs=reward_funcs)
     built.train()
     return [log for log in built.state.log_history if "loss" in log]

@@ -1,4 +1,4 @@
-"""tuner.tiny_pretrained: the tiny pretrained model (--model tiny-pretrained), built for real.
+"""tuner.inputs.tiny_pretrained: the tiny pretrained model (--model tiny-pretrained), built for real.
 
 The full build takes minutes, so the fast tests build a short one (SHORT_STEPS steps: the same code, the same
 files, under the target) and put it where the alias looks; only the slow test builds the real model.
@@ -8,9 +8,10 @@ import json
 
 import pytest
 
-from tuner.models import TINY_MODEL, TINY_PRETRAINED_MODEL, is_tiny, resolve_model
-from tuner.tasks import grpo_rows, sft_rows
-from tuner.tiny_pretrained import (
+from tuner.config.trainers import adapter
+from tuner.inputs.models import TINY_MODEL, TINY_PRETRAINED_MODEL, is_tiny, resolve_model
+from tuner.inputs.tasks import grpo_rows, sft_rows
+from tuner.inputs.tiny_pretrained import (
     RECORD,
     HEDGED_ANSWER,
     TINY_PRETRAINED_VERSION,
@@ -67,20 +68,20 @@ def test_the_alias_resolves_to_the_cached_build_and_is_not_tiny(cache, monkeypat
     assert resolve_model(TINY_PRETRAINED_MODEL, cache_dir=cache) == str(build)
     # A complete build is reused, not rebuilt.
     assert (build / "model.safetensors").stat().st_mtime_ns == before
-    # It counts as pretrained: the built-in data and reward of tuner.tasks, not the tiny model's own task.
+    # It counts as pretrained: the built-in data and reward of tuner.inputs.tasks, not the tiny model's own task.
     assert not is_tiny(build) and not is_tiny(TINY_PRETRAINED_MODEL)
 
 
 def test_a_search_on_it_takes_the_pretrained_path(cache, tmp_path, monkeypatch):
-    from tuner import search
-    from tuner.rewards import reward_func_spec
-    from tuner.space import load_space
-    from tuner.tasks import exact_answer_reward
+    from tuner.search import driver as search
+    from tuner.inputs.rewards import reward_func_spec
+    from tuner.config.space import load_space
+    from tuner.inputs.tasks import exact_answer_reward
 
     monkeypatch.setenv("TUNER_CACHE_DIR", str(cache))
     prepared = search.prepare(search.options_from(model=TINY_PRETRAINED_MODEL, store=str(tmp_path / "mlflow")))
     shipped = load_space(None, "grpo")
-    # The shipped space's pretrained: learning rates, and tuner.tasks' exact-answer reward for its questions.
+    # The shipped space's pretrained: learning rates, and tuner.inputs.tasks' exact-answer reward for its questions.
     assert prepared.space.params["learning_rate"] == shipped.pretrained["learning_rate"]
     assert prepared.options.reward_funcs == [reward_func_spec(exact_answer_reward)]
     assert prepared.experiment == "grpo-tiny-pretrained"
@@ -140,7 +141,7 @@ def test_its_tokenizer_keeps_every_task_text_and_has_the_words_whole(cache):
 def test_the_real_build_starts_grpo_in_the_target_band_and_learns_at_a_pretrained_rate(tuner_cache_dir):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from tuner.learning import judge_learning
+    from tuner.verdicts.learning import judge_learning
     from tuner.records import Status
     from tuner.trial import TrialSpec, run_trial
 
@@ -164,6 +165,6 @@ def test_the_real_build_starts_grpo_in_the_target_band_and_learns_at_a_pretraine
               "loss_type": "dr_grpo", "lr_scheduler_type": "constant"}
     result = run_trial(TrialSpec(trainer="grpo", params=params, model=TINY_PRETRAINED_MODEL, max_steps=120, seed=0))
     assert result.status == Status.OK, result.reason
-    judged = judge_learning("grpo", result.history)
+    judged = judge_learning(adapter("grpo"), result.history)
     # measured on seeds 0-2: last third +0.29, +0.30, +0.23 above the start (about 0.2 -> 0.6), p 7e-5, 6e-5, 0.002
     assert judged.learned and judged.gain >= 0.1, judged.describe()

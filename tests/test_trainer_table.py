@@ -1,4 +1,4 @@
-"""A trainer is one entry of tuner.trainers.ADAPTERS plus its space YAML: adding a sixth one touches nothing else.
+"""A trainer is one entry of tuner.config.trainers.ADAPTERS plus its space YAML: adding a sixth one touches nothing else.
 
 The test registers a toy entry (TRL's SFT trainer under another name, with its own space file written here) and
 drives it through what a user does: the CLI's --trainer choices, the space, the built-in data, a real trial via
@@ -13,9 +13,16 @@ import json
 import pytest
 import yaml
 
-from tuner import cli, data, export, trainers
+from tuner.config.trainers import adapter
+from tuner import cli
+
+from tuner.config import trainers
+
+from tuner.inputs import data
+
+from tuner.report import export
 from tuner.records import Status
-from tuner.space import load_space
+from tuner.config.space import load_space
 
 TOY = "toy"
 
@@ -48,7 +55,7 @@ def test_the_cli_offers_the_new_trainer(toy_trainer):
 def test_its_space_and_data_come_from_the_entry(toy_trainer):
     space = load_space(None, TOY)
     assert space.trainer == TOY and set(space.params) == set(SPACE["params"])
-    rows = data.builtin_dataset(TOY, size=8)
+    rows = data.builtin_dataset(adapter(TOY), size=8)
     assert list(rows.column_names) in [list(c) for c in toy_trainer.columns]
 
 
@@ -74,8 +81,8 @@ def test_a_trial_of_the_new_trainer_runs_through_tuner_trial(toy_trainer, tiny_m
 
 
 def test_the_export_of_the_new_trainer_is_a_config_of_its_trl_class(toy_trainer, tiny_model):
-    config, _ = export.build(TOY, {"precision": "fp32", "learning_rate": 5e-3, "per_device_train_batch_size": 4},
+    config, _ = export.build(adapter(TOY), {"precision": "fp32", "learning_rate": 5e-3, "per_device_train_batch_size": 4},
                              str(tiny_model), space=load_space(None, TOY), on_cpu=True)
-    fields = trainers.config_fields(TOY)
+    fields = adapter(TOY).config_fields()
     assert config["learning_rate"] == 5e-3
     assert {k for k in config if k in fields} >= {"learning_rate", "per_device_train_batch_size", "bf16", "fp16"}

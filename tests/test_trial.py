@@ -262,7 +262,7 @@ def test_a_trial_past_its_prune_limit_stops_as_pruned_with_the_reason(tiny_model
 
 
 def test_the_slow_limit_follows_the_best_learned_trial_with_a_minutes_margin():
-    from tuner.execution import slow_limit
+    from tuner.search.execution import slow_limit
 
     ok = {"status": "ok", "learned": True, "progress": 0.3, "tokens_per_second": 100.0, "max_steps": 20}
     # nothing learned yet: no limit

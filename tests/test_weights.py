@@ -1,4 +1,4 @@
-"""tuner.weights: the shared copy loads the same model as from_pretrained (fp32 and bf16, causal LM and sequence
+"""tuner.trial.weights: the shared copy loads the same model as from_pretrained (fp32 and bf16, causal LM and sequence
 classifier with the trial's seed), maps it instead of copying it, is built once by concurrent processes, is never
 taken half-built or damaged, keeps a trial's training writes to itself, and is removed by release and sweep."""
 
@@ -17,7 +17,8 @@ torch = pytest.importorskip("torch")
 
 from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, set_seed  # noqa: E402
 
-from tuner import weights  # noqa: E402
+from tuner.config.trainers import adapter  # noqa: E402
+from tuner.trial import weights  # noqa: E402
 
 CLASSES = {"causal": (AutoModelForCausalLM, {}), "reward": (AutoModelForSequenceClassification, {"num_labels": 1})}
 
@@ -123,7 +124,7 @@ def test_auto_shares_only_a_conversion_and_off_never(tiny_model, shared_dir, mon
 def _build_concurrently(model_path: str, root: str, barrier, results) -> None:
     """One of two processes asking for the same entry at once; each build is slowed so they overlap."""
     os.environ[weights.DIR_ENV] = root
-    import tuner.weights as w
+    import tuner.trial.weights as w
 
     built = []
     original = w._build
@@ -256,12 +257,13 @@ def test_writes_to_mapped_weights_stay_in_the_process(tiny_model, shared_dir):
 
 
 def _build(trainer: str, tiny_model: str, params: dict, tmp_path):
-    from tuner import data, rewards, trainers
+    from tuner.config import trainers
+    from tuner.inputs import data, rewards
 
-    dataset = data.load_dataset_spec(None, trainer, tiny=True)
+    dataset = data.load_dataset_spec(None, adapter(trainer), tiny=True)
     funcs = rewards.resolve_reward_funcs([data.builtin_reward(True)]) if trainer == "grpo" else None
     run = {"max_steps": 2, "seed": 0, "output_dir": str(tmp_path / "out"), "use_cpu": True}
-    return trainers.build_trainer(trainer, tiny_model, {"precision": "bf16-pure", **params}, dataset, run,
+    return build_trainer(adapter(trainer), tiny_model, {"precision": "bf16-pure", **params}, dataset, run,
                                   reward_funcs=funcs)
 
 

@@ -12,9 +12,11 @@ import signal
 import sys
 from pathlib import Path
 
-from tuner import __version__, interrupts
+from tuner import __version__
+
+from tuner.stores import interrupts
 from tuner.errors import TunerError
-from tuner.options import AT_LEAST_1, Rule, flag, help_text, option_fields, value_type
+from tuner.config.options import AT_LEAST_1, Rule, flag, help_text, option_fields, value_type
 from tuner.records import Status
 
 # Exit codes, for scripts (README "Exit codes"): 0 only when the command did what it says.
@@ -72,7 +74,7 @@ _port = _number(int, Rule("must be between 1 and 65535", lambda v: 1 <= v <= 655
 
 def _add_options(p: argparse.ArgumentParser, *names: str) -> None:
     """One argument per SearchOptions field (all of them, or ``names``), generated from its declaration in
-    tuner.options: flag, type and rule, default, choices, metavar, and help with "(default: X)"."""
+    tuner.config.options: flag, type and rule, default, choices, metavar, and help with "(default: X)"."""
     for f in option_fields():
         if names and f.name not in names:
             continue
@@ -183,7 +185,8 @@ def _write(path: str, text: str) -> None:
 
 
 def cmd_search(args) -> int:
-    from tuner import export, search
+    from tuner.report import export
+    from tuner.search import driver as search
 
     _check_output(args.output)
     options = search.options_from(**vars(args))
@@ -218,7 +221,8 @@ def cmd_trial(args) -> int:
 
 
 def cmd_export(args) -> int:
-    from tuner import export, tracking
+    from tuner.report import export
+    from tuner.stores import tracking
 
     _check_output(args.output)
     uri = args.tracking_uri or tracking.default_tracking_uri(Path(args.store))
@@ -253,7 +257,7 @@ def cmd_export(args) -> int:
 def cmd_ui(args) -> int:
     import subprocess
 
-    from tuner import tracking
+    from tuner.stores import tracking
 
     store = Path(args.store)
     if not (store / "mlflow.db").exists():
@@ -292,7 +296,8 @@ def _stop_group(leader, grace: float = 10.0) -> None:
 
 
 def cmd_report(args) -> int:
-    from tuner import report, tracking
+    from tuner.report import document as report
+    from tuner.stores import tracking
 
     uri = args.tracking_uri or tracking.default_tracking_uri(Path(args.store))
     if not args.tracking_uri and not (Path(args.store) / "mlflow.db").exists():
@@ -305,7 +310,7 @@ def cmd_report(args) -> int:
 
 
 def cmd_sync(args) -> int:
-    from tuner import tracking
+    from tuner.stores import tracking
 
     if not args.tracking_uri:
         raise TunerError("tuner sync needs --tracking-uri: the server the search was logging to")
@@ -334,13 +339,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"tuner: error: {e}", file=sys.stderr)
         code = EXIT_USAGE
     except KeyboardInterrupt as interrupt:
-        # a search says what it kept and how to resume it (tuner.progress.SearchInterrupted); else just this
+        # a search says what it kept and how to resume it (tuner.report.progress.SearchInterrupted); else just this
         print(f"tuner: {interrupt}" if str(interrupt) else "tuner: interrupted", file=sys.stderr)
         code = EXIT_INTERRUPTED
     finally:
         signal.signal(signal.SIGTERM, previous)
     if args.command == "search" and interrupts.signalled():
-        # A signal came while the search ran: its Ray was killed, not shut down (tuner.execution.shutdown_ray), and
+        # A signal came while the search ran: its Ray was killed, not shut down (tuner.search.execution.shutdown_ray), and
         # Python's exit would run Ray's own teardown, which waits on and can crash against a GCS that is gone.
         interrupts.exit_now(code)
     return code

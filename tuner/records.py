@@ -27,7 +27,7 @@ class Status(enum.StrEnum):
     OOM = "oom"  # out of GPU or host memory
     INVALID = "invalid"  # TRL refused the config before training (e.g. batch not divisible by num_generations)
     PRUNED = "pruned"  # stable so far, stopped by successive halving: its learning speed could not catch up
-    TOO_BIG = "too_big"  # the memory plan (tuner.placement) says it cannot fit its share of the machine: not run
+    TOO_BIG = "too_big"  # the memory plan (tuner.search.placement) says it cannot fit its share of the machine: not run
 
 
 # Trials that failed, ran or not: what the report counts as failures and the sampler steers away from.
@@ -46,11 +46,11 @@ class TrialResult:
     steps_run: int = 0
     tokens_per_second: float | None = None
     samples_per_second: float | None = None
-    progress: float | None = None  # learning effect, higher is better: reward gained / relative loss drop (tuner.learning)
+    progress: float | None = None  # learning effect, higher is better: reward gained / relative loss drop (tuner.verdicts.learning)
     progress_p_value: float | None = None  # one-sided p-value: the last third better than the start
-    learned: bool = False  # the last third significantly better than the start, by tuner.learning.MIN_EFFECT
+    learned: bool = False  # the last third significantly better than the start, by tuner.verdicts.learning.MIN_EFFECT
     peak_memory_mb: float | None = None
-    memory_estimate_mb: float | None = None  # tuner.memory's estimate of that peak, made before training
+    memory_estimate_mb: float | None = None  # tuner.trial.memory's estimate of that peak, made before training
     seconds_to_first_step: float | None = None
     wall_seconds: float | None = None
     guard_signal: str | None = None

@@ -1,4 +1,4 @@
-"""Record the real tiny-model trial histories that calibrate the learning judgement (tuner.learning).
+"""Record the real tiny-model trial histories that calibrate the learning judgement (tuner.verdicts.learning).
 
     python -m tests.calibration.record                  # every trainer and kind: ~8 min on 2 cores
     python -m tests.calibration.record --trainers grpo --kinds fast_solver --seeds 3 --out /tmp/probe.json
@@ -25,7 +25,7 @@ constant learning rate unless the kind says otherwise), each made by its setting
 KTO computes its KL term from a precomputed, sequential pass over the data (TRL 1.16 requires
 ``train_sampling_strategy="sequential"``), so its batches do not depend on the seed and every seed of the
 built-in data trains the same trial. Each KTO seed here therefore trains on the built-in rows drawn with that
-seed (``tuner.data.builtin_dataset("kto", seed=seed)``), which gives independent trials.
+seed (``tuner.inputs.data.builtin_dataset(adapter("kto"), seed=seed)``), which gives independent trials.
 
 Only trials that ended ``ok`` are kept (the guard stops some that diverge or collapse; the search never judges
 those for learning); how many were dropped per kind is printed and stored. tests/test_learning_calibration.py
@@ -40,6 +40,7 @@ import math
 import tempfile
 import time
 from collections import Counter
+from tuner.config.trainers import adapter
 from pathlib import Path
 
 CANNOT_LEARN = 1e-7
@@ -78,7 +79,7 @@ KINDS: dict[str, dict[str, dict]] = {
 }
 # Seeds per kind: one trial moves a rate by 2.5% at 40, so the 5% bounds are measured, not rounded to.
 SEEDS = {"cannot_learn": 40, "fast_solver": 40, "slow_learner": 40, "regresses": 40}
-# What the judgement (tuner.learning) and the guard (tuner.guard) read, so the file stays small.
+# What the judgement (tuner.verdicts.learning) and the guard (tuner.verdicts.guard) read, so the file stays small.
 KEPT = ("step", "loss", "reward", "reward_std", "reward_groups", "grad_norm", "learning_rate", "frac_reward_zero_std",
         "params_changed")
 OUT = Path(__file__).with_name("histories.json")
@@ -107,7 +108,7 @@ def _compact(value):
 def main(argv=None) -> None:
     import torch
 
-    from tuner.data import builtin_dataset
+    from tuner.inputs.data import builtin_dataset
     from tuner.trial import TrialSpec, run_trial
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -131,7 +132,7 @@ def main(argv=None) -> None:
                     if trainer == "kto":  # see the docstring: KTO's batches do not depend on the seed
                         dataset = f"{scratch}/kto-{seed}.jsonl"
                         if not Path(dataset).exists():
-                            builtin_dataset("kto", seed=seed).to_json(dataset)
+                            builtin_dataset(adapter("kto"), seed=seed).to_json(dataset)
                     spec = TrialSpec(trainer=trainer, params=kind_params(trainer, kind), max_steps=args.max_steps,
                                      seed=seed, dataset=dataset)
                     result = run_trial(spec)

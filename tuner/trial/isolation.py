@@ -84,7 +84,7 @@ def _mp_context():
         import multiprocessing
 
         _context = multiprocessing.get_context("forkserver")
-        _context.set_forkserver_preload(["tuner._preload"])
+        _context.set_forkserver_preload(["tuner.trial._preload"])
     return _context
 
 

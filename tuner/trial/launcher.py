@@ -78,7 +78,7 @@ def stop(process: subprocess.Popen, timeout: float = 30.0) -> None:
 
     SIGTERM as well: while it still imports torch (seconds, more under load) it reads no stdin, and the search
     would wait for the imports to end; it has forked nothing yet then, and the signal's default action ends it."""
-    from tuner import reaper
+    from tuner.stores import reaper
 
     if os.environ.get(ENV) == process.socket_path:
         del os.environ[ENV]

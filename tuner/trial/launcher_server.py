@@ -66,7 +66,7 @@ def serve(path: str) -> None:
     listener = socket.socket(socket.AF_UNIX)
     listener.bind(path)
     listener.listen(64)  # workers may connect while the imports below run: they wait in the backlog
-    import tuner._preload  # noqa: F401 - the point of this process
+    import tuner.trial._preload  # noqa: F401 - the point of this process
 
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from tuner.config.trainers import Adapter
+
 def throughput(history: list[dict[str, Any]], step_times: list[tuple[int, float]], warmup: int,
                samples_per_step: int) -> tuple[float | None, float | None]:
     """tokens/s and samples/s over the steps after warm-up (TRL logs cumulative ``num_tokens``)."""
@@ -50,14 +52,14 @@ def samples_per_step(params: dict[str, Any]) -> int:
     return int(params.get("per_device_train_batch_size", 8)) * int(params.get("gradient_accumulation_steps", 1))
 
 
-def so_far(trainer: str, rows: list[dict[str, Any]], params: dict[str, Any], warmup: int) -> dict[str, Any]:
-    """A running trial's figures from its metric rows so far (each with ``train_seconds``, tuner.monitor):
+def so_far(entry: Adapter, rows: list[dict[str, Any]], params: dict[str, Any], warmup: int) -> dict[str, Any]:
+    """A running trial's figures from its metric rows so far (each with ``train_seconds``, tuner.trial.monitor):
     steps, tokens/s and learning progress, as its result would give them were it to end now."""
-    from tuner.learning import judge_learning
+    from tuner.verdicts.learning import judge_learning
 
     times = [(int(r["step"]), float(r["train_seconds"])) for r in rows if r.get("train_seconds") is not None]
     tokens_per_second, samples = throughput(rows, times, warmup, samples_per_step(params))
-    learning = judge_learning(trainer, rows)
+    learning = judge_learning(entry, rows)
     return {"steps_run": int(rows[-1]["step"]) if rows else 0, "tokens_per_second": tokens_per_second,
             "samples_per_second": samples, "progress": learning.effect, "progress_p_value": learning.p_value,
             "learned": learning.learned}

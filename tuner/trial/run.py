@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from tuner.errors import describe_exception, quiet_libraries
-from tuner.learning import judge_learning
+from tuner.verdicts.learning import judge_learning
 from tuner.records import NO_STOP_STEP, Status, TrialResult
 from tuner.trial.faults import fault_hook
 from tuner.trial.measure import is_oom, peak_memory_mb, samples_per_step, throughput
@@ -35,9 +35,11 @@ def run_trial(spec: TrialSpec, workdir: str | os.PathLike | None = None, metrics
 
 
 def _run_in(spec: TrialSpec, workdir: Path, metrics_path) -> TrialResult:
-    from tuner import data, models, rewards, trainers
-    from tuner import precision as precisions
-    from tuner.monitor import StepMonitor
+    from tuner.config import trainers
+    from tuner.inputs import data, models, rewards
+    from tuner.trial.trainer import build_trainer
+    from tuner.config import precision as precisions
+    from tuner.trial.monitor import StepMonitor
 
     started = time.perf_counter()
     try:
@@ -45,8 +47,8 @@ def _run_in(spec: TrialSpec, workdir: Path, metrics_path) -> TrialResult:
         workdir.mkdir(parents=True, exist_ok=True)
         model_path = models.resolve_model(spec.model)
         tiny = models.is_tiny(model_path)
-        entry = trainers.adapter(spec.trainer)
-        dataset = data.load_dataset_spec(spec.dataset, spec.trainer, tiny=tiny)
+        entry = spec.entry
+        dataset = data.load_dataset_spec(spec.dataset, entry, tiny=tiny)
         if entry.rows_in_order:
             dataset = dataset.shuffle(seed=spec.seed)  # the seed picks the batches, as a random sampler's does
         reward_funcs = (rewards.resolve_reward_funcs(spec.reward_funcs or [data.builtin_reward(tiny)])
@@ -55,14 +57,14 @@ def _run_in(spec: TrialSpec, workdir: Path, metrics_path) -> TrialResult:
     except Exception as error:  # noqa: BLE001 - loading failed: this trial's crash, said in one line with its place
         return TrialResult.crashed(describe_exception(error),
                            wall_seconds=time.perf_counter() - started)
-    monitor = StepMonitor(spec.trainer, grad_scaler=precisions.PRECISIONS[split.precision].grad_scaler, metrics_path=metrics_path,
+    monitor = StepMonitor(entry, grad_scaler=precisions.PRECISIONS[split.precision].grad_scaler, metrics_path=metrics_path,
                           fault=fault_hook(spec))
     run = {"max_steps": spec.max_steps, "seed": spec.seed, "output_dir": str(workdir / "out"),
            "use_cpu": not _cuda_available()}
     result = TrialResult(status=Status.OK, device="cpu" if run["use_cpu"] else "cuda")
     try:
         try:
-            trainer = trainers.build_trainer(spec.trainer, model_path, spec.params, dataset, run,
+            trainer = build_trainer(entry, model_path, spec.params, dataset, run,
                                              reward_funcs=reward_funcs, callbacks=[monitor])
         except (ValueError, TypeError) as e:
             # TRL's configs reject impossible combinations (batch not divisible by num_generations ...)
@@ -99,7 +101,7 @@ def _run_in(spec: TrialSpec, workdir: Path, metrics_path) -> TrialResult:
         result.stopped_at_step = (monitor.step_times[-1][0] if monitor.step_times else 0) + 1
     result.tokens_per_second, result.samples_per_second = throughput(
         monitor.history, monitor.step_times, spec.warmup_steps, samples_per_step(spec.params))
-    learning = judge_learning(spec.trainer, monitor.history)
+    learning = judge_learning(entry, monitor.history)
     result.progress, result.progress_p_value, result.learned = learning.effect, learning.p_value, learning.learned
     if result.status == Status.OK and monitor.guard.notes:
         result.reason = "; ".join(monitor.guard.notes)  # e.g. the reward saturated: worth saying, not a failure
@@ -107,14 +109,14 @@ def _run_in(spec: TrialSpec, workdir: Path, metrics_path) -> TrialResult:
 
 
 def _memory_estimate_mb(spec: TrialSpec, model_path: str, device: str) -> float | None:
-    """tuner.memory's estimate of this trial's peak, recorded beside the measured one; never fails a trial."""
+    """tuner.trial.memory's estimate of this trial's peak, recorded beside the measured one; never fails a trial."""
     from transformers import AutoConfig
 
-    from tuner import memory
+    from tuner.trial import memory
 
     try:
         config = AutoConfig.from_pretrained(model_path)
-        return memory.estimate_trial(spec.trainer, config, spec.params, device=device).total / 2**20
+        return memory.estimate_trial(spec.entry, config, spec.params, device=device).total / 2**20
     except Exception:  # noqa: BLE001 - an estimate is a figure to compare, not a reason to lose the trial
         return None
 

@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, field_validator
 
-from tuner import trainers
+from tuner.config import trainers
 from tuner.errors import TunerError, quiet_libraries, validated
 from tuner.trial.faults import parse_fault
 
@@ -33,6 +33,11 @@ class TrialSpec:
     seed: int = 0
     warmup_steps: int = 2  # steps excluded from speed figures: first steps pay for allocation and caching
     fault: str | None = None  # see FAULT_ENV
+
+    @property
+    def entry(self) -> trainers.Adapter:
+        """The trainer's entry in the trainer table: the one place a trial's trainer name is looked up."""
+        return trainers.adapter(self.trainer)
 
     @classmethod
     def from_mapping(cls, data: dict, where: str = "<trial>") -> "TrialSpec":
@@ -105,7 +110,7 @@ def _describe(error) -> str:
 
 
 def load_trial_spec(path: str | os.PathLike) -> TrialSpec:
-    from tuner.space import load_yaml
+    from tuner.config.space import load_yaml
 
     where = str(path)
     try:
@@ -122,19 +127,20 @@ def load_trial_spec(path: str | os.PathLike) -> TrialSpec:
 def prepare_trial_spec(path: str | os.PathLike) -> TrialSpec:
     """``tuner trial --config``: the config read, every param's name and type checked against the trainer's
     TRL config, paths resolved against this folder, and the model, data and rewards probed
-    (``tuner.probe``), before any training starts. Bad input is a TunerError."""
-    from tuner import probe, values
+    (``tuner.inputs.probe``), before any training starts. Bad input is a TunerError."""
+    from tuner.config import values
+    from tuner.inputs import probe
 
     quiet_libraries()
     where = str(path)
     spec = load_trial_spec(path)
-    spec.params = values.check_params(spec.params, spec.trainer, f"{where}: params")
-    if spec.reward_funcs and not trainers.adapter(spec.trainer).uses_reward_funcs:
+    spec.params = values.check_params(spec.params, spec.entry, f"{where}: params")
+    if spec.reward_funcs and not spec.entry.uses_reward_funcs:
         online = ", ".join(name for name, a in trainers.ADAPTERS.items() if a.uses_reward_funcs)
         raise TunerError(f"{where}: reward_funcs: for {online} only; {spec.trainer} learns from its dataset's "
                          "labels; remove reward_funcs")
     inputs = probe.check_user_inputs(
-        spec.trainer, spec.model, spec.dataset, spec.reward_funcs,
+        spec.entry, spec.model, spec.dataset, spec.reward_funcs,
         missing_reward=f"{where}: reward_funcs: grpo on your own dataset needs a reward for it (tuner's built-in "
                        "reward only scores its built-in data); add reward_funcs: [NAME] with a TRL reward such as "
                        "accuracy_reward, or module:function of yours")

@@ -1,0 +1,243 @@
+"""The recommended config as the user will run it: what the search chose and what the user set, nothing of
+the search's own harness, and sequence lengths that fit the user's data.
+
+    config, info = build(entry, best_params, model_path, space=..., dataset=..., on_cpu=True)
+    text = render_export(search, experiment, run_id)        # the file `tuner export` writes
+
+What is left out, and why:
+
+- ``use_cpu``: the trials may have run on a CPU; the file is for the machine the user trains on, where
+  ``use_cpu: true`` would keep the GPU idle. Precision is always written as both ``bf16`` and ``fp16`` (TRL's
+  configs turn bf16 on when it is left out, and refuse bf16 on a CPU unless ``use_cpu``), so an fp32 or
+  "-pure" export loads anywhere; a ``bf16: true`` export (bf16-mixed) needs a GPU with bfloat16 and says so.
+- the shipped spaces' short-trial lengths (``fixed: max_length: 64`` ...): they keep trials short, they are
+  not a choice for the user's run. A length in the user's own ``--search-space`` (fixed or searched) is kept.
+
+A length the user did not set is measured on the user's ``--dataset`` with the model's tokenizer (the
+PERCENTILE-th percentile of the token lengths of up to MEASURE_ROWS rows, rounded up to a multiple of
+ROUND_TO), or left to TRL's default when the search used tuner's built-in data (its lengths say nothing about
+the user's) or the length is a generation budget (GRPO's completions are written by the model, not read from
+the data). ``tuner export --max-length N`` / ``--max-completion-length N`` set one by hand. The file's header
+comment says, for each length, which value it has and why.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+from typing import Any
+
+from tuner.errors import TunerError
+from tuner.config.trainers import Adapter, adapter
+
+__all__ = ["LENGTH_FIELDS", "MEASURE_ROWS", "PERCENTILE", "build", "harness_lengths", "measure_max_length",
+           "render_export", "with_overrides"]
+
+# The sequence-length settings of TRL's configs (TRL 1.16: max_length for dpo/kto/reward/sft,
+# max_completion_length for grpo); max_prompt_length is listed for TRL versions that have it.
+LENGTH_FIELDS = ("max_length", "max_prompt_length", "max_completion_length")
+MEASURE_ROWS = 256  # enough rows for a stable high percentile; tokenizing them takes a second
+PERCENTILE = 99
+ROUND_TO = 8
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def length_fields(entry: Adapter) -> dict[str, Any]:
+    """The trainer's length settings and TRL's default for each."""
+    return {f.name: f.default for f in dataclasses.fields(entry.config_type()) if f.name in LENGTH_FIELDS}
+
+
+def is_shipped(space) -> bool:
+    """Whether ``space`` is the shipped default space for its trainer (search_spaces/<trainer>.yaml)."""
+    try:
+        return Path(space.source).resolve() == space.entry.default_space.resolve()
+    except (OSError, ValueError):
+        return False
+
+
+def harness_lengths(space) -> dict[str, Any]:
+    """The shipped space's fixed short-trial lengths: settings of the search, not choices for the user."""
+    if space is None or not is_shipped(space):
+        return {}
+    return {name: value for name, value in space.fixed.items() if name in LENGTH_FIELDS}
+
+
+# -- measuring the user's data ---------------------------------------------------------------------------
+
+
+def _text(value: Any, tokenizer) -> str:
+    """A dataset cell as the text the trainer tokenizes: a string, or a conversation (list of messages)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and all(isinstance(m, dict) for m in value):
+        if getattr(tokenizer, "chat_template", None):
+            try:
+                return tokenizer.apply_chat_template(value, tokenize=False)
+            except Exception:  # noqa: BLE001 - a template that cannot render these messages: count their words
+                pass
+        return "\n".join(str(m.get("content", "")) for m in value)
+    return "" if value is None else str(value)
+
+
+def _join(prompt: Any, rest: Any, tokenizer) -> str:
+    if isinstance(prompt, list) and isinstance(rest, list):
+        return _text(prompt + rest, tokenizer)
+    return _text(prompt, tokenizer) + _text(rest, tokenizer)
+
+
+def _sequences(entry: Adapter, row: dict[str, Any], tokenizer) -> tuple[str, list[str]]:
+    """(what is measured, the texts of one row whose longest is the row's length)."""
+    prompt = row.get("prompt", "" if not isinstance(row.get("chosen", row.get("completion")), list) else [])
+    pairs = entry.length_pairs
+    if pairs:
+        return (" and ".join(f"{first}+{second}" for first, second in pairs),
+                [_join(row.get(first, prompt), row[second], tokenizer) for first, second in pairs])
+    if "messages" in row:
+        return "messages", [_text(row["messages"], tokenizer)]
+    if "completion" in row:
+        return "prompt+completion", [_join(prompt, row["completion"], tokenizer)]
+    return "text", [_text(row.get("text"), tokenizer)]
+
+
+def measure_max_length(entry: Adapter, dataset, tokenizer, rows: int = MEASURE_ROWS) -> tuple[int, str]:
+    """(max_length that fits the data, how it was measured): the PERCENTILE-th percentile (nearest rank) of the
+    token lengths of the first ``rows`` rows, rounded up to a multiple of ROUND_TO."""
+    n = min(rows, len(dataset))
+    if n == 0:
+        raise ValueError("the dataset has no rows")
+    lengths, what = [], ""
+    for row in dataset.select(range(n)):
+        what, texts = _sequences(entry, row, tokenizer)
+        lengths.append(max(len(tokenizer(text, add_special_tokens=True)["input_ids"]) for text in texts))
+    lengths.sort()
+    percentile = lengths[max(0, math.ceil(PERCENTILE / 100 * n) - 1)]
+    value = max(ROUND_TO, math.ceil(percentile / ROUND_TO) * ROUND_TO)
+    return value, (f"the {PERCENTILE}th percentile of the {what} token lengths of {n} rows "
+                   f"({percentile} tokens; longest {lengths[-1]}), rounded up to a multiple of {ROUND_TO}")
+
+
+def _measured(entry: Adapter, dataset_spec: str, model_path: str) -> tuple[int, str]:
+    from transformers import AutoTokenizer
+
+    from tuner.inputs import data
+
+    dataset = data.load_dataset_spec(dataset_spec, entry)
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    value, how = measure_max_length(entry, dataset, tokenizer)
+    return value, f"measured on {dataset_spec} with the model's tokenizer: {how}"
+
+
+# -- the exported config -----------------------------------------------------------------------------------
+
+
+def decide_lengths(entry: Adapter, params: dict[str, Any], *, space=None, dataset: str | None = None,
+                   model_path: str | None = None) -> list[dict[str, Any]]:
+    """One entry per length setting of the trainer: {"name", "value" (None: left to TRL's default), "why"}."""
+    harness = harness_lengths(space)
+    user_fixed = set(space.fixed) if space is not None else set()
+    decided = []
+    for name, default in length_fields(entry).items():
+        was = (f"; the search's short trials used {harness[name]}, a setting of tuner's shipped space, not a "
+               "choice for your run") if name in harness else ""
+        if name in params and name not in harness:
+            source = "your search space's fixed value" if name in user_fixed else "chosen by the search"
+            decided.append({"name": name, "value": params[name], "why": f"{source} (every trial ran with it)"})
+        elif name == "max_length" and entry.length_pairs != () and dataset:
+            try:
+                value, why = _measured(entry, dataset, model_path)
+            except Exception as e:  # noqa: BLE001 - the search is done: say what failed, do not lose the export
+                decided.append({"name": name, "value": None, "why": (
+                    f"TRL's default ({default}): measuring {dataset} failed ({type(e).__name__}: "
+                    f"{str(e).splitlines()[0][:120] if str(e) else ''}); set it with tuner export {_flag(name)} N{was}")})
+            else:
+                decided.append({"name": name, "value": value, "why": why + was})
+        elif entry.uses_reward_funcs and name == "max_completion_length":
+            decided.append({"name": name, "value": None, "why": (
+                f"TRL's default ({default}): completions are generated, so their length is not in the data; set it "
+                f"with tuner export {_flag(name)} N{was}")})
+        elif name in harness or name == "max_length":
+            decided.append({"name": name, "value": None, "why": (
+                f"TRL's default ({default}): the search trained on tuner's built-in data, whose lengths say nothing "
+                f"about yours; set it with tuner export {_flag(name)} N{was}")})
+    return decided
+
+
+def build(entry: Adapter, params: dict[str, Any], model_path: str, *, space=None, dataset: str | None = None,
+          hub_dataset: str | None = None, reward_funcs: list[str] | None = None,
+          on_cpu: bool = False) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the TRL config to export, {"lengths": [...], "notes": [...]} for its header)."""
+    from tuner.verdicts import recommend
+
+    lengths = decide_lengths(entry, params, space=space, dataset=dataset, model_path=model_path)
+    chosen = {k: v for k, v in params.items() if k not in LENGTH_FIELDS}
+    config = recommend.trl_config(entry, chosen, model_path, reward_funcs=reward_funcs, dataset=hub_dataset)
+    config = _apply_lengths(config, lengths)
+    notes = []
+    if on_cpu:
+        notes.append("Not set: use_cpu. The trials ran on a CPU; this file is for the machine you train on.")
+        if config.get("bf16"):
+            notes.append("bf16: true (the bf16-mixed precision the search measured) needs a GPU with bfloat16; "
+                         "to run it on a CPU, add --use_cpu to the trl command.")
+    return config, {"lengths": lengths, "notes": notes}
+
+
+def _apply_lengths(config: dict[str, Any], lengths: list[dict[str, Any]]) -> dict[str, Any]:
+    config = dict(config)
+    for length in lengths:
+        config.pop(length["name"], None)
+    # next to the other training settings, before the tuner-wide ones at the end
+    tail = {k: config.pop(k) for k in ("logging_nan_inf_filter", "reward_funcs") if k in config}
+    config.update({x["name"]: x["value"] for x in lengths if x["value"] is not None})
+    config.update(tail)
+    return config
+
+
+def with_overrides(search: dict[str, Any], overrides: dict[str, int | None]) -> dict[str, Any]:
+    """The search's export with lengths given on the command line (``--max-length N`` ...) instead."""
+    overrides = {k: v for k, v in overrides.items() if v is not None}
+    if not overrides:
+        return search
+    export = dict(search.get("export") or {})
+    known = {x["name"]: x for x in export.get("lengths") or []}
+    if not known:  # a search from before tuner measured lengths: every length of its trainer may be set
+        known = {name: {"name": name, "value": search["trl_config"].get(name), "why": "as the search exported it"}
+                 for name in length_fields(adapter(search["trainer"]))}
+    for name, value in overrides.items():
+        if name not in known:
+            have = ", ".join(_flag(n) for n in known) or "none"
+            raise TunerError(f"{_flag(name)} {value}: {search['trainer']} has no {name} setting; its length flags: "
+                             f"{have}")
+        known[name] = {"name": name, "value": value, "why": f"set by {_flag(name)}"}
+    lengths = list(known.values())
+    export["lengths"] = lengths
+    return {**search, "export": export, "trl_config": _apply_lengths(search["trl_config"], lengths)}
+
+
+def header(search: dict[str, Any], experiment: str, run_id: str) -> str:
+    """The comment at the top of the exported YAML: where it comes from, the rule, each length and why."""
+    best = search["recommended"]
+    config = search["trl_config"]
+    export = search.get("export") or {}
+    lines = [f"Recommended by tuner: experiment {experiment}, run {run_id}, trial {best['number']} "
+             f"({best['tokens_per_second']:.0f} tokens/s, progress {best['progress']:+.3f}).",
+             f"Rule: {search['rule']}."]
+    for length in export.get("lengths") or []:
+        value = length["value"] if length["value"] is not None else "not set"
+        lines.append(f"{length['name']}: {value}: {length['why']}.")
+    lines += export.get("notes") or []
+    lines.append(f"Run: trl {search['trainer']} --config THIS_FILE"
+                 + ("" if "dataset_name" in config else " --dataset_name YOUR_DATASET"))
+    return "\n".join(lines)
+
+
+def render_export(search: dict[str, Any], experiment: str, run_id: str, fmt: str = "yaml") -> str:
+    """The text `tuner export` writes: YAML with the header comment, or the bare config as JSON."""
+    from tuner.verdicts import recommend
+
+    config = {k: v for k, v in search["trl_config"].items() if k != "use_cpu"}  # searches before this rule
+    return recommend.render(config, fmt, header=header({**search, "trl_config": config}, experiment, run_id)
+                            if fmt == "yaml" else "")

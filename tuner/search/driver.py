@@ -1,0 +1,517 @@
+"""A search: Optuna proposes, Ray Tune runs trials in parallel, the driver logs and recommends.
+
+    prepare()  validate every input before anything starts (space, model, data, reward, store, Ray)
+    run_search()  Ray Tune trials <- OptunaSearcher (ask/tell) ; driver callback -> MLflow + progress
+
+Unstable trials are told to Optuna as COMPLETE with a violated constraint (not FAIL): TPE then
+counts them as bad outcomes and steers away from their region instead of ignoring them.
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import dataclasses
+import datetime as dt
+import json
+import socket
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from tuner.report import export
+
+from tuner.stores import interrupts
+from tuner.verdicts import recommend as rec
+from tuner.errors import TunerError, quiet_libraries
+from tuner.config.options import DEFAULT_TRIALS, SAMPLERS, SearchOptions, check_options, options_from, prunes  # noqa: F401 - re-exported
+from tuner.report.progress import Progress, SearchInterrupted, describe_params, resume_command, results_table
+from tuner.search.sampling import Proposer, make_study
+from tuner.config.space import SearchSpace, check_param_names, load_space
+from tuner.trial import TrialSpec
+
+
+@dataclass
+class Prepared:
+    options: SearchOptions
+    space: SearchSpace
+    model_path: str
+    tracking_uri: str
+    experiment: str
+    n_trials: int
+    grid: list[dict[str, Any]] | None
+    dropped_precisions: list[str]
+    warnings: list[str] = field(default_factory=list)
+    resume_run_id: str | None = None
+
+
+
+def halves(options: SearchOptions) -> bool:
+    """Whether successive halving stops trials inside the first rung: as --prune says when given; by default on
+    for the tiny model (but with --sampler grid) and off for a pretrained model. At its learning rates a pretrained
+    model's reward or loss does not move visibly in a quarter of --max-steps, so halving there ranks noise: on the
+    tiny pretrained model it stopped at step 6 of 20 all four fp32 trials at 2e-5 to 5e-5, the ones that learn
+    within 60 steps, and kept a trial at 1e-6 with a lucky start. For a pretrained model the longer rungs
+    (tuner.search.extend: 20 -> 60 -> 180 steps, the best third each time) do the halving."""
+    from tuner.inputs import models
+
+    if options.prune is not None:
+        return options.prune
+    return options.sampler != "grid" and options.model == models.TINY_MODEL
+
+def _model_label(model: str) -> str:
+    return Path(model.rstrip("/")).name or model
+
+
+def hardware_precisions(gpus_per_trial: float | None) -> dict[str, str]:
+    """Precisions this hardware cannot run, each with why. Dropped with one warning, never
+    silently run as something else. ``gpus_per_trial`` None: GPU trials when this machine has a GPU."""
+    import torch
+
+    from tuner.config import precision
+
+    on_gpu = torch.cuda.device_count() > 0 if gpus_per_trial is None else gpus_per_trial > 0
+    bf16 = torch.cuda.is_bf16_supported() if on_gpu and torch.cuda.is_available() else True
+    return precision.unsupported(on_gpu, bf16_supported=bf16)
+
+
+def _check_ray_address(address: str) -> None:
+    if address in ("auto", "local"):
+        return
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise TunerError(f"--ray-address {address}: expected HOST:PORT of a Ray head node (e.g. 10.0.0.1:6379, or "
+                         "ray://HOST:10001 for Ray Client), or auto; leave it out to run Ray locally")
+    try:
+        with socket.create_connection((host.strip("[]") or "127.0.0.1", int(port)), timeout=3):
+            pass
+    except OSError as e:
+        raise TunerError(
+            f"--ray-address {address}: no Ray cluster answers there ({e}); start one with `ray start --head` "
+            "and pass the address it prints, or leave --ray-address out to run Ray locally"
+        ) from None
+
+
+def prepare(options: SearchOptions) -> Prepared:
+    """Check everything the user gave us; raises TunerError before any run, study or trial exists.
+
+    Cheap checks run first, so a typo fails in a second instead of after importing TRL and torch;
+    the local store is checked last because checking it creates its folder.
+    """
+    from tuner.config import trainers, values
+    from tuner.inputs import models, probe
+    from tuner.stores import tracking
+
+    o = options
+    check_options(o)  # choices and ranges, as the command line checks them
+    # A space's `trainer:` is the default trainer; an explicit --trainer must agree with it (load_space says so).
+    space = load_space(o.search_space, o.trainer or (None if o.search_space else trainers.DEFAULT_TRAINER))
+    o = dataclasses.replace(o, trainer=space.trainer)
+    space = space.for_model(pretrained=o.model != models.TINY_MODEL)
+    if o.reward_funcs and not o.entry.uses_reward_funcs:
+        online = ", ".join(name for name, a in trainers.ADAPTERS.items() if a.uses_reward_funcs)
+        raise TunerError(f"--reward-func is for {online} only; {o.trainer} learns from its dataset's labels")
+    if o.sampler == "grid":
+        space.grid()  # a float or int param cannot be a grid axis: say so before the slow checks
+    if o.ray_address:
+        _check_ray_address(o.ray_address)
+    uri = o.tracking_uri or tracking.default_tracking_uri(Path(o.store))
+    remote = tracking.is_server(uri)
+    if o.tracking_uri:
+        _check_tracking_scheme(uri)
+    if remote:
+        tracking.check_tracking(uri, Path(o.store))  # asks the server's /health; writes nothing
+
+    # -- the slow checks: they import torch, TRL and datasets, and build the tiny model once
+    quiet_libraries()
+    if o.gpus_per_trial and not o.ray_address:
+        import torch
+
+        if torch.cuda.device_count() == 0:
+            raise TunerError(f"--gpus-per-trial {o.gpus_per_trial}: this machine has no CUDA GPU; drop the flag "
+                             "to run on the CPU, or pass --ray-address of a cluster with GPUs")
+    check_param_names(space, o.entry.config_fields())
+    values.check_space_values(space)  # 2e-4 is a number; a value of the wrong type is refused here
+
+    cannot = hardware_precisions(o.gpus_per_trial)
+    dropped = [p for p in space.precisions() if p in cannot]
+    warnings = [f"precision {p} dropped: {cannot[p]}" for p in dropped]
+    space = space.without_precisions(dropped)
+
+    grid = space.grid() if o.sampler == "grid" else None
+    n_trials = o.trials or (len(grid) if grid is not None else DEFAULT_TRIALS)
+
+    inputs = probe.check_user_inputs(
+        o.entry, o.model, o.dataset, o.reward_funcs,
+        missing_reward=f"--dataset {o.dataset}: grpo on your own data needs a reward for it (tuner's built-in reward "
+                       "only scores its built-in data); pass --reward-func NAME: a TRL reward such as accuracy_reward, "
+                       "or module:function of yours")
+    model_path = inputs.model_path
+    # The user's paths are resolved against this folder now: trials run in Ray's working directories, and the
+    # MLflow params, trial specs and trial.yaml files keep them absolute (so --resume works from anywhere).
+    o = dataclasses.replace(
+        o, model=inputs.model, dataset=inputs.dataset, reward_funcs=inputs.reward_funcs,
+        search_space=str(Path(o.search_space).resolve()) if o.search_space else None)
+    space.source = o.search_space or space.source
+
+    if not remote:
+        tracking.check_tracking(uri, Path(o.store))
+    if o.tracking_uri:
+        # the local store folder is written with any tracking URI: the Optuna study (and a server's spool) live there
+        tracking.check_tracking(tracking.default_tracking_uri(Path(o.store)), Path(o.store))
+    experiment = o.experiment or f"{o.trainer}-{_model_label(o.model)}"
+    return Prepared(o, space, model_path, uri, experiment, n_trials, grid, dropped, warnings)
+
+
+def _check_tracking_scheme(uri: str) -> None:
+    """An unknown --tracking-uri scheme otherwise fails inside MLflow after Ray has started."""
+    if uri.startswith(("http://", "https://", "sqlite:///", "file:")):
+        return
+    from mlflow.tracking._tracking_service.utils import _tracking_store_registry
+
+    try:
+        _tracking_store_registry.get_store_builder(uri)
+    except Exception:  # noqa: BLE001 - MLflow raises its own exception types for an unsupported scheme
+        raise TunerError(
+            f"--tracking-uri {uri}: MLflow cannot use this kind of URI; pass http(s)://HOST:PORT of a tracking "
+            "server or sqlite:///PATH/mlflow.db, or drop --tracking-uri to use the local store"
+        ) from None
+
+
+@dataclass
+class SearchOutcome:
+    experiment: str
+    parent_run_id: str
+    records: list[dict[str, Any]]
+    recommended: dict[str, Any] | None
+    trl_config: dict[str, Any] | None
+    wall_seconds: float
+    candidates: list[dict[str, Any]] = field(default_factory=list)  # confirmation verdicts
+    search: dict[str, Any] = field(default_factory=dict)  # what search.json holds: `tuner export` renders from it
+    stopped_because: str | None = None  # a failure no config avoids stopped the search early (tuner.verdicts.diagnose)
+
+
+def run_search(prepared: Prepared, echo: Callable[[str], None] = print) -> SearchOutcome:
+    """Run (or resume) the search, confirm the best candidates, recommend; logs everything to MLflow.
+
+    Ctrl-C or SIGTERM at any moment (Ray starting, trials, confirmation, the results being written) raises
+    KeyboardInterrupt within seconds, whatever became of Ray's processes meanwhile (a batch system signals them
+    too): SearchInterrupted says what is kept and how to resume once the search run exists, and by then every run
+    it started is ended (the search run KILLED); Ray, the trials and the launcher are stopped in any case."""
+    from tuner.search import execution
+    from tuner.trial import weights
+    from tuner.trial import launcher
+
+    o = prepared.options
+    started = time.perf_counter()
+    stores, interrupted = None, False
+    now = _EndNow(prepared)  # what a signal the main thread cannot take in time ends (interrupts.answered)
+    with interrupts.answered(now.end), concurrent.futures.ThreadPoolExecutor(1) as pool:
+        try:
+            # The stores open while Ray starts (their tables created, on a fresh store: seconds). An interrupt
+            # meanwhile waits for them (opening.result): they are never left half-made.
+            now.opening = opening = pool.submit(_open_stores, prepared)
+            for warning in prepared.warnings:
+                echo(f"warning: {warning}")
+            # Before Ray, whose local workers inherit its address: this node's trial launcher imports torch and TRL
+            # while Ray starts (on a Ray cluster's other nodes each worker does).
+            now.launcher = None if o.ray_address or not launcher.wanted() else launcher.start()
+            ray = execution.init_ray(o.ray_address, o.gpus_per_trial)
+            stores = opening.result()
+            return _run(prepared, ray, *stores, started, echo)  # it ends the search run, also when interrupted
+        except KeyboardInterrupt as interrupt:
+            interrupts.taken()
+            interrupted = True
+            if stores is not None:
+                raise
+            raise _interrupted_while_starting(prepared, now.opening) from interrupt
+        finally:
+            with interrupts.ending():  # bounded (seconds): a second signal must not leave Ray or trials running
+                # The shared weight copies, also on a cluster's other nodes while Ray is up. A local Ray has no
+                # other node, and after an interrupt Ray is asked nothing more: its GCS may be gone (shutdown_ray).
+                interrupted = interrupted or interrupts.signalled()  # a signal held while the search ended, too
+                weights.release_everywhere(prepared.model_path, other_nodes=bool(o.ray_address) and not interrupted)
+                execution.shutdown_ray(interrupted)  # also on errors: no Ray process outlives the search
+                if now.launcher:
+                    launcher.stop(now.launcher)
+
+
+class _EndNow:
+    """What a search has started, for the watcher thread of interrupts.answered to end when the main thread cannot
+    take a signal in time (stuck in a Ray call that waits on a GCS the same signal killed): the search run and its
+    open trials' runs KILLED, Ray and the launcher killed, the same line as an interrupt the main thread took."""
+
+    def __init__(self, prepared: Prepared):
+        self.prepared = prepared
+        self.opening: concurrent.futures.Future | None = None  # the stores: (tracker, run name, study, records)
+        self.launcher = None
+
+    def end(self) -> None:
+        import sys
+
+        from tuner.search import execution
+        from tuner.trial import launcher
+
+        try:
+            said = _end_opened(self.prepared, self.opening, timeout=30)
+        finally:
+            execution.kill_ray()
+            if self.launcher:
+                launcher.stop(self.launcher)
+        print(f"tuner: {said}", file=sys.stderr, flush=True)  # as tuner.cli says an interrupt the main thread took
+
+
+def _interrupted_while_starting(prepared: Prepared, opening) -> KeyboardInterrupt:
+    """An interrupt before the search run was (re)started in _run: a resumed search's run (left RUNNING by a driver
+    that died, maybe) is ended KILLED. What the interrupted search says."""
+    with interrupts.ending():
+        return _end_opened(prepared, opening)
+
+
+def _end_opened(prepared: Prepared, opening, timeout: float | None = None) -> KeyboardInterrupt:
+    """The stores of an interrupted search, once open (within ``timeout``): its run, if one was started, ended
+    KILLED with its open trials' runs. What the interrupted search says."""
+    tracker, records = None, []
+    try:
+        if opening is not None:
+            tracker, _, _, records = opening.result(timeout=timeout)  # records: the search's own list, so far
+    except Exception:  # noqa: BLE001 - they could not be opened: the interrupt is the news, not this
+        tracker = None
+    if tracker is not None:
+        tracker.finish("KILLED")  # nothing to end when no search run was started
+    return _interruption(prepared, tracker, records)
+
+
+def _interruption(prepared: Prepared, tracker, records: list[dict[str, Any]]) -> KeyboardInterrupt:
+    """What an interrupted search says: what is kept and the command that resumes it, or that nothing was."""
+    o = prepared.options
+    if tracker is None or tracker.parent_id is None:
+        return KeyboardInterrupt("interrupted before the search started; nothing was kept: run the same command "
+                                 "again to start it")
+    return SearchInterrupted(len(records), prepared.n_trials, prepared.experiment,
+                             resume_command(prepared.experiment, o.store, o.tracking_uri))
+
+
+def _open_stores(prepared: Prepared):
+    """(tracker, run name, study, records so far): the MLflow experiment and the Optuna study, before any run is
+    started (a resumed search: its own run and study, reattached)."""
+    from tuner.search import resume as resuming
+    from tuner.stores import tracking
+
+    o = prepared.options
+    storage = _study_storage(o)
+
+    def study_named(name: str):
+        return make_study(o.sampler, o.seed, prepared.n_trials, storage, name, prepared.grid)
+
+    # Creating the SQLite tables of a fresh store is not safe from two processes at once.
+    with tracking.store_lock(Path(o.store)):
+        tracker = tracking.SearchTracker(prepared.tracking_uri, prepared.experiment, Path(o.store))
+        if prepared.resume_run_id:
+            return (tracker, *resuming.reattach(tracker, prepared.resume_run_id, study_named))
+        run_name = "search-" + dt.datetime.now().strftime("%Y%m%d-%H%M%S-%f")[:-3]
+        return tracker, run_name, study_named(run_name), []  # before the run: no parent left RUNNING if it fails
+
+
+def _place(prepared: Prepared, ray):
+    """The memory plan for this search on this cluster (tuner.search.placement)."""
+    from tuner.search import placement
+
+    o = prepared.options
+    cluster = placement.Cluster.of_ray(ray)
+    return placement.place(o.entry, prepared.model_path, prepared.space, cluster, cpus_per_trial=o.cpus_per_trial,
+                           gpus_per_trial=o.gpus_per_trial, concurrency=o.concurrency)
+
+
+def _run(prepared, ray, tracker, run_name, study, records, started, echo) -> SearchOutcome:
+    """The search run's life: started (a resumed one is reattached already), the search, and its end however the
+    search ends: FINISHED, FAILED, or KILLED when interrupted, with the runs of its trials still open."""
+    o = prepared.options
+    status, progress = "FAILED", None
+    try:
+        placement = _place(prepared, ray)
+        for note in placement.notes:
+            echo(f"warning: {note}")
+        placement.concurrency = max(1, min(placement.concurrency, prepared.n_trials))
+        if prepared.resume_run_id:
+            tracker.resume()
+            echo(f"resuming {run_name}: {len(records)} of {prepared.n_trials} trials already done")
+        else:
+            _start_run(prepared, tracker, run_name, placement.concurrency)
+        tracker.set_tags({"tuner.plan": placement.describe()})
+        progress = Progress(prepared.n_trials, echo, done=records)
+        outcome = _search(prepared, tracker, study, run_name, records, placement, progress, started)
+        status = "FINISHED"
+        return outcome
+    except KeyboardInterrupt as interrupt:
+        interrupts.taken()
+        status = "KILLED"
+        raise _interruption(prepared, tracker, records) from interrupt
+    finally:
+        say = progress.say if progress is not None else echo
+        with interrupts.ending():  # a second signal must not leave the search run RUNNING
+            if progress is not None:
+                progress.clear()
+            tracker.finish(status)
+            still = tracker.flush()
+        if still:
+            say(f"warning: {still} MLflow writes are kept in {tracker.spool_path}; send them when the server is "
+                f"back: tuner sync --store {o.store} --tracking-uri {prepared.tracking_uri}")
+
+
+def _start_run(prepared: Prepared, tracker, run_name: str, concurrency: int) -> None:
+    from tuner.stores import tracking
+
+    o = prepared.options
+    with tracking.store_lock(Path(o.store)):
+        tracker.start(run_name, {
+            "trainer": o.trainer, "model": o.model, "sampler": o.sampler, "trials": prepared.n_trials,
+            "max_steps": o.max_steps, "seed": o.seed, "search_space": prepared.space.source,
+            "dataset": o.dataset or "builtin", "reward_funcs": o.reward_funcs, "concurrency": concurrency,
+            "confirm_seeds": o.confirm_seeds, "confirm_top": o.confirm_top, "prune": prunes(o), "halving": halves(o),
+            "budget": o.budget,
+        }, {"tuner.study": run_name, "tuner.study_storage": _study_storage(o)})
+
+
+def _search(prepared, tracker, study, run_name, records, placement, progress, started) -> SearchOutcome:
+    """The trials and their confirmation in one Ray Tune run, then the results written."""
+    from tuner.search import confirm, execution, extend
+
+    o = prepared.options
+    base_spec = TrialSpec(trainer=o.trainer, params={}, model=prepared.model_path, dataset=o.dataset,
+                          reward_funcs=o.reward_funcs, max_steps=o.max_steps, seed=o.seed).to_dict()
+    ray_storage = Path(o.store) / "ray"
+    echo = progress.say  # a line of its own clears the live status line from a terminal first
+    remaining = prepared.n_trials - len(records)
+    echo(f"search {run_name}: {remaining} trials of {o.max_steps} steps, {o.trainer} on {o.model}, "
+         f"{o.sampler} sampler, {placement.describe()} (experiment {prepared.experiment!r})")
+    confirmations: list[dict[str, Any]] = []
+    extensions: list[dict[str, Any]] = []  # longer re-runs of the best stable trials, when none learned
+
+    schedule = confirm.Schedule(base_spec, o.confirm_seeds, o.confirm_top, o.trial_timeout, announce=echo)
+    budget = extend.default_budget(prepared.n_trials, o.max_steps) if o.budget is None else o.budget
+    longer = extend.Extension(base_spec, budget, o.trial_timeout, announce=echo)
+
+    def next_job(finished: list[dict[str, Any]], final: bool) -> dict[str, Any] | str | None:
+        """After the search's trials: longer runs while none learned, then confirmation."""
+        job = longer.next(records, extensions) if final else None
+        if job is None:
+            job = schedule.next([*finished, *extensions], final)
+        if isinstance(job, dict):
+            progress.total += 1
+        return job
+
+    proposer = Proposer(study, prepared.space, o.sampler, prepared.n_trials, done=records,
+                        device=placement.device, fits=placement.check)
+    searcher = execution.OptunaSearcher(proposer, base_spec, o.trial_timeout, n_search=remaining,
+                                        then=next_job, done=records, fits=placement.check, prune_slow=prunes(o))
+    at_most = remaining + longer.most_runs + schedule.most_runs  # the searcher says FINISHED when it has fewer
+    if at_most:
+        execution.run_trials(name=f"{run_name}-{len(records)}", storage=ray_storage, per_trial=placement.resources,
+                             concurrency=placement.concurrency,
+                             callback=execution.DriverCallback(tracker, progress, records, confirmations, extensions),
+                             searcher=searcher, num_samples=at_most,
+                             scheduler=execution.Halving(o.max_steps) if halves(o) else None)
+    records.sort(key=lambda r: r["number"])
+    if searcher.stopped_because:
+        echo(f"search stopped: {searcher.stopped_because}")
+        tracker.set_tags({"tuner.stopped_because": searcher.stopped_because[:5000]})
+    extensions.sort(key=lambda r: (r["max_steps"], r["number"]))
+    runs = [*records, *extensions]
+    cands = confirm.candidates(runs, o.confirm_top) if o.confirm_seeds > 0 else []
+    outcome = _finish(prepared, tracker, records, cands, confirmations, started, echo, placement, extensions)
+    outcome.stopped_because = searcher.stopped_because
+    return outcome
+
+
+def _study_storage(o: SearchOptions) -> str | None:
+    # The study lives beside the MLflow store so optuna-dashboard can open it.
+    folder = Path(o.store).resolve()
+    folder.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{folder / 'optuna.db'}"
+
+
+def _finish(prepared: Prepared, tracker, records, cands, confirmations, started, echo, placement,
+            extensions=()) -> SearchOutcome:
+    from tuner.search import confirm
+
+    o = prepared.options
+    verdicts: list[dict[str, Any]] = []
+    if o.confirm_seeds > 0:
+        best, verdicts = confirm.judge(cands, confirmations)
+        for line in confirm.describe(verdicts):
+            echo(line)
+    else:
+        best = rec.recommend([*records, *extensions])
+    config, export_info = None, None
+    use_cpu = all(r.get("device") in (None, "cpu") for r in records)
+    if best is not None:
+        # what the user will run: the search's choices and the user's own settings, lengths for the user's data
+        config, export_info = export.build(o.entry, best["params"], prepared.model_path, space=prepared.space,
+                                           dataset=o.dataset, hub_dataset=_hub_dataset(o.dataset),
+                                           reward_funcs=_export_reward_funcs(o), on_cpu=use_cpu)
+    search = {"trainer": o.trainer, "model": o.model, "model_path": prepared.model_path, "use_cpu": use_cpu,
+              "reward_funcs": _export_reward_funcs(o), "dataset": o.dataset, "rule": rec.RULE,
+              "confirm_seeds": o.confirm_seeds, "recommended": best, "trl_config": config, "export": export_info,
+              "trials": records, "extensions": list(extensions), "confirmations": confirmations,
+              "candidates": verdicts, "plan": placement.summary()}
+    if best is not None:
+        tracker.log_artifact_text(export.render_export(search, prepared.experiment, tracker.parent_id),
+                                  "recommended.yaml")
+        tracker.set_tags({"tuner.recommended_trial": str(best["number"]),
+                          "tuner.recommended_run_id": best["run_id"] or ""})
+    tracker.log_artifact_dict(search, "search.json")
+    tracker.log_artifact_text(results_table([*records, *extensions]), "results.md")
+    counts = collections.Counter(r["status"] for r in records)
+    tracker.set_tags({f"tuner.count.{s}": str(n) for s, n in counts.items()})
+    return SearchOutcome(prepared.experiment, tracker.parent_id, records, best, config, time.perf_counter() - started,
+                         verdicts, search)
+
+
+def _export_reward_funcs(o: SearchOptions) -> list[str] | None:
+
+    if not o.entry.uses_reward_funcs:
+        return None
+    from tuner.inputs.rewards import reward_func_spec
+
+    return [reward_func_spec(s) for s in (o.reward_funcs or ["builtin"])]
+
+
+def _hub_dataset(dataset: str | None) -> str | None:
+    return dataset if dataset and not Path(dataset).exists() else None
+
+
+def summary_text(outcome: SearchOutcome) -> str:
+    from tuner.search import confirm
+
+    lines = [f"\n{len(outcome.records)} trials in {outcome.wall_seconds:.0f}s (experiment {outcome.experiment!r}, "
+             f"run {outcome.parent_run_id})", f"rule: {rec.RULE}"]
+    if outcome.recommended is None and outcome.candidates:
+        lines.append("Nothing recommended: no candidate stayed stable and learning on its confirmation seeds:")
+        lines += confirm.describe(outcome.candidates)
+    elif outcome.recommended is None and outcome.stopped_because:
+        lines.append(f"Stopped after {len(outcome.records)} trials: {outcome.stopped_because}")
+    elif outcome.recommended is None:
+        lines.append(rec.failure_summary(outcome.records))
+    else:
+        best = outcome.recommended
+        lines.append(f"recommended: trial {best['number']}: {best['tokens_per_second']:.0f} tokens/s, progress "
+                     f"{best['progress']:+.3f}, {best.get('max_steps')} steps, {describe_params(best['params'])}")
+        lines.append(json.dumps(best["params"], sort_keys=True))
+        if best.get("confirmation"):
+            lines += confirm.describe([best["confirmation"]])
+    lines.append("review:  tuner ui          (MLflow UI on http://127.0.0.1:5000)")
+    if outcome.recommended is not None:  # with nothing recommended, tuner export has nothing to write
+        lines.append(f"export:  tuner export --experiment {outcome.experiment} -o recommended.yaml")
+    return "\n".join(lines)
+
+
+def prepare_resume(options: SearchOptions) -> Prepared:
+    """``tuner search --resume EXPERIMENT``: the unfinished search's own options, checked again."""
+    from tuner.search import resume
+
+    resumed, run_id = resume.resume_options(options)
+    prepared = prepare(resumed)
+    prepared.resume_run_id = run_id
+    return prepared

@@ -1,0 +1,541 @@
+"""MLflow: one parent run per search, one nested run per trial, all written from the driver.
+
+Only the driver process writes (trials hand their metrics back through Ray), so trials running
+at the same time never contend for the SQLite store's lock and no metric point is lost.
+
+A trial's run is written in three parts, so ``tuner ui`` shows a search while it runs:
+
+    tracker.start_trial(key, number, spec, tags)     # when the trial starts: RUNNING, with its params
+    tracker.log_steps(key, rows)                     # while it runs: its new per-step metrics
+    tracker.finish_trial(key, spec, summary, history, streamed=n)  # the rest, the verdict, FINISHED/FAILED
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import tempfile
+import time
+import urllib.error
+import urllib.request
+import uuid
+from pathlib import Path
+from typing import Any
+
+from tuner.stores import empty_store, interrupts
+from tuner.errors import TunerError
+from tuner.records import Status, TrialRecord, is_ok, new_record
+
+DEFAULT_STORE = Path("mlflow")  # relative to where tuner runs, like ./mlruns for plain MLflow
+SEARCH_TAG = "tuner.kind"  # "search" on parent runs, "trial" on nested runs
+TRIAL_KEY_TAG = "tuner.trial_key"  # the driver's key of a trial run: kept writes find their run by it
+LOG_ARTIFACT = "process.log"  # a trial run's file: the end of what its process printed, when it died
+RUNNING_STATUS = "running"  # the tuner.status tag of a trial run until its verdict is written
+INTERRUPTED_STATUS = "interrupted"  # the tuner.status tag of a trial run its search ended before the trial did
+RETRY_AFTER_S = 10.0  # while the server is away, writes go straight to the spool; it is tried again after this
+
+
+def default_tracking_uri(store: Path = DEFAULT_STORE) -> str:
+    return f"sqlite:///{Path(store).resolve() / 'mlflow.db'}"
+
+
+def artifact_location(store: Path = DEFAULT_STORE) -> str:
+    return (Path(store).resolve() / "artifacts").as_uri()
+
+
+def is_server(uri: str) -> bool:
+    """Whether ``uri`` names an MLflow tracking server (else a local store)."""
+    return uri.startswith(("http://", "https://"))
+
+
+def check_tracking(uri: str, store: Path = DEFAULT_STORE) -> None:
+    """Fail in one line, before anything runs, when the store cannot be written or reached."""
+    if is_server(uri):
+        try:
+            with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=5) as response:
+                if response.status != 200:
+                    raise OSError(f"HTTP {response.status}")
+        except (OSError, urllib.error.URLError) as e:
+            cause = getattr(e, "reason", e)
+            raise TunerError(
+                f"MLflow tracking server {uri} is unreachable ({cause}); start it (mlflow server --host 127.0.0.1 "
+                "--port PORT) or drop --tracking-uri to use the local store ./mlflow"
+            ) from None
+        return
+    if uri.startswith("sqlite:///"):
+        folder = Path(uri.removeprefix("sqlite:///")).parent
+    elif uri.startswith("file:"):
+        folder = Path(uri.removeprefix("file://").removeprefix("file:"))
+    else:
+        folder = Path(store)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".write-test-"):
+            pass
+    except OSError as e:
+        raise TunerError(
+            f"MLflow store {folder} is not writable ({e.strerror or e}); pass --store DIR or --tracking-uri "
+            "for a writable location"
+        ) from None
+
+
+@contextlib.contextmanager
+def store_lock(store: Path):
+    """An exclusive lock on the store folder, for the first open of its SQLite databases."""
+    import fcntl
+
+    store = Path(store)
+    store.mkdir(parents=True, exist_ok=True)
+    with open(store / ".lock", "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def client(uri: str):
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    # Fail a write to an absent server in seconds (then it is spooled), not after minutes of retries.
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
+    import mlflow
+    from mlflow.tracking import MlflowClient
+
+    if uri.startswith("sqlite:///"):
+        empty_store.seed(uri.removeprefix("sqlite:///"))  # a new store: a copy of an empty one, not migrations
+    mlflow.set_tracking_uri(uri)
+    return MlflowClient(tracking_uri=uri)
+
+
+def get_or_create_experiment(mlflow_client, name: str, uri: str, store: Path = DEFAULT_STORE) -> str:
+    experiment = mlflow_client.get_experiment_by_name(name)
+    if experiment is not None:
+        return experiment.experiment_id
+    # A SQLite store would otherwise put artifacts in ./mlruns; keep them beside the database.
+    location = artifact_location(store) if uri.startswith("sqlite:") else None
+    return mlflow_client.create_experiment(name, artifact_location=location)
+
+
+def find_experiment(mlflow_client, name: str):
+    experiment = mlflow_client.get_experiment_by_name(name)
+    if experiment is None:
+        names = [e.name for e in mlflow_client.search_experiments() if e.name != "Default"]
+        known = f"; experiments in this store: {', '.join(names)}" if names else "; this store has no searches yet"
+        raise TunerError(f"no experiment named {name!r}{known}")
+    return experiment
+
+
+def latest_search_run(mlflow_client, experiment_name: str, run_id: str | None = None):
+    """The latest search run of the experiment, or the search run ``run_id``, which must be one of its searches."""
+    if run_id:
+        return _search_run(mlflow_client, experiment_name, run_id)
+    experiment = find_experiment(mlflow_client, experiment_name)
+    runs = mlflow_client.search_runs([experiment.experiment_id], filter_string=f"tags.`{SEARCH_TAG}` = 'search'",
+                                     order_by=["attributes.start_time DESC"], max_results=1)
+    if not runs:
+        raise TunerError(f"experiment {experiment_name!r} has no tuner search runs; run tuner search first")
+    return runs[0]
+
+
+def _search_run(mlflow_client, experiment_name: str, run_id: str):
+    """--run-id: a search's parent run in --experiment; anything else is one line that names both and the fix.
+    An id MLflow does not know raises MlflowException: the command says so with the store's address."""
+    run = mlflow_client.get_run(run_id)
+    experiment = mlflow_client.get_experiment(run.info.experiment_id)
+    if experiment.name != experiment_name:
+        raise TunerError(f"--run-id {run_id} is a run of experiment {experiment.name!r}, not of --experiment "
+                         f"{experiment_name!r}; pass --experiment {experiment.name}, or a search run id of "
+                         f"{experiment_name!r}, or leave --run-id out for its latest search")
+    kind = run.data.tags.get(SEARCH_TAG)
+    if kind == "trial":
+        parent_id = run.data.tags.get("mlflow.parentRunId", "?")
+        try:
+            search = mlflow_client.get_run(parent_id).info.run_name
+        except Exception:  # noqa: BLE001 - the parent's name only makes the message friendlier
+            search = "?"
+        number = run.data.tags.get("tuner.trial_number", "?")
+        raise TunerError(f"--run-id {run_id} is trial {number} of search {search} (run {parent_id}) in "
+                         f"{experiment_name!r}, not a search; pass --run-id {parent_id}, or leave --run-id out for "
+                         "the latest search")
+    if kind != "search":
+        raise TunerError(f"--run-id {run_id} in {experiment_name!r} is not a tuner search run (tag {SEARCH_TAG} is "
+                         f"{kind!r}); pass a search's run id, or leave --run-id out for the latest search")
+    return run
+
+
+def _metric_value(value: float) -> float:
+    # The stores accept NaN; an infinity is written as the largest float so the point is not lost.
+    if math.isinf(value):
+        return math.copysign(1.7976931348623157e308, value)
+    return value
+
+
+def _param_value(value: Any) -> str:
+    text = json.dumps(value) if isinstance(value, (list, dict, bool)) or value is None else str(value)
+    return text[:6000]
+
+
+class TrackingUnavailable(Exception):
+    """The tracking server stopped answering; the operation was kept on disk instead."""
+
+
+def _unavailable(error: BaseException) -> bool:
+    text = f"{type(error).__name__}: {error}"
+    return any(k in text for k in ("ConnectionError", "Connection refused", "Max retries exceeded",
+                                   "Failed to establish", "RemoteDisconnected", "timed out", "503", "502"))
+
+
+class SearchTracker:
+    """The parent run of one search and the nested runs of its trials.
+
+    Every write goes through ``_send``: if a tracking *server* stops answering mid-search, the
+    write is appended to a spool file on disk (``<store>/pending/<parent run>.jsonl``) and the
+    search goes on; spooled writes are replayed, in order, at the next successful write, at the
+    end of the search, or by ``tuner sync``. A local SQLite store busy with another search is
+    retried, not spooled.
+    """
+
+    def __init__(self, uri: str, experiment: str, store: Path = DEFAULT_STORE):
+        self.uri = uri
+        self.store = Path(store)
+        self.client = client(uri)
+        self.experiment_id = get_or_create_experiment(self.client, experiment, uri, store)
+        self.parent_id: str | None = None
+        self.warned = False
+        self._reset_trials()
+
+    def _reset_trials(self) -> None:
+        self.trial_run_ids: dict[str, str] = {}  # trial key -> its MLflow run id, once created
+        self.open_trials: set[str] = set()  # keys of trials started and not yet finished
+        self.retry_at = 0.0  # time.monotonic() before which a kept write is not retried
+
+    # -- the parent run --------------------------------------------------------------------
+
+    def start(self, run_name: str, params: dict[str, Any], tags: dict[str, str]) -> str:
+        from mlflow.entities import Param
+
+        with self._whole():  # the search run is made with its params, or not at all
+            run = self.client.create_run(self.experiment_id, run_name=run_name, tags={SEARCH_TAG: "search", **tags})
+            self.parent_id = run.info.run_id
+            self.client.log_batch(self.parent_id, params=[Param(k, _param_value(v)) for k, v in params.items()])
+        return self.parent_id
+
+    def attach(self, parent_id: str) -> None:
+        """Continue an existing search run (``tuner search --resume``); ``resume()`` marks it RUNNING again."""
+        self.parent_id = parent_id
+
+    def resume(self) -> None:
+        """The attached search run is RUNNING again: once the resumed search has started (Ray up), so that one
+        stopped while it starts leaves the run as it was."""
+        with self._whole():
+            self.client.update_run(self.parent_id, status="RUNNING")
+
+    def study_name(self) -> str:
+        """The Optuna study of the search run (its tuner.study tag)."""
+        return self.client.get_run(self.parent_id).data.tags["tuner.study"]
+
+    def stored_trials(self) -> list[TrialRecord]:
+        """The search's trials that MLflow holds in full, one record per trial number (``--resume`` keeps these).
+        A trial run with no verdict belongs to a trial that was still running (or being written) when the search
+        was interrupted (KILLED, tagged interrupted) or its driver died (left RUNNING): it is deleted, and its
+        trial runs again. Confirmation re-runs and longer re-runs (tuner.search.extend) are not kept: they run again
+        after the search's own trials."""
+        records: dict[int, TrialRecord] = {}
+        for run in trial_runs(self.uri, self.parent_id):
+            cut_short = run.data.tags.get("tuner.status") in (RUNNING_STATUS, INTERRUPTED_STATUS)
+            if run.info.status == "RUNNING" or cut_short:  # a confirmation re-run cut short too: it runs again
+                self.client.delete_run(run.info.run_id)
+                continue
+            if "true" in (run.data.tags.get("tuner.confirmation"), run.data.tags.get("tuner.extension")):
+                continue  # longer re-runs and confirmation run again after the search's own trials
+            record = self._record_from_run(run)
+            records.setdefault(record["number"], record)
+        return sorted(records.values(), key=lambda r: r["number"])
+
+    def _record_from_run(self, run) -> TrialRecord:
+        import yaml
+
+        folder = tempfile.mkdtemp(prefix="tuner-resume-")
+        result = json.loads(Path(self.client.download_artifacts(run.info.run_id, "result.json", folder)).read_text())
+        spec = yaml.safe_load(Path(self.client.download_artifacts(run.info.run_id, "trial.yaml", folder)).read_text())
+        spec = json.loads(json.dumps(spec))  # the values a fresh record holds (e.g. lists, not tuples)
+        return new_record(result, number=int(run.data.tags["tuner.trial_number"]), params=spec["params"],
+                          max_steps=spec["max_steps"], seed=spec["seed"], run_id=run.info.run_id)
+
+    @property
+    def spool_path(self) -> Path:
+        return self.store / "pending" / f"{self.parent_id}.jsonl"
+
+    def pending(self) -> int:
+        path = self.spool_path
+        return len(path.read_text().splitlines()) if path.exists() else 0
+
+    # -- writes ------------------------------------------------------------------------------
+
+    def start_trial(self, key: str, number: int, spec: dict[str, Any],
+                    tags: dict[str, str] | None = None) -> str | None:
+        """The trial's nested run, created RUNNING with its params when the trial starts; its id, or None when
+        the server is away and the write was kept. ``key`` (unique in the search) names the trial in the
+        writes that follow."""
+        self.open_trials.add(key)  # before the run exists: an interrupt inside its write still finds it (finish)
+        return self._send("trial_start", {"key": key, "number": number, "spec": spec, "tags": tags or {}})
+
+    def log_steps(self, key: str, rows: list[dict[str, Any]]) -> None:
+        """Per-step metric rows of a running trial (each row once: the caller sends only new ones)."""
+        if rows:
+            self._send("steps", {"key": key, "rows": rows})
+
+    def finish_trial(self, key: str, spec: dict[str, Any], summary: dict[str, Any], history: list[dict[str, Any]],
+                     streamed: int = 0, output: str = "") -> None:
+        """The trial's verdict: ``history`` is its whole per-step history (kept whole in result.json), of which
+        the first ``streamed`` rows went out with log_steps already; ``output``, the end of what its process
+        printed when it died (process.log); then FINISHED or FAILED."""
+        self._send("trial_end", {"key": key, "spec": spec, "summary": summary, "history": history,
+                                 "streamed": streamed, "output": output})
+        self.open_trials.discard(key)  # after the write: interrupted before it, finish() still ends the run
+
+    def run_id_of(self, key: str) -> str | None:
+        """The run id of a started trial, once its run exists (None while its creation is kept on disk)."""
+        return self.trial_run_ids.get(key)
+
+    def log_artifact_text(self, text: str, name: str) -> None:
+        self._send("text", {"text": text, "name": name})
+
+    def log_artifact_dict(self, data: dict, name: str) -> None:
+        self._send("dict", {"data": data, "name": name})
+
+    def set_tags(self, tags: dict[str, str]) -> None:
+        self._send("tags", {"tags": tags})
+
+    def finish(self, status: str = "FINISHED") -> None:
+        """End the search run, and first the runs of its trials still open (the search was interrupted or failed):
+        KILLED, tagged interrupted (--resume deletes those and runs the trials again). No run is left RUNNING.
+        Nothing to end when the search run was never started."""
+        if self.parent_id is None:
+            return
+        try:
+            for key in sorted(self.open_trials):
+                self._send("trial_interrupted", {"key": key})
+            self.open_trials.clear()
+        finally:  # the search run ends even if a trial's could not
+            self._send("finish", {"status": status})
+
+    def flush(self) -> int:
+        """Replay spooled writes in order; returns how many are still pending."""
+        path = self.spool_path
+        if not path.exists():
+            return 0
+        lines = path.read_text().splitlines()
+        for i, line in enumerate(lines):
+            op = json.loads(line)
+            try:
+                self._apply(op["kind"], op["payload"])
+            except Exception as e:  # noqa: BLE001
+                if not _unavailable(e):
+                    raise
+                path.write_text("".join(rest + "\n" for rest in lines[i:]))
+                self.retry_at = time.monotonic() + RETRY_AFTER_S
+                return len(lines) - i
+        path.unlink()
+        return 0
+
+    def _send(self, kind: str, payload: dict[str, Any]):
+        # While writes are kept, a running trial's steps arrive every second or two: try the server again
+        # only every RETRY_AFTER_S, not at each of them (each try can wait for the server's timeout).
+        if self.spool_path.exists() and (time.monotonic() < self.retry_at or self.flush()):
+            self._spool(kind, payload)
+            return None
+        try:
+            return self._apply(kind, payload)
+        except Exception as e:  # noqa: BLE001
+            if not is_server(self.uri) or not _unavailable(e):
+                raise
+            self.retry_at = time.monotonic() + RETRY_AFTER_S
+            self._spool(kind, payload)
+            return None
+
+    def _spool(self, kind: str, payload: dict[str, Any]) -> None:
+        self.spool_path.parent.mkdir(parents=True, exist_ok=True)
+        with self.spool_path.open("a") as f:
+            f.write(json.dumps({"kind": kind, "payload": payload}, allow_nan=True) + "\n")
+        if not self.warned:
+            self.warned = True
+            print(f"warning: MLflow server {self.uri} is not answering; results are kept in {self.spool_path} "
+                  "and sent when it returns (or run: tuner sync)", flush=True)
+
+    def _apply(self, kind: str, payload: dict[str, Any]):
+        return _retry_locked(lambda: getattr(self, f"_apply_{kind}")(**payload), self._whole)
+
+    def _whole(self):
+        """Around one write to a local store: Ctrl-C and SIGTERM wait for it to end (tuner.stores.interrupts), so a
+        trial run is not left half-written nor SQLite's write lock held by the interrupted write. Not for a
+        server: each request is its own transaction there, and one can take its timeout; Ctrl-C answers at once."""
+        return contextlib.nullcontext() if is_server(self.uri) else interrupts.deferred()
+
+    def _apply_text(self, text: str, name: str) -> None:
+        self.client.log_text(self.parent_id, text, name)
+
+    def _apply_dict(self, data: dict, name: str) -> None:
+        self.client.log_dict(self.parent_id, data, name)
+
+    def _apply_tags(self, tags: dict[str, str]) -> None:
+        for k, v in tags.items():
+            self.client.set_tag(self.parent_id, k, v)
+
+    def _apply_finish(self, status: str) -> None:
+        self.client.set_terminated(self.parent_id, status)
+
+    def _apply_trial(self, number: int, spec: dict[str, Any], summary: dict[str, Any],
+                     history: list[dict[str, Any]], tags: dict[str, str]) -> str:
+        """A whole trial in one write: what earlier versions kept on disk (``tuner sync`` still sends it)."""
+        key = uuid.uuid4().hex
+        run_id = self._apply_trial_start(key, number, spec, tags)
+        self._apply_trial_end(key, spec, summary, history, 0)
+        return run_id
+
+    def _apply_trial_start(self, key: str, number: int, spec: dict[str, Any], tags: dict[str, str]) -> str:
+        from mlflow.entities import Param
+
+        if key in self.trial_run_ids:  # a kept start replayed again after it was sent: one run per trial
+            return self.trial_run_ids[key]
+        label = tags.get("tuner.run_name", f"trial-{number:03d}")
+        run = self.client.create_run(
+            self.experiment_id,
+            run_name=label,
+            tags={
+                "mlflow.parentRunId": self.parent_id,
+                SEARCH_TAG: "trial",
+                TRIAL_KEY_TAG: key,
+                "tuner.trial_number": str(number),
+                "tuner.status": RUNNING_STATUS,
+                **tags,
+            },
+        )
+        run_id = self.trial_run_ids[key] = run.info.run_id
+        params = [Param(k, _param_value(v)) for k, v in spec["params"].items()]
+        params += [Param(f"tuner.{k}", _param_value(spec[k])) for k in ("max_steps", "seed", "model", "trainer")]
+        # log_batch takes at most 100 params a call
+        for i in range(0, len(params), 100):
+            self.client.log_batch(run_id, params=params[i:i + 100])
+        return run_id
+
+    def _run_of(self, key: str) -> str:
+        """The run of a trial key: created by this process, or found by its tag (``tuner sync``, --resume)."""
+        if key not in self.trial_run_ids:
+            runs = self.client.search_runs(
+                [self.experiment_id], max_results=1,
+                filter_string=f"tags.`mlflow.parentRunId` = '{self.parent_id}' and tags.`{TRIAL_KEY_TAG}` = '{key}'")
+            if not runs:
+                raise TunerError(f"MLflow holds no trial run with {TRIAL_KEY_TAG} {key} under search run "
+                                 f"{self.parent_id}; its kept writes in {self.spool_path} cannot be sent")
+            self.trial_run_ids[key] = runs[0].info.run_id
+        return self.trial_run_ids[key]
+
+    def _log_metrics(self, run_id: str, metrics: list) -> None:
+        for i in range(0, len(metrics), 1000):  # log_batch takes at most 1000 metrics a call
+            self.client.log_batch(run_id, metrics=metrics[i:i + 1000])
+
+    def _apply_steps(self, key: str, rows: list[dict[str, Any]]) -> None:
+        self._log_metrics(self._run_of(key), _step_metrics(rows))
+
+    def _apply_trial_tags(self, key: str, tags: dict[str, str]) -> None:  # in kept writes of earlier versions
+        run_id = self._run_of(key)
+        for k, v in tags.items():
+            self.client.set_tag(run_id, k, v)
+
+    def _apply_trial_interrupted(self, key: str) -> None:
+        """End a trial's run that is still RUNNING: KILLED, tagged interrupted. A run that got its verdict (an
+        interrupt right after that write) keeps it; a trial whose run was never created has nothing to end."""
+        try:
+            run_id = self._run_of(key)
+        except TunerError:
+            return
+        if self.client.get_run(run_id).info.status != "RUNNING":
+            return
+        self.client.set_tag(run_id, "tuner.status", INTERRUPTED_STATUS)
+        self.client.set_terminated(run_id, "KILLED")
+
+    def _apply_trial_end(self, key: str, spec: dict[str, Any], summary: dict[str, Any],
+                         history: list[dict[str, Any]], streamed: int, output: str = "") -> str:
+        from mlflow.entities import Metric, RunTag
+
+        run_id = self._run_of(key)
+        metrics = _step_metrics(history[streamed:])
+        for k in ("tokens_per_second", "samples_per_second", "progress", "peak_memory_mb",
+                  "seconds_to_first_step", "wall_seconds", "steps_run"):
+            if isinstance(summary.get(k), (int, float)):
+                metrics.append(Metric(f"trial/{k}", _metric_value(summary[k]), 0, 0))
+        self._log_metrics(run_id, metrics)
+        verdict = {"tuner.status": summary["status"], "tuner.reason": (summary.get("reason") or "")[:5000],
+                   "tuner.stopped_at_step": str(summary.get("stopped_at_step"))}
+        self.client.log_batch(run_id, tags=[RunTag(k, v) for k, v in verdict.items()])
+        self.client.log_dict(run_id, spec, "trial.yaml")
+        self.client.log_dict(run_id, {**summary, "history": history}, "result.json")
+        if output:
+            self.client.log_text(run_id, output, LOG_ARTIFACT)
+        # MLflow's KILLED for a trial the search stopped because it could not win: not a failure of the config
+        ended = "FINISHED" if is_ok(summary) else "KILLED" if summary.get("status") == Status.PRUNED else "FAILED"
+        self.client.set_terminated(run_id, ended)
+        return run_id
+
+
+def _step_metrics(rows: list[dict[str, Any]]) -> list:
+    """MLflow metric points of per-step rows: every number of each row at its step (timestamp 0)."""
+    from mlflow.entities import Metric
+
+    return [Metric(key, _metric_value(value), 0, row["step"])
+            for row in rows for key, value in row.items()
+            if key != "step" and isinstance(value, (int, float))]
+
+
+def _retry_locked(write, whole=contextlib.nullcontext, attempts: int = 20):
+    """Two searches on one SQLite store take turns: retry a write that found the database locked. Each try runs
+    inside ``whole()`` (SearchTracker._whole), not the waits between tries."""
+    for attempt in range(attempts):
+        try:
+            with whole():
+                return write()
+        except Exception as e:  # noqa: BLE001
+            if "database is locked" not in str(e) or attempt == attempts - 1:
+                raise
+            time.sleep(0.2 * (attempt + 1))
+
+
+def sync_pending(uri: str, store: Path) -> tuple[int, int]:
+    """Replay every spooled search under ``store/pending`` to ``uri``: (writes sent, writes left)."""
+    sent = left = 0
+    for path in sorted((Path(store) / "pending").glob("*.jsonl")):
+        tracker = SearchTracker.__new__(SearchTracker)
+        tracker.uri, tracker.store, tracker.client, tracker.warned = uri, Path(store), client(uri), True
+        tracker._reset_trials()
+        tracker.parent_id = path.stem
+        tracker.experiment_id = tracker.client.get_run(path.stem).info.experiment_id
+        before = tracker.pending()
+        remaining = tracker.flush()
+        sent, left = sent + before - remaining, left + remaining
+    return sent, left
+
+
+def trial_runs(uri: str, parent_id: str) -> list:
+    """The nested trial runs of a search (for resume)."""
+    mlflow_client = client(uri)
+    run = mlflow_client.get_run(parent_id)
+    return mlflow_client.search_runs([run.info.experiment_id],
+                                     filter_string=f"tags.`mlflow.parentRunId` = '{parent_id}'", max_results=10000)
+
+
+def load_search(uri: str, experiment: str, run_id: str | None = None) -> tuple[Any, dict]:
+    """The search's parent run and its ``search.json`` artifact (trial table + recommendation)."""
+    mlflow_client = client(uri)
+    run = latest_search_run(mlflow_client, experiment, run_id)
+    try:
+        path = mlflow_client.download_artifacts(run.info.run_id, "search.json", tempfile.mkdtemp(prefix="tuner-"))
+    except Exception:  # noqa: BLE001 - a search killed before it finished has no table yet
+        raise TunerError(
+            f"search run {run.info.run_id} in {experiment!r} has no results yet (status {run.info.status}); "
+            "wait for it to finish or resume it with tuner search --resume"
+        ) from None
+    return run, json.loads(Path(path).read_text())

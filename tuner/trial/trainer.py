@@ -1,0 +1,70 @@
+"""The real TRL trainer of one trial: its config, model (precision, LoRA) and callbacks.
+
+    build_trainer(adapter("sft"), model_path, params, dataset, run)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tuner.config import precision as precisions
+from tuner.config.trainers import Adapter, lora_config_kwargs, split_params
+from tuner.trial import weights
+
+
+def build_trainer(entry: Adapter, model_path: str, params: dict[str, Any], dataset, run: dict[str, Any],
+                  reward_funcs: list | None = None, callbacks: list | None = None):
+    """The real TRL trainer for one trial.
+
+    ``run`` holds the settings every trial shares (max_steps, seed, output_dir, use_cpu); the
+    ones forced here keep the guard's view honest: a log every optimizer step, and no nan/inf
+    filter, which would otherwise rewrite a NaN loss as the running mean.
+    """
+    import torch
+    import trl
+    from transformers import (AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer,
+                              PrinterCallback, set_seed)
+
+    split = split_params(params)
+    args = {
+        **split.config,
+        **precisions.PRECISIONS[split.precision].flags,
+        **run,
+        "logging_steps": 1,
+        "logging_nan_inf_filter": False,
+        "report_to": "none",
+        "save_strategy": "no",
+        "disable_tqdm": True,
+        "dataloader_num_workers": 0,
+    }
+    config = getattr(trl, entry.config_class)(**args)
+
+    dtype = getattr(torch, precisions.PRECISIONS[split.precision].weight_dtype)
+    # Trainer seeds itself only after the model exists, and a reward model's score head is newly
+    # initialised at load: seed first, or the same trial spec trains a different model every run.
+    set_seed(config.seed)
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    # The weights come from the node's one converted copy in shared memory when that pays (tuner.trial.weights).
+    trained = not split.use_peft  # full fine-tuning writes them
+    if entry.sequence_classifier:
+        model = weights.from_pretrained(AutoModelForSequenceClassification, model_path, dtype, trained, num_labels=1)
+        model.config.pad_token_id = tokenizer.pad_token_id
+    else:
+        model = weights.from_pretrained(AutoModelForCausalLM, model_path, dtype, trained)
+
+    peft_config = None
+    if split.use_peft:
+        from peft import LoraConfig
+
+        peft_config = LoraConfig(**lora_config_kwargs(entry, split.lora))
+
+    kwargs = dict(model=model, args=config, train_dataset=dataset, processing_class=tokenizer,
+                  peft_config=peft_config, callbacks=callbacks)
+    if entry.uses_reward_funcs:
+        kwargs["reward_funcs"] = reward_funcs
+    built = getattr(trl, entry.trainer_class)(**kwargs)
+    # With tqdm off, Trainer prints every log dict; tuner reports progress itself.
+    built.remove_callback(PrinterCallback)
+    return built

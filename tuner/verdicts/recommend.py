@@ -1,0 +1,141 @@
+"""Choose the recommended config and write it as a YAML that TRL's own CLI accepts unchanged.
+
+The objective: **learning speed = progress x tokens/s**, the learning effect of the trial (its mean
+improvement per step over its starting level: reward units for GRPO, a fraction of the starting loss
+for the others; tuner.verdicts.learning) times its measured training throughput: of two trials at the same
+tokens/s, the one that got to the same level sooner scores higher. Only trials that stayed ``ok`` and
+learned (the last third significantly better than the start, tuner.verdicts.learning) score;
+the same number is told to Optuna, so the sampler optimises what is recommended. If no trial
+qualifies, nothing is recommended and the most common failure reasons are shown instead.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+from typing import Any
+
+import yaml
+
+from tuner.errors import TunerError
+from tuner.verdicts.learning import ALPHA, MIN_EFFECT
+from tuner.config.precision import PRECISIONS
+from tuner.records import Status, is_ok
+from tuner.config.trainers import Adapter, lora_config_kwargs, split_params
+
+RULE = (f"highest learning speed (progress x tokens/s; progress: the mean improvement per step over the trial's "
+        f"starting level) among trials that stayed ok and learned (the last third better than the start with "
+        f"one-sided p < {ALPHA:g}, by at least {MIN_EFFECT:g}), confirmed ok on every confirmation seed and "
+        f"learning on them (each progress > 0, together p < {ALPHA:g}); diverged, collapsed, crashed and oom trials are never recommended")
+
+
+def learned(trial: dict[str, Any]) -> bool:
+    """The trial's own learning judgement (tuner.verdicts.learning.judge_learning), as recorded."""
+    return bool(trial.get("learned"))
+
+
+def objective(trial: dict[str, Any]) -> float:
+    """Learning speed: progress x tokens/s for an ok trial that learned, else 0. A config twice as fast that
+    learns half as much per step scores the same: both get as far in the same wall time."""
+    speed, progress = trial.get("tokens_per_second"), trial.get("progress")
+    if not is_ok(trial) or not learned(trial) or not speed or progress is None:
+        return 0.0
+    return float(progress) * float(speed)
+
+
+def speed_so_far(trial: dict[str, Any]) -> float:
+    """The objective without its gate, for a trial still running (successive halving compares trials by it at
+    the same step): progress x tokens/s, negative when the metric got worse; 0 before both are measured."""
+    speed, progress = trial.get("tokens_per_second"), trial.get("progress")
+    if not speed or progress is None:
+        return 0.0
+    return float(progress) * float(speed)
+
+
+def recommend(trials: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The best trial record (``status``, ``params``, ``tokens_per_second``, ``progress`` ...), or None."""
+    candidates = [t for t in trials if objective(t) > 0]
+    if not candidates:
+        return None
+    return max(candidates, key=objective)
+
+
+def failure_summary(trials: list[dict[str, Any]], top: int = 3) -> str:
+    """Why nothing qualified: counts per status and the most common reasons."""
+    statuses = collections.Counter(t.get("status") for t in trials)
+    not_learning = sum(1 for t in trials if is_ok(t) and not learned(t))
+    reasons = collections.Counter(
+        (t.get("guard_signal") or t.get("status"), _reason_kind(t)) for t in trials if not is_ok(t))
+    lines = [f"No stable config that learns found in {len(trials)} trials: "
+             + ", ".join(f"{n} {s}" for s, n in statuses.most_common())
+             + (f" ({not_learning} ok but not significantly better than at their start)" if not_learning else "") + "."]
+    for (signal, example), n in reasons.most_common(top):
+        lines.append(f"  {n} x {signal}: e.g. {example}")
+    causes = collections.Counter(t.get("guard_signal") or t.get("status") for t in trials if not is_ok(t))
+    causes.update({"not_learning": not_learning} if not_learning else {})
+    advice = [ADVICE[cause] for cause, _ in causes.most_common() if cause in ADVICE]
+    for line in dict.fromkeys(advice):  # the most common cause's advice first, each once
+        lines.append(f"Advice: {line}")
+    return "\n".join(lines)
+
+
+# What to change, per failure cause: advice follows from what the trials showed, never a generic guess.
+ADVICE = {
+    "non_finite": "numbers went NaN/inf: search lower learning rates, or fp32/bf16 instead of fp16 weights",
+    "loss_explosion": "the loss blew up: search lower learning rates or a smaller max_grad_norm",
+    "grad_explosion": "gradients blew up: search lower learning rates or a smaller max_grad_norm",
+    "skipped_steps": "fp16 gradients overflow every step: use bf16 or fp32",
+    "loss_scale_collapse": "the fp16 GradScaler collapsed: use bf16 or fp32",
+    "zero_grad": "no gradient reaches the trainable weights: check which parameters are trainable (LoRA targets)",
+    "zero_reward_std": ("every completion of a group got the same reward and it never rose: the reward gives GRPO no "
+                        "signal on this data; check the reward function on a few completions, or raise temperature / "
+                        "num_generations"),
+    "no_update": ("the optimizer moves no weight: updates are below bf16/fp16 weight precision (search higher "
+                  "learning rates or fp32/-mixed precision) or LoRA targets match no layer"),
+    "process_died": "trial processes died: see the crash reasons with tuner report (they rarely depend on the config)",
+    Status.CRASHED: "trials raised errors: see the crash reasons with tuner report (they rarely depend on the config)",
+    Status.OOM: "out of memory: search smaller per_device_train_batch_size, activation_checkpointing on, or LoRA",
+    Status.TOO_BIG: ("configs too big for this machine were not run (the memory plan): narrow the space to LoRA, "
+                     "smaller per_device_train_batch_size or activation_checkpointing on, or use a bigger GPU"),
+    Status.INVALID: "TRL rejected the combinations: see the reasons above and narrow the space",
+    "not_learning": "stable trials did not learn within the step budget: search higher learning rates or raise --max-steps",
+}
+
+
+def _reason_kind(trial: dict[str, Any]) -> str:
+    return (trial.get("reason") or "").split(" at step")[0][:120]
+
+
+def trl_config(entry: Adapter, params: dict[str, Any], model: str, *, reward_funcs: list[str] | None = None,
+               dataset: str | None = None) -> dict[str, Any]:
+    """TRL CLI config: TrainingArguments/trainer-config fields plus ModelConfig (+ script) fields. Never
+    ``use_cpu``: the file is for the machine the user trains on (tuner.report.export decides what else is left out)."""
+    split = split_params(params)
+    config: dict[str, Any] = {"model_name_or_path": model}
+    if dataset:
+        config["dataset_name"] = dataset
+    config["dtype"] = PRECISIONS[split.precision].weight_dtype
+    if split.use_peft:
+        lora = lora_config_kwargs(entry, split.lora)
+        config.update(use_peft=True, lora_r=lora["r"], lora_alpha=lora["lora_alpha"],
+                      lora_dropout=lora["lora_dropout"], lora_task_type=lora["task_type"])
+        targets = lora["target_modules"]
+        config["lora_target_modules"] = [targets] if isinstance(targets, str) else list(targets)
+    # Both flags, always: TRL's configs turn bf16 on when it is left out, so an fp32 or "-pure"
+    # export would otherwise train under bf16 autocast, which is not the run tuner measured.
+    config.update(PRECISIONS[split.precision].flags)
+    config.update(split.config)
+    # tuner measured with the nan/inf filter off; keep it off so a NaN loss stays visible.
+    config["logging_nan_inf_filter"] = False
+    if entry.uses_reward_funcs:
+        config["reward_funcs"] = list(reward_funcs or ["tuner.inputs.rewards.builtin_reward"])
+    return {k: v for k, v in config.items() if v is not None}
+
+
+def render(config: dict[str, Any], fmt: str, header: str = "") -> str:
+    if fmt == "json":
+        return json.dumps(config, indent=2) + "\n"
+    if fmt != "yaml":
+        raise TunerError(f"unknown export format {fmt!r}; choose yaml or json")
+    comment = "".join(f"# {line}\n" for line in header.splitlines()) if header else ""
+    return comment + yaml.safe_dump(config, sort_keys=False)
