@@ -132,7 +132,7 @@ class DefineByRun:
 
 
 def ray_init_kwargs() -> dict[str, Any]:
-    # The same as tuner.search.execution.init_ray for a local run, so the two sides get the same cluster.
+    # The same as tuner.search._execution.init_ray for a local run, so the two sides get the same cluster.
     return dict(include_dashboard=False, log_to_driver=False, logging_level="ERROR", num_cpus=os.cpu_count())
 
 

@@ -4,7 +4,7 @@ Real 20-step trials cost seconds to tens of seconds each on a 2-core CPU, too ma
 of searches per sampler. So one real reference search per trainer (random sampler, many trials)
 measures configs for real, and each sampler is then run many times against
 ``NearestMeasured``: a suggested config gets the outcome (status, tokens/s, progress, stop step)
-of the closest measured config. What asks and tells is tuner's own: ``tuner.search.sampling.Proposer``, the one entry
+of the closest measured config. What asks and tells is tuner's own: ``tuner.search.Proposer``, the one entry
 point tuner's searcher uses (for ``tpe``, tuner's default, it stages speed knobs then learning knobs), with
 tuner's samplers, the space's ``suggest`` and tuner's ``tell``.
 
@@ -113,8 +113,8 @@ def _qualifying(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def proposer(study, space: SearchSpace, sampler: str, n_trials: int):
-    """What tuner's searcher asks and tells through: ``tuner.search.sampling.Proposer``."""
-    from tuner.search.sampling import Proposer
+    """What tuner's searcher asks and tells through: ``tuner.search.Proposer``."""
+    from tuner.search import Proposer
 
     return Proposer(study, space, sampler, n_trials)
 
@@ -128,7 +128,7 @@ def simulate(space: SearchSpace, lookup, sampler: str, seed: int, budget: int, i
 
     import optuna
 
-    from tuner.search.sampling import make_sampler
+    from tuner.search import make_sampler
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)

@@ -11,7 +11,7 @@ What it does:
    then a fresh build into a temporary folder is timed for the figure, unless ``--no-build-timing``);
 2. runs ``tuner.search.driver.prepare`` + ``run_search`` on it in a temporary store, ``--confirm-seeds 0`` (2 steps are
    too few for the learning test, so nothing would be confirmed anyway). No ``--gpus-per-trial``: the search's
-   memory plan (tuner.search.placement) decides how many trials run at once and, on a GPU, what share of it each gets;
+   memory plan (tuner.search, its placement) decides how many trials run at once and, on a GPU, what share of it each gets;
 3. reads each trial's per-step history back from its MLflow run and writes, per trial: set-up time (trial start to
    the start of optimizer step 1), the first step, the later steps (TRL's own ``step_time``), tokens/s, peak memory
    beside the estimate; and for the search: the plan, how many trials really overlapped (their MLflow runs' start

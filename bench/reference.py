@@ -69,7 +69,6 @@ def safe_values(space) -> dict[str, Any]:
     """One value per searched param: TRL's default where the space allows it, else the middle choice or the
     middle of the range (geometric for a log range); LoRA's at TRL's ModelConfig defaults."""
     from tuner.config.space import CategoricalParam, FixedParam, FloatParam, IntParam
-    from tuner.config.trainers import config_class
 
     defaults = {f.name: f.default for f in dataclasses.fields(adapter(space.trainer).config_type())
                 if f.default is not dataclasses.MISSING}

@@ -482,7 +482,7 @@ def _efficiency(results: dict[str, Any]) -> list[str]:
         "## Trials to target: tuner's default sampler vs random (on lookups)",
         "",
         "Dozens of real searches per sampler do not fit this machine, so each sampler ran on **lookups built from"
-        " real trials** of this run. Proposals are asked and told through `tuner.search.sampling.Proposer`, the entry point"
+        " real trials** of this run. Proposals are asked and told through `tuner.search.Proposer`, the entry point"
         " tuner's searcher uses (for tpe, tuner's default: speed knobs first, the first trial on the system config"
         " expected fastest on the device, then learning knobs), with tuner's samplers and `tell`; only the training"
         " is replaced by the lookup. 'Unstable' is an outcome of diverged, collapsed, crashed or oom. Two lookups:",

@@ -14,7 +14,7 @@ session or environment):
    then its pick on 2 more seeds) and tuner (bench/tuner_search.py: prepare + run_search, TPE, its top
    candidates confirmed on 2 more seeds), the same seed, trial budget and steps; which side runs first
    alternates from seed to seed. Each side's pick is judged by bench/headline.py;
-3. trials to target, tuner's default sampler (through tuner.search.sampling.Proposer) vs random, on the lookup
+3. trials to target, tuner's default sampler (through tuner.search.Proposer) vs random, on the lookup
    built from the random reference (bench/efficiency.py);
 4. tuner's slot time outside trial processes, from the headline's tuner searches.
 

@@ -31,7 +31,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from tuner.config.trainers import adapter
 from typing import Any
 
 OUT = Path(__file__).with_name("setup_time.json")
@@ -108,14 +107,9 @@ def _trial_child(spec_dict: dict, workdir: str, mode: str, root: str, construct_
     import trl.trainer.dpo_trainer
     import trl.trainer.grpo_trainer
 
-    from tuner.config import trainers
-
-    from tuner.inputs import data, models, rewards
-
-    from tuner.trial import weights
     from tuner.errors import quiet_libraries
-    from tuner.trial.run import run_trial
-    from tuner.trial.spec import TrialSpec
+    from tuner.inputs import data, models, rewards
+    from tuner.trial import TrialSpec, run_trial, trainer, weights
 
     quiet_libraries()
     os.environ[weights.DIR_ENV], os.environ[weights.ENV] = root, mode
@@ -136,17 +130,17 @@ def _trial_child(spec_dict: dict, workdir: str, mode: str, root: str, construct_
                                     lambda m: shared.append(Path(m.name_or_path).parent == Path(root)))
     for module in (trl.trainer.grpo_trainer, trl.trainer.dpo_trainer):
         module.create_model_from_path = timed(module.create_model_from_path, "ref_model_load_s")
-    trainers.build_trainer = timed(trainers.build_trainer, "build_trainer_s")
+    trainer.build_trainer = timed(trainer.build_trainer, "build_trainer_s")
     spec = TrialSpec(**spec_dict)
     row: dict[str, Any] = {}
     if construct_only:
         model_path = models.resolve_model(spec.model)
         tiny = models.is_tiny(model_path)
-        dataset = data.load_dataset_spec(None, adapter(spec.trainer), tiny=tiny)
+        dataset = data.load_dataset_spec(None, spec.entry, tiny=tiny)
         reward_funcs = (rewards.resolve_reward_funcs([data.builtin_reward(tiny)])
-                        if trainers.adapter(spec.trainer).uses_reward_funcs else None)
+                        if spec.entry.uses_reward_funcs else None)
         run = {"max_steps": 1, "seed": spec.seed, "output_dir": str(Path(workdir) / "out"), "use_cpu": True}
-        build_trainer(adapter(spec.trainer), model_path, spec.params, dataset, run, reward_funcs=reward_funcs)
+        trainer.build_trainer(spec.entry, model_path, spec.params, dataset, run, reward_funcs=reward_funcs)
         row["status"] = "built"
     else:
         result = run_trial(spec, workdir)
@@ -156,11 +150,11 @@ def _trial_child(spec_dict: dict, workdir: str, mode: str, root: str, construct_
 
 
 def _in_child(target, *args) -> dict[str, Any]:
-    from tuner.trial.isolation import _mp_context
+    from tuner.trial import process_context
 
     with tempfile.TemporaryDirectory(prefix="setup-time-") as folder:
         out = str(Path(folder) / "out.json")
-        process = _mp_context().Process(target=target, args=(*args, out))
+        process = process_context().Process(target=target, args=(*args, out))
         process.start()
         process.join()
         if process.exitcode != 0 or not Path(out).exists():
@@ -169,7 +163,7 @@ def _in_child(target, *args) -> dict[str, Any]:
 
 
 def _trial(model_path: str, name: str, precision: str, mode: str, root: str) -> dict[str, Any]:
-    from tuner.trial.spec import TrialSpec
+    from tuner.trial import TrialSpec
 
     entry = TRIALS[name]
     spec = TrialSpec(trainer=entry["trainer"], params={**entry["params"], "precision": precision}, model=model_path,

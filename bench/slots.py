@@ -8,7 +8,7 @@ and off, each in a fresh Python process.
 
 Per search: its wall (``run_search``: Ray start to the recommendation), the whole call (``prepare`` included), and
 (search wall x concurrency - trial process seconds) / (search wall x concurrency), as bench/headline.py computes it
-(tuner.search.execution stops pruned trials before they report a process time: their MLflow run's open time counts).
+(tuner.search._execution stops pruned trials before they report a process time: their MLflow run's open time counts).
 Medians per mode and the ratio on/off. Both modes have the other changes that came with the launcher (stores
 opened while Ray starts, free slots confirming the best trial so far): this isolates the launcher alone.
 """

@@ -416,5 +416,5 @@ def test_tuner_trial_exits_0_only_for_an_ok_trial(tmp_path, tiny_model, monkeypa
         codes[name] = status, code
         # the rule: 0 for an ok trial, EXIT_NO_TRIAL_OK for any other status
         assert code == (cli.EXIT_OK if status == "ok" else cli.EXIT_NO_TRIAL_OK), (name, status, code)
-    # an sft step at lr 1e-4 trains cleanly (tests/test_reliability.py relies on it); the fault makes a crash
+    # an sft step at lr 1e-4 trains cleanly (tests/search/test_reliability.py relies on it); the fault makes a crash
     assert codes == {"plain": ("ok", 0), "faulty": ("crashed", 4)}

@@ -39,7 +39,7 @@ MAY_IMPORT = {
 NOT_A_NAME = {
     ("verdicts/guard.py", "reward"): "TRL's logged metric of the mean reward",
     ("verdicts/learning.py", "reward"): "the progress metric's name (higher is better), from the trainer entry",
-    ("trial/faults.py", "oom"): "a fault kind the test hook injects",
+    ("trial/_faults.py", "oom"): "a fault kind the test hook injects",
 }
 
 

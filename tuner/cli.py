@@ -345,7 +345,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         signal.signal(signal.SIGTERM, previous)
     if args.command == "search" and interrupts.signalled():
-        # A signal came while the search ran: its Ray was killed, not shut down (tuner.search.execution.shutdown_ray), and
+        # A signal came while the search ran: its Ray was killed, not shut down (tuner.search._execution.shutdown_ray), and
         # Python's exit would run Ray's own teardown, which waits on and can crash against a GCS that is gone.
         interrupts.exit_now(code)
     return code

@@ -27,7 +27,7 @@ class Status(enum.StrEnum):
     OOM = "oom"  # out of GPU or host memory
     INVALID = "invalid"  # TRL refused the config before training (e.g. batch not divisible by num_generations)
     PRUNED = "pruned"  # stable so far, stopped by successive halving: its learning speed could not catch up
-    TOO_BIG = "too_big"  # the memory plan (tuner.search.placement) says it cannot fit its share of the machine: not run
+    TOO_BIG = "too_big"  # the memory plan (tuner.search._placement) says it cannot fit its share of the machine: not run
 
 
 # Trials that failed, ran or not: what the report counts as failures and the sampler steers away from.

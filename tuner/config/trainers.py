@@ -45,7 +45,7 @@ class Adapter:
     # Column sets the trainer accepts (any one suffices), most explicit first; from its `_prepare_dataset`.
     columns: tuple[tuple[str, ...], ...]
     reads: tuple[str, ...]  # the columns it reads when present (others pass through, e.g. to GRPO rewards)
-    # The shape of its built-in rows: a key of tuner.inputs.tiny_data.ROWS (the tiny model's task) and of
+    # The shape of its built-in rows: a key of tuner.inputs._tiny_data.ROWS (the tiny model's task) and of
     # tuner.inputs.tasks.ROWS (exact-answer questions for a pretrained model).
     rows: Literal["prompt", "preference", "unpaired", "completion"]
     sequence_classifier: bool = False

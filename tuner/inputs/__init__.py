@@ -1,1 +1,34 @@
-"""placeholder"""
+"""The user's inputs and tuner's built-in ones: models (the embedded tiny ones), data, reward functions, and the
+probe that checks them before any trial starts.
+
+    models.py     --model: a folder, hub id or alias; the tiny model and tiny-pretrained, built here
+    data.py       --dataset: the built-in data of a trainer, or the user's, its columns checked
+    tasks.py      exact-answer questions for a pretrained model, and their reward
+    rewards.py    --reward-func: the built-in reward, TRL's, or the user's module:function
+    probe.py      the user's rows, tokenizer and rewards tried before any trial starts
+
+May import: tuner.config, tuner.stores (the cache folder), tuner.errors.
+"""
+
+import importlib
+
+# Each public name and the module it lives in, imported when first asked for: ``import tuner.inputs`` stays cheap
+# (``tuner --help`` answers without pydantic, Ray or torch).
+_HOMES = {
+    "UserInputs": "tuner.inputs.probe",
+    "builtin_dataset": "tuner.inputs.data",
+    "check_user_inputs": "tuner.inputs.probe",
+    "exact_answer_reward": "tuner.inputs.tasks",
+    "is_tiny": "tuner.inputs.models",
+    "load_dataset_spec": "tuner.inputs.data",
+    "resolve_model": "tuner.inputs.models",
+    "resolve_reward_funcs": "tuner.inputs.rewards",
+    "tiny_model_dir": "tuner.inputs.models",
+}
+__all__ = sorted(_HOMES)
+
+
+def __getattr__(name: str):
+    if name in _HOMES:
+        return getattr(importlib.import_module(_HOMES[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -5,7 +5,7 @@
     load_dataset_spec("data/prefs.jsonl", "dpo")          # a local file, a save_to_disk folder, or a hub id
 
 What a trainer reads (its column sets, its built-in rows) is its entry in ``tuner.config.trainers``; the tiny model's
-own task is ``tuner.inputs.tiny_data``.
+own task is ``tuner.inputs._tiny_data``.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tuner.config.trainers import Adapter
-from tuner.inputs import tasks, tiny_data
+from tuner.inputs import tasks, _tiny_data as tiny_data
 from tuner.errors import TunerError
 
 if TYPE_CHECKING:

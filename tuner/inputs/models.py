@@ -6,7 +6,7 @@
     resolve_model("Qwen2.5-0.5B")    # alias -> "Qwen/Qwen2.5-0.5B", checked to be cached or reachable
     resolve_model("./my-model")      # a local folder with config.json
 
-The tiny model has random (seeded) weights and a word-level tokenizer over ``tuner.inputs.tiny_data.VOCABULARY``, so the
+The tiny model has random (seeded) weights and a word-level tokenizer over ``tuner.inputs._tiny_data.VOCABULARY``, so the
 built-in datasets tokenize without <unk> and every trainer runs on a CPU in seconds. It reproduces the
 precision failures the stability guard exists to catch (see docs/failures.md).
 """
@@ -34,7 +34,7 @@ __all__ = [
 ]
 
 TINY_MODEL = "tiny"  # the default --model: needs no download, trains on a CPU
-# A test and demo model that counts as pretrained: the tiny shape pretrained on tuner.inputs.tasks (tuner.inputs.tiny_pretrained).
+# A test and demo model that counts as pretrained: the tiny shape pretrained on tuner.inputs.tasks (tuner.inputs._tiny_pretrained).
 TINY_PRETRAINED_MODEL = "tiny-pretrained"
 
 # Short names for common small models; anything else is passed as a hub id or a local path.
@@ -81,7 +81,7 @@ def resolve_model(spec: str, cache_dir: str | os.PathLike | None = None) -> str:
     """--model value -> a local path or hub id that ``from_pretrained`` accepts.
 
     "tiny" builds (or reuses) the tiny model under ``cache_dir`` (default: ``tiny_model_dir()``'s parent), and
-    "tiny-pretrained" the tiny pretrained model (``tuner.inputs.tiny_pretrained``; not tiny for ``is_tiny``).
+    "tiny-pretrained" the tiny pretrained model (``tuner.inputs._tiny_pretrained``; not tiny for ``is_tiny``).
     An existing directory must hold a config.json. An alias from ALIASES becomes its hub id. A hub id must be
     in the local Hugging Face cache or reachable on the Hub; this answers within a few seconds without network.
     """
@@ -91,7 +91,7 @@ def resolve_model(spec: str, cache_dir: str | os.PathLike | None = None) -> str:
     if spec == TINY_MODEL:
         return str(build_tiny_model(Path(cache_dir) / TINY_MODEL_VERSION) if cache_dir else tiny_model_dir())
     if spec == TINY_PRETRAINED_MODEL:
-        from tuner.inputs import tiny_pretrained
+        from tuner.inputs import _tiny_pretrained as tiny_pretrained
 
         return str(tiny_pretrained.build_tiny_pretrained(Path(cache_dir) / tiny_pretrained.TINY_PRETRAINED_VERSION)
                    if cache_dir else tiny_pretrained.tiny_pretrained_dir())
@@ -191,11 +191,11 @@ def build_tiny_model(path: str | os.PathLike) -> Path:
 
 
 def build_tiny_tokenizer():
-    """The tiny model's tokenizer (``tuner.inputs.word_tokenizer``): each word of VOCABULARY with a space before it is one
+    """The tiny model's tokenizer (``tuner.inputs._word_tokenizer``): each word of VOCABULARY with a space before it is one
     token ("Ġred"), about 400 tokens in all; a word with no space before it (the first of a text) is spelled in
     characters."""
-    from tuner.inputs.tiny_data import VOCABULARY
-    from tuner.inputs.word_tokenizer import build_word_tokenizer
+    from tuner.inputs._tiny_data import VOCABULARY
+    from tuner.inputs._word_tokenizer import build_word_tokenizer
 
     return build_word_tokenizer([" " + word for word in VOCABULARY], model_max_length=256)  # = max_position_embeddings
 

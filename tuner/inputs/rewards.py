@@ -38,14 +38,14 @@ _SOFT_OVERLONG = {"max_completion_len": 1280, "soft_punish_cache": 256}
 def builtin_reward(prompts: list | None = None, completions: list | None = None, **kwargs) -> list[float]:
     """The default GRPO reward on the built-in data: the fraction of a completion's words that are real words.
 
-    A word is real when it is in ``tuner.inputs.tiny_data.VOCABULARY``; the tiny model's tokenizer also holds word
+    A word is real when it is in ``tuner.inputs._tiny_data.VOCABULARY``; the tiny model's tokenizer also holds word
     fragments and single characters, so a random policy writes about one real word in four. That gives
     completions in one group different rewards (a learning signal from the first step), and a policy that learns
     to write whole words climbs towards 1.0: on the tiny model, GRPO at learning rate 1e-2 (batch 8) goes from
     about 0.25 to about 0.5 in 20 steps. Completions are strings (standard format) or lists of
     {"role", "content"} messages (conversational format); an empty completion gets 0.0.
     """
-    from tuner.inputs.tiny_data import VOCABULARY
+    from tuner.inputs._tiny_data import VOCABULARY
 
     vocabulary = frozenset(VOCABULARY)
     rewards = []

@@ -9,7 +9,7 @@
     exact_answer_reward(completions=[" 42", "43", "I don't know"], answer=["42", "42", "42"])  # [1.0, 0.1, 0.0]
 
 Each trainer entry (``tuner.config.trainers``) names its task rows; ``tuner.inputs.data.builtin_dataset`` builds them for any
-model but the embedded tiny one, whose own task is ``tuner.inputs.tiny_data``.
+model but the embedded tiny one, whose own task is ``tuner.inputs._tiny_data``.
 
 **Tasks.** Small arithmetic (sums, differences, products, exact division, a + b * c, word problems, the largest
 of a list) and string tasks (letters in a word, how often a letter occurs, a letter's place in the alphabet, the

@@ -1,1 +1,27 @@
-"""placeholder"""
+"""What people read: the live progress of a search, its report (analysis, tables, plots), and the export.
+
+    progress.py   one line per finished trial, the running trials' latest steps, the results table
+    document.py   ``tuner report``: the report put together (_analysis, _render, _plots, _store)
+    export.py     ``tuner export``: the recommended config as the user will run it
+
+May import: tuner.verdicts, tuner.inputs, tuner.config, tuner.stores, tuner.errors, tuner.records.
+"""
+
+import importlib
+
+# Each public name and the module it lives in, imported when first asked for: ``import tuner.report`` stays cheap
+# (``tuner --help`` answers without pydantic, Ray or torch).
+_HOMES = {
+    "Progress": "tuner.report.progress",
+    "build_report": "tuner.report.document",
+    "render_export": "tuner.report.export",
+    "report_search": "tuner.report.document",
+    "results_table": "tuner.report.progress",
+}
+__all__ = sorted(_HOMES)
+
+
+def __getattr__(name: str):
+    if name in _HOMES:
+        return getattr(importlib.import_module(_HOMES[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -5,9 +5,9 @@
 
     build_report(search).text()                      # the same from a search.json mapping, without MLflow
 
-Its parts, one idea each: ``tuner.report.analysis`` computes everything from the trial records
-(pure functions), ``tuner.report.render`` lays it out as text and markdown, ``tuner.report.plots`` draws
-the figures and ``tuner.report.store`` reads the search from MLflow and logs the report back.
+Its parts, one idea each: ``tuner.report._analysis`` computes everything from the trial records
+(pure functions), ``tuner.report._render`` lays it out as text and markdown, ``tuner.report._plots`` draws
+the figures and ``tuner.report._store`` reads the search from MLflow and logs the report back.
 This module puts them together; the analysis functions are importable from here as well.
 """
 
@@ -18,14 +18,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tuner.report import plots, store as report_store
+from tuner.report import _plots as plots, _store as report_store
 from tuner.errors import TunerError
-from tuner.report.analysis import (MIN_HINT_TRIALS, BreakdownRow, Importance, breakdown, breakdown_lines,
+from tuner.report._analysis import (MIN_HINT_TRIALS, BreakdownRow, Importance, breakdown, breakdown_lines,
                                    crash_reasons, dimensions, hints, importances, lr_band, outcome, pareto_front)
-from tuner.report.render import Report
+from tuner.report._render import Report
 
 __all__ = ["Rendered", "Report", "build_report", "report_search",
-           # the analysis (tuner.report.analysis), for callers of the report:
+           # the analysis (tuner.report._analysis), for callers of the report:
            "BreakdownRow", "Importance", "breakdown", "breakdown_lines", "crash_reasons", "dimensions", "hints",
            "importances", "lr_band", "outcome", "pareto_front"]
 

@@ -1,1 +1,35 @@
-"""placeholder"""
+"""The search: Optuna proposes, Ray Tune runs the trials, the driver logs, confirms and recommends.
+
+    driver.py       prepare and run_search: the search from its options to its recommendation
+    _execution.py   Ray Tune: the trainable, the searcher, successive halving, the driver's callback
+    _sampling.py    Optuna: the sampler, asking without repeats, telling outcomes
+    _staging.py     speed knobs first, then learning knobs on the fastest stable system configs
+    _confirm.py     the best candidates re-run on other seeds
+    _extend.py      longer rungs when no stable trial learned within --max-steps
+    _placement.py   how many trials at once and what each asks of Ray, from the memory plan
+    _resume.py      an interrupted search continued in the same run
+
+May import: every subsystem below it (tuner.report, tuner.trial, tuner.verdicts, tuner.inputs, tuner.config,
+tuner.stores) and tuner.errors, tuner.records. Only tuner.cli imports it.
+"""
+
+import importlib
+
+# Each public name and the module it lives in, imported when first asked for: ``import tuner.search`` stays cheap
+# (``tuner --help`` answers without pydantic, Ray or torch).
+_HOMES = {
+    "Proposer": "tuner.search._sampling",
+    "SearchOutcome": "tuner.search.driver",
+    "hardware_precisions": "tuner.search.driver",
+    "make_sampler": "tuner.search._sampling",
+    "prepare": "tuner.search.driver",
+    "prepare_resume": "tuner.search.driver",
+    "run_search": "tuner.search.driver",
+}
+__all__ = sorted(_HOMES)
+
+
+def __getattr__(name: str):
+    if name in _HOMES:
+        return getattr(importlib.import_module(_HOMES[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -27,7 +27,7 @@ from tuner.verdicts import recommend as rec
 from tuner.errors import TunerError, quiet_libraries
 from tuner.config.options import DEFAULT_TRIALS, SAMPLERS, SearchOptions, check_options, options_from, prunes  # noqa: F401 - re-exported
 from tuner.report.progress import Progress, SearchInterrupted, describe_params, resume_command, results_table
-from tuner.search.sampling import Proposer, make_study
+from tuner.search._sampling import Proposer, make_study
 from tuner.config.space import SearchSpace, check_param_names, load_space
 from tuner.trial import TrialSpec
 
@@ -53,7 +53,7 @@ def halves(options: SearchOptions) -> bool:
     model's reward or loss does not move visibly in a quarter of --max-steps, so halving there ranks noise: on the
     tiny pretrained model it stopped at step 6 of 20 all four fp32 trials at 2e-5 to 5e-5, the ones that learn
     within 60 steps, and kept a trial at 1e-6 with a lucky start. For a pretrained model the longer rungs
-    (tuner.search.extend: 20 -> 60 -> 180 steps, the best third each time) do the halving."""
+    (tuner.search._extend: 20 -> 60 -> 180 steps, the best third each time) do the halving."""
     from tuner.inputs import models
 
     if options.prune is not None:
@@ -199,7 +199,7 @@ def run_search(prepared: Prepared, echo: Callable[[str], None] = print) -> Searc
     KeyboardInterrupt within seconds, whatever became of Ray's processes meanwhile (a batch system signals them
     too): SearchInterrupted says what is kept and how to resume once the search run exists, and by then every run
     it started is ended (the search run KILLED); Ray, the trials and the launcher are stopped in any case."""
-    from tuner.search import execution
+    from tuner.search import _execution as execution
     from tuner.trial import weights
     from tuner.trial import launcher
 
@@ -250,7 +250,7 @@ class _EndNow:
     def end(self) -> None:
         import sys
 
-        from tuner.search import execution
+        from tuner.search import _execution as execution
         from tuner.trial import launcher
 
         try:
@@ -296,7 +296,7 @@ def _interruption(prepared: Prepared, tracker, records: list[dict[str, Any]]) ->
 def _open_stores(prepared: Prepared):
     """(tracker, run name, study, records so far): the MLflow experiment and the Optuna study, before any run is
     started (a resumed search: its own run and study, reattached)."""
-    from tuner.search import resume as resuming
+    from tuner.search import _resume as resuming
     from tuner.stores import tracking
 
     o = prepared.options
@@ -315,8 +315,8 @@ def _open_stores(prepared: Prepared):
 
 
 def _place(prepared: Prepared, ray):
-    """The memory plan for this search on this cluster (tuner.search.placement)."""
-    from tuner.search import placement
+    """The memory plan for this search on this cluster (tuner.search._placement)."""
+    from tuner.search import _placement as placement
 
     o = prepared.options
     cluster = placement.Cluster.of_ray(ray)
@@ -376,7 +376,7 @@ def _start_run(prepared: Prepared, tracker, run_name: str, concurrency: int) -> 
 
 def _search(prepared, tracker, study, run_name, records, placement, progress, started) -> SearchOutcome:
     """The trials and their confirmation in one Ray Tune run, then the results written."""
-    from tuner.search import confirm, execution, extend
+    from tuner.search import _confirm as confirm, _execution as execution, _extend as extend
 
     o = prepared.options
     base_spec = TrialSpec(trainer=o.trainer, params={}, model=prepared.model_path, dataset=o.dataset,
@@ -434,7 +434,7 @@ def _study_storage(o: SearchOptions) -> str | None:
 
 def _finish(prepared: Prepared, tracker, records, cands, confirmations, started, echo, placement,
             extensions=()) -> SearchOutcome:
-    from tuner.search import confirm
+    from tuner.search import _confirm as confirm
 
     o = prepared.options
     verdicts: list[dict[str, Any]] = []
@@ -483,7 +483,7 @@ def _hub_dataset(dataset: str | None) -> str | None:
 
 
 def summary_text(outcome: SearchOutcome) -> str:
-    from tuner.search import confirm
+    from tuner.search import _confirm as confirm
 
     lines = [f"\n{len(outcome.records)} trials in {outcome.wall_seconds:.0f}s (experiment {outcome.experiment!r}, "
              f"run {outcome.parent_run_id})", f"rule: {rec.RULE}"]
@@ -509,7 +509,7 @@ def summary_text(outcome: SearchOutcome) -> str:
 
 def prepare_resume(options: SearchOptions) -> Prepared:
     """``tuner search --resume EXPERIMENT``: the unfinished search's own options, checked again."""
-    from tuner.search import resume
+    from tuner.search import _resume as resume
 
     resumed, run_id = resume.resume_options(options)
     prepared = prepare(resumed)

@@ -16,7 +16,7 @@ and start time, so a reused PID is never hit) and exits. A SIGTERM does the same
 scancel, systemd, a container stop) signals every process of the job, this one included, and the reaper must
 still do its work (Ray's GCS and autoscaler monitor were seen alive 40 s after such a signal).
 
-    python -m tuner.stores.reaper PARENT_PID KNOWN_PID...   # started by tuner.search.execution.init_ray; stops at end of stdin
+    python -m tuner.stores.reaper PARENT_PID KNOWN_PID...   # started by tuner.search._execution.init_ray; stops at end of stdin
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from tuner.stores import empty_store, interrupts
+from tuner.stores import _empty_store as empty_store, interrupts
 from tuner.errors import TunerError
 from tuner.records import Status, TrialRecord, is_ok, new_record
 
@@ -241,7 +241,7 @@ class SearchTracker:
         """The search's trials that MLflow holds in full, one record per trial number (``--resume`` keeps these).
         A trial run with no verdict belongs to a trial that was still running (or being written) when the search
         was interrupted (KILLED, tagged interrupted) or its driver died (left RUNNING): it is deleted, and its
-        trial runs again. Confirmation re-runs and longer re-runs (tuner.search.extend) are not kept: they run again
+        trial runs again. Confirmation re-runs and longer re-runs (tuner.search._extend) are not kept: they run again
         after the search's own trials."""
         records: dict[int, TrialRecord] = {}
         for run in trial_runs(self.uri, self.parent_id):

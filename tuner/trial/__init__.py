@@ -2,18 +2,38 @@
 
     tuner trial --config trial.yaml          # in this process, prints metrics and the verdict
 
-    spec.py       what a trial is (TrialSpec) and the trial config YAML
-    run.py        run_trial: build the TRL trainer, train under the guard, measure, classify
-    measure.py    throughput after warm-up, peak memory, out-of-memory errors
-    faults.py     fault injection (TUNER_FAULT), the test hook for crashes and NaNs
-    isolation.py  run_trial_isolated: the same in a child process, so a dying trial dies alone
-    launcher.py   the node's trial launcher (launcher_server.py): children forked from one import of torch
+    _spec.py             what a trial is (TrialSpec) and the trial config YAML
+    _run.py              run_trial: build the TRL trainer, train under the guard, measure, classify
+    trainer.py           the real TRL trainer of one trial (precision, LoRA, the monitor)
+    _monitor.py          the TrainerCallback that feeds the guard every optimizer step
+    measure.py           throughput after warm-up, peak memory, out-of-memory errors
+    memory.py            the memory a trial needs, before it runs
+    weights.py           the base model's weights converted once per node, mapped by every trial
+    _faults.py           fault injection (TUNER_FAULT), the test hook for crashes and NaNs
+    _isolation.py        run_trial_isolated: the same in a child process, so a dying trial dies alone
+    launcher.py          the node's trial launcher (_launcher_server.py): children forked from one import of torch
+
+May import: tuner.verdicts, tuner.inputs, tuner.config, tuner.stores (the reaper), tuner.errors, tuner.records.
 """
 
-from tuner.records import TrialResult
-from tuner.trial.isolation import run_trial_isolated
-from tuner.trial.run import format_result, run_trial
-from tuner.trial.spec import TrialSpec, load_trial_spec, prepare_trial_spec
+import importlib
 
-__all__ = ["TrialResult", "TrialSpec", "format_result", "load_trial_spec", "prepare_trial_spec", "run_trial",
-           "run_trial_isolated"]
+# Each public name and the module it lives in, imported when first asked for: ``import tuner.trial`` stays cheap
+# (``tuner --help`` answers without pydantic, Ray or torch).
+_HOMES = {
+    "TrialResult": "tuner.records",
+    "TrialSpec": "tuner.trial._spec",
+    "format_result": "tuner.trial._run",
+    "load_trial_spec": "tuner.trial._spec",
+    "prepare_trial_spec": "tuner.trial._spec",
+    "process_context": "tuner.trial._isolation",
+    "run_trial": "tuner.trial._run",
+    "run_trial_isolated": "tuner.trial._isolation",
+}
+__all__ = sorted(_HOMES)
+
+
+def __getattr__(name: str):
+    if name in _HOMES:
+        return getattr(importlib.import_module(_HOMES[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

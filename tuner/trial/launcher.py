@@ -18,7 +18,7 @@ CUDA_VISIBLE_DEVICES and OMP_NUM_THREADS for its slot, TUNER_FAULT, ...), then `
 line from the worker, or the worker's end of the socket closing (the worker died), kills the child. The
 launcher exits, killing what it forked, when its stdin closes: when the driver stops it or dies.
 
-The launcher itself is tuner/trial/launcher_server.py (``python -m tuner.trial.launcher_server SOCKET``).
+The launcher itself is tuner/trial/_launcher_server.py (``python -m tuner.trial._launcher_server SOCKET``).
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ def start(timeout: float = 30.0) -> subprocess.Popen | None:
     folder = tempfile.mkdtemp(prefix="tuner-launch-")
     path = os.path.join(folder, "socket")
     env = {**os.environ, "PYTORCH_NVML_BASED_CUDA_CHECK": "1"}  # an import asking for GPUs must not start CUDA
-    process = subprocess.Popen([sys.executable, "-m", "tuner.trial.launcher_server", path], stdin=subprocess.PIPE,
+    process = subprocess.Popen([sys.executable, "-m", "tuner.trial._launcher_server", path], stdin=subprocess.PIPE,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, start_new_session=True)
     process.socket_path = path
     deadline = time.monotonic() + timeout
@@ -95,7 +95,7 @@ def stop(process: subprocess.Popen, timeout: float = 30.0) -> None:
 
 class LaunchedProcess:
     """A trial's child forked by the node's launcher, with the parts of multiprocessing.Process that
-    tuner.trial.isolation uses: is_alive, join, kill, exitcode."""
+    tuner.trial._isolation uses: is_alive, join, kill, exitcode."""
 
     def __init__(self, sock: socket.socket, pid: int):
         self.sock, self.pid, self.exitcode = sock, pid, None

@@ -53,7 +53,7 @@ def samples_per_step(params: dict[str, Any]) -> int:
 
 
 def so_far(entry: Adapter, rows: list[dict[str, Any]], params: dict[str, Any], warmup: int) -> dict[str, Any]:
-    """A running trial's figures from its metric rows so far (each with ``train_seconds``, tuner.trial.monitor):
+    """A running trial's figures from its metric rows so far (each with ``train_seconds``, tuner.trial._monitor):
     steps, tokens/s and learning progress, as its result would give them were it to end now."""
     from tuner.verdicts.learning import judge_learning
 

@@ -41,10 +41,10 @@ are freed):
   measured: ``measure_process_baseline()``), since a CPU trial's peak is its whole resident set.
 
 Accuracy: the parameter count is transformers' own for Llama/Qwen2/Qwen3/Mistral-shaped models (exactly,
-for those tests/test_memory.py builds); mixture-of-experts and non-gated (GPT-2 style) MLPs are counted as a
+for those tests/trial/test_memory.py builds); mixture-of-experts and non-gated (GPT-2 style) MLPs are counted as a
 dense gated MLP. Against measured CPU training peaks (``tuner trial``, an 11M-parameter Qwen2-shaped model,
 batch 8 x 512 tokens, SFT) the estimate was 0.98x (fp32), 0.89x (fp32, checkpointing), 0.97x (bf16-pure),
-1.16x (bf16-mixed), 0.80x (LoRA) and 1.00x (batch 16) of the peak; tests/test_memory.py checks one such
+1.16x (bf16-mixed), 0.80x (LoRA) and 1.00x (batch 16) of the peak; tests/trial/test_memory.py checks one such
 comparison with a factor-of-3 margin. GPU figures are not measured here.
 
 **The plan** packs trials by the estimate: per GPU, as many as fit in ``headroom`` (85%: the caching
@@ -132,7 +132,7 @@ UNFUSED_LOGIT_COPIES = 2
 CUDA_CONTEXT = 500 * MiB
 # The resident set of a Python process that imported torch, transformers, TRL, PEFT and datasets:
 # measure_process_baseline() gave 462 MiB (torch 2.13 CPU build, transformers 5.23, TRL 1.16, Linux x86-64);
-# tests/test_memory.py measures it again and checks this figure against it.
+# tests/trial/test_memory.py measures it again and checks this figure against it.
 CPU_PROCESS_BASELINE = 462 * MiB
 # What a training run adds beyond its tensors (tokenizer, dataset tables, accelerate state, thread pools):
 # `tuner trial` on the tiny model (tensors < 1 MiB) peaked at 515 MiB against the 462 MiB baseline.

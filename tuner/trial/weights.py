@@ -21,7 +21,7 @@ into place: a half-written entry is never taken), and trials load that folder wi
 trial's frozen base and every reference model are the node's one copy (4 MB of private memory instead of 1.9 GB).
 The same ``from_pretrained`` does everything else as from the model's folder (tied embeddings, the class's key
 mapping, a sequence classifier's score head drawn from the trial's seeded generator): the same model, bit for bit
-(tests/test_weights.py). Nothing a trial writes reaches the shared copy. A full fine-tune writes every weight, so
+(tests/trial/test_weights.py). Nothing a trial writes reaches the shared copy. A full fine-tune writes every weight, so
 it loads its own copy from the model's folder (converting, 0.6-1.0 s, costs no more than copying 2 GB of mapped
 pages, 1.05-1.15 s) and only its reference model maps the shared copy; weights transformers maps from a checkpoint
 file are copied at once (one kernel call per tensor) rather than a page at a time on the first optimizer step.

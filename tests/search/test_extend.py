@@ -1,0 +1,131 @@
+"""Longer rungs (tuner.search._extend): when no stable trial learned within --max-steps, the best third of them run again
+with 3x the steps, within the step budget; then confirmation at that length. Pure rules first, then a real search."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tuner.search import driver as search, _extend as extend
+
+from tuner.stores import tracking
+from tuner.search._extend import WAIT, Extension
+
+BASE = {"trainer": "reward", "params": {}, "max_steps": 20, "seed": 0}
+
+
+def record(number: int, *, steps: int = 20, status: str = "ok", progress: float = 0.0, learned: bool = False,
+           speed: float = 1000.0, **extra) -> dict[str, Any]:
+    return {"number": number, "status": status, "max_steps": steps, "seed": 0, "params": {"learning_rate": number},
+            "progress": progress, "learned": learned, "tokens_per_second": speed, **extra}
+
+
+def test_the_best_third_of_stable_trials_get_3x_the_steps_and_the_next_rung_waits_for_them():
+    plan = Extension(BASE, budget_steps=1000, timeout=100, announce=lambda line: None)
+    records = [record(n, progress=0.001 * n) for n in range(6)] + [record(9, status="diverged", progress=1.0)]
+    jobs = [plan.next(records, []), plan.next(records, [])]
+    # the two (6 / 3) with the highest learning speed so far, at 60 steps; the diverged trial never
+    assert [(j["number"], j["spec"]["max_steps"]) for j in jobs] == [(5, 60), (4, 60)]
+    assert jobs[0]["spec"]["params"] == {"learning_rate": 5} and jobs[0]["timeout"] == pytest.approx(300)
+    assert plan.next(records, []) == WAIT  # its runs are out: the next rung depends on them
+    done = [record(5, steps=60, progress=0.002, extends=5), record(4, steps=60, progress=0.003, extends=4)]
+    job = plan.next(records, done)
+    assert (job["number"], job["spec"]["max_steps"]) == (4, 180)  # best third of the 60-step runs: 1
+
+
+def test_the_strongest_evidence_of_learning_goes_first_not_the_luckiest_start():
+    # Seen on the tiny pretrained model at 20 steps: a trial at lr 1e-6 with a lucky 2-step start had the highest
+    # learning speed so far (+0.26, p 0.2); those at 3e-5, which learn within 60 steps, had less (p ~0.03).
+    plan = Extension(BASE, budget_steps=1000, timeout=100, announce=lambda line: None)
+    records = [record(0, progress=0.26, progress_p_value=0.2, speed=6000),
+               record(1, progress=0.2, progress_p_value=0.03, speed=9000),
+               record(2, progress=0.1, progress_p_value=0.04, speed=9000),
+               *[record(n, progress=0.01 * n, progress_p_value=0.5, speed=9000) for n in range(3, 6)]]
+    jobs = [plan.next(records, []), plan.next(records, [])]
+    assert [j["number"] for j in jobs] == [1, 2]
+    # without a p-value (too few steps to judge), a trial comes after those with one
+    assert extend.closest_to_learning(record(7, progress=1.0)) > extend.closest_to_learning(records[3])
+
+
+def test_a_pretrained_model_is_not_halved_inside_its_first_rung_unless_asked():
+    from tuner.config.options import SearchOptions
+
+    assert search.halves(SearchOptions()) and not search.halves(SearchOptions(sampler="grid"))
+    assert not search.halves(SearchOptions(model="tiny-pretrained"))
+    assert not search.halves(SearchOptions(model="Qwen2.5-0.5B"))
+    assert search.halves(SearchOptions(model="tiny-pretrained", prune=True))
+    assert not search.halves(SearchOptions(prune=False))
+    # the slow-trial stop stays on for a pretrained model
+    assert search.prunes(SearchOptions(model="tiny-pretrained"))
+
+
+def test_a_rung_is_run_in_full_before_the_next_is_chosen_even_when_one_of_its_runs_ends_first():
+    # Seen on the pretrained model: 3 trials announced for 60 steps, 2 slots; the first 60-step run ended before the
+    # third was handed out, and the rung above was then chosen from that one run alone: the third never ran.
+    plan = Extension(BASE, budget_steps=1000, timeout=100, announce=lambda line: None)
+    records = [record(n, progress=0.001 * n) for n in range(7)]  # 7 stable: the best 3 at 60 steps
+    first, second = plan.next(records, []), plan.next(records, [])
+    done = [record(first["number"], steps=60, progress=0.01, extends=first["number"])]
+    third = plan.next(records, done)
+    assert [(j["number"], j["spec"]["max_steps"]) for j in (first, second, third)] == [(6, 60), (5, 60), (4, 60)]
+    assert plan.next(records, done) == WAIT  # two of the rung still out
+    done += [record(n, steps=60, progress=0.001 * n, extends=n) for n in (5, 4)]
+    job = plan.next(records, done)
+    assert (job["number"], job["spec"]["max_steps"]) == (6, 180)  # from all three: the best one
+
+
+def test_nothing_is_extended_once_a_trial_learned_or_the_budget_is_spent():
+    plan = Extension(BASE, budget_steps=100, timeout=100, announce=lambda line: None)
+    learned = [record(0, progress=0.3, learned=True), record(1)]
+    assert plan.next(learned, []) is None  # confirmation's turn
+    records = [record(n) for n in range(6)]
+    job = plan.next(records, [])
+    assert job["spec"]["max_steps"] == 60
+    # a second 60-step run would spend 120 > 100: wait for the one out there, then nothing more
+    assert plan.next(records, []) == WAIT
+    assert plan.next(records, [record(job["number"], steps=60, extends=job["number"])]) is None
+    assert Extension(BASE, budget_steps=0, timeout=1).next(records, []) is None  # --budget 0: off
+
+
+def test_default_budget_fits_two_rungs_of_the_default_search():
+    budget = extend.default_budget(12, 20)
+    assert budget >= 4 * 60 + 2 * 180  # the best 4 of 12 at 60 steps, then the best 2 of those at 180
+
+
+# The reward model at learning rates that learn clearly within 12 steps (test_search's confirmation space); a 4-step
+# rung can show no learning at all (the judgement needs tuner.verdicts.learning.MIN_STEPS = 6 values), so only a longer rung
+# can recommend.
+def longer_space() -> str:
+    import test_search
+
+    return test_search.CONFIRM_SPACE
+
+
+def run_in(root, **options) -> tuple[search.SearchOutcome, list[str]]:
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "space.yaml").write_text(longer_space())
+    echoed: list[str] = []
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(root)
+        prepared = search.prepare(search.SearchOptions(store=str(root / "mlflow"), search_space="space.yaml",
+                                                       experiment="longer", sampler="grid", max_steps=4, seed=0,
+                                                       confirm_seeds=1, confirm_top=1, **options))
+        return search.run_search(prepared, echo=echoed.append), echoed
+
+
+@pytest.mark.slow
+def test_a_search_too_short_to_show_learning_recommends_after_a_longer_rung(tmp_path, tiny_model):
+    outcome, echoed = run_in(tmp_path / "longer")
+    assert all(r["status"] == "ok" and not r["learned"] for r in outcome.records)  # 4 steps: no verdict
+    extensions = outcome.search["extensions"]
+    # the best third of 2 stable trials (1) ran again for 12 steps, and learned there
+    assert [(e["extends"], e["max_steps"]) for e in extensions] == [(extensions[0]["number"], 12)]
+    assert any("re-running the best 1" in line and "for 12 steps" in line for line in echoed)
+    best = outcome.recommended
+    assert best is not None and best["max_steps"] == 12 and best["learned"]
+    # confirmed at its own length, on another seed
+    assert best["confirmation"]["confirmed"] and outcome.search["confirmations"][0]["max_steps"] == 12
+    runs = tracking.trial_runs(tracking.default_tracking_uri(tmp_path / "longer" / "mlflow"), outcome.parent_run_id)
+    longer = [r for r in runs if r.data.tags.get("tuner.extension") == "true"]
+    assert len(longer) == 1 and longer[0].data.tags["tuner.extends"] == str(best["number"])

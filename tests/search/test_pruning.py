@@ -1,0 +1,115 @@
+"""Successive halving beside the guard: Ray Tune's ASHA stops stable trials whose learning speed so far is behind
+the trials that reached the same step (status ``pruned``), told to Optuna as PRUNED; never a confirmation re-run."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from tuner.search import _execution as execution, _sampling as sampling
+from tuner.records import Status, new_record
+from tuner.config.space import parse_space
+
+LIVE = {execution.LIVE: True, "step": 9, "so_far": {"steps_run": 9, "tokens_per_second": 1200.0, "progress": 0.05,
+                                                    "progress_p_value": 0.2, "learned": False,
+                                                    "samples_per_second": 20.0}}
+
+
+def test_a_pruned_trial_keeps_its_figures_so_far_and_says_why():
+    result = execution.pruned_result(LIVE, max_steps=40)
+    assert result["status"] == Status.PRUNED and result["stopped_at_step"] == 9 and result["steps_run"] == 9
+    assert result["tokens_per_second"] == 1200.0 and result["progress"] == 0.05 and not result["learned"]
+    assert "step 9 of 40" in result["reason"] and "stopped by successive halving" in result["reason"]
+
+
+@pytest.mark.parametrize("max_steps", [8, 12, 20, 30, 40, 100, 400, 1000])
+def test_the_rungs_rows_are_cut_at_are_the_ones_ray_tune_judges_at(max_steps):
+    halving = execution.Halving(max_steps)
+    (bracket,) = halving._brackets  # Ray Tune's own milestones (private: checked here, never relied on)
+    assert sorted(milestone for milestone, _ in bracket._rungs) == execution.halving_rungs(max_steps)
+    assert execution.halving_rungs(max_steps)[0] == halving.grace
+
+
+def test_rows_are_cut_so_that_a_report_ends_at_every_rung():
+    rows = [{"step": step} for step in range(1, 31)]
+    batches = execution.cut_at(rows, {7, 21})
+    assert [batch[-1]["step"] for batch in batches] == [7, 21, 30]
+    assert [row for batch in batches for row in batch] == rows  # every row once, in order
+    assert execution.cut_at(rows[:5], {7}) == [rows[:5]] and execution.cut_at([], {7}) == []
+
+
+def test_the_summary_names_successive_halving_as_what_stopped_pruned_trials():
+    from tuner.verdicts.recommend import failure_summary
+
+    pruned = [{**execution.pruned_result({**LIVE, "step": step}, max_steps=40), "params": {}} for step in (9, 27)]
+    summary = failure_summary(pruned)
+    assert "2 x pruned: e.g. stopped by successive halving\n" in summary + "\n", summary  # one group, whole words
+
+
+def test_optuna_is_told_a_pruned_trial_as_pruned_and_stable():
+    import optuna
+
+    space = parse_space({"trainer": "sft", "params": {"learning_rate": {"type": "float", "low": 1e-4, "high": 1e-1}}})
+    study = sampling.make_study("tpe", 0, 10, None, "pruning")
+    trial, params = sampling.ask(study, space, None)
+    record = new_record(execution.pruned_result(LIVE, 40), number=trial.number, params=params, max_steps=40, seed=0)
+    sampling.tell(study, trial, record)
+    frozen = study.trials[0]
+    assert frozen.state == optuna.trial.TrialState.PRUNED
+    assert frozen.intermediate_values == {9: pytest.approx(0.05 * 1200.0)}
+    assert sampling.constraint_of(record) <= 0  # stable as far as it ran: not steered away from like a failure
+
+
+def test_grid_searches_run_every_point_to_the_end_unless_asked_to_prune():
+    from tuner.config.options import SearchOptions, prunes
+    from tuner.cli import build_parser
+
+    assert prunes(SearchOptions()) and not prunes(SearchOptions(sampler="grid"))
+    assert prunes(SearchOptions(sampler="grid", prune=True)) and not prunes(SearchOptions(prune=False))
+    assert build_parser().parse_args(["search", "--no-prune"]).prune is False
+    assert build_parser().parse_args(["search"]).prune is None
+
+
+def test_halving_never_stops_a_confirmation_rerun():
+    halving = execution.Halving(max_steps=40)
+    rerun = SimpleNamespace(trial_id="x", config={"extra": {"confirms": 3}, "spec": {"max_steps": 40}})
+    behind = {execution.SO_FAR: -1e9, "step": 30, execution.LIVE: True}
+    assert halving.on_trial_result(None, rerun, behind) == execution.TrialScheduler.CONTINUE
+
+
+# How the rows of the trial that falls behind reach the driver: while it still runs (each step slowed), or all of
+# them only once it ended (a poll longer than the trials: a machine fast enough to end a trial before its rows are
+# read). Either way, the verdict must be the same.
+TIMINGS = {"still running at the rung": {"TUNER_FAULT": "slow@1", "TUNER_FAULT_WHEN": "learning_rate=1.0e-7"},
+           "rows only after its end": {"TUNER_LIVE_POLL_S": "600"}}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("timing", TIMINGS)
+def test_a_trial_far_behind_at_a_rung_is_pruned_there_whatever_the_timing(tmp_path, tiny_model, monkeypatch, timing):
+    """Grid order, one at a time: a learning rate that learns finishes first; one 100000x smaller is judged at the
+    first rung (step 10 of 40) by its figures there and stopped: pruned at step 10 exactly, never recorded from
+    a later step or from its end, and the search goes on."""
+    from tests.search.test_search import run_search_in, runs_of
+
+    for name, value in TIMINGS[timing].items():
+        monkeypatch.setenv(name, value)
+    space = """\
+trainer: sft
+fixed: {use_peft: false, max_length: 64, precision: fp32, per_device_train_batch_size: 8}
+params:
+  learning_rate: {type: categorical, choices: [0.01, 1.0e-7]}
+"""
+    finished = run_search_in(tmp_path, space, trainer="sft", sampler="grid", max_steps=40, concurrency=1,
+                             confirm_seeds=0, prune=True)
+    good, behind = finished.by_params(learning_rate=0.01), finished.by_params(learning_rate=1e-7)
+    assert good["status"] == Status.OK and good["learned"] and good["steps_run"] == 40
+    assert behind["status"] == Status.PRUNED, behind
+    rung = execution.Halving(40).grace
+    assert behind["stopped_at_step"] == behind["steps_run"] == rung, behind  # judged at the rung itself
+    assert f"stopped by successive halving at step {rung} of 40" in behind["reason"]
+    assert finished.outcome.recommended["number"] == good["number"]
+    # its MLflow run is closed with the verdict (KILLED: stopped by the search, not failed)
+    (run,) = [r for r in runs_of(finished, "trial") if r.data.params.get("learning_rate") == "1e-07"]
+    assert run.info.status == "KILLED" and run.data.tags.get("tuner.status") == Status.PRUNED

@@ -1,0 +1,507 @@
+"""Running trials on Ray: the trainable each Ray worker runs, the searcher that hands out Optuna's proposals
+(``OptunaSearcher``), and the driver-side callback that records every trial (MLflow + progress).
+The driver is the only MLflow writer. Everything Ray is here; ``tuner.search._sampling`` is pure Optuna.
+
+While a trial runs, its trainable reads the rows the trial appends to metrics.jsonl (on the worker's node) and
+reports each new batch to Ray Tune as a *live* result, ``{LIVE: True, "first": 12, "rows": [...]}``; Ray Tune
+brings it to the driver, where ``DriverCallback.on_trial_result`` streams the rows into the trial's MLflow
+run and shows them. A live result is never the trial's outcome: that is the one final report (a dict with
+"status"), read in ``on_trial_complete`` by the searcher and the callback.
+
+    run_trials(name=..., storage="mlflow/ray", per_trial={"cpu": 1, "gpu": 0}, concurrency=2,
+               callback=DriverCallback(tracker, progress, records), searcher=OptunaSearcher(proposer, ...),
+               num_samples=12)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import shutil
+import signal
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from ray.tune import Callback
+from ray.tune.schedulers import ASHAScheduler, TrialScheduler
+from ray.tune.search import Searcher
+
+from tuner.config import trainers
+
+from tuner.search import _sampling as sampling
+
+from tuner.stores import interrupts
+
+from tuner.verdicts import diagnose
+from tuner.errors import TunerError
+from tuner.search._extend import WAIT
+from tuner.verdicts.learning import MIN_STEPS
+from tuner.report.progress import Progress
+from tuner.records import SUMMARY_FIELDS, Status, TrialRecord, TrialResult, new_record
+from tuner.trial import TrialSpec
+
+# The metric Ray Tune reads from every trial's result: the recommendation's objective (tuner.verdicts.recommend).
+SEARCH_METRIC = "learning_speed"
+# Marks a live result: rows of a trial still running, never its outcome.
+LIVE = "tuner_live"
+# What successive halving compares trials by at the same step: the objective without its gate
+# (tuner.verdicts.recommend.speed_so_far), in live results and final ones alike.
+SO_FAR = "learning_speed_so_far"
+
+
+def is_live(result: dict[str, Any] | None) -> bool:
+    return bool(result) and bool(result.get(LIVE))
+
+
+def _trainable(config: dict[str, Any]) -> None:
+    """Runs inside a Ray worker: the trial itself runs in a child process of this worker."""
+    import ray
+    from ray import tune
+
+    from tuner.verdicts.recommend import objective, speed_so_far
+    from tuner.trial import run_trial_isolated
+    from tuner.trial.measure import so_far
+
+    spec = TrialSpec(**config["spec"])
+    if config.get("skip"):  # the memory plan refused it: recorded with its reason, never run
+        skipped = TrialResult(status=Status.TOO_BIG, reason=config["skip"]).summary()
+        tune.report({**skipped, SEARCH_METRIC: 0.0, SO_FAR: 0.0, "step": 0, "history": [], "number": config["number"],
+                     "node_id": ray.get_runtime_context().get_node_id()})
+        return
+    workdir = tempfile.mkdtemp(prefix=f"tuner-trial-{config['number']:03d}-")
+    seen: list[dict[str, Any]] = []  # every row so far: the figures so far that successive halving judges
+    rungs = set(halving_rungs(spec.max_steps))
+
+    def live(rows: list[dict[str, Any]]) -> None:
+        # One report ends at each rung's step: successive halving judges every trial by its figures at that step,
+        # however many steps ran before the rows were read (a fast machine) or after (the decision's way back).
+        for batch in cut_at(rows, rungs):
+            # SEARCH_METRIC: Ray Tune requires it in every result; 0.0 means nothing here (LIVE says so).
+            first = len(seen)
+            seen.extend(batch)
+            figures = so_far(spec.entry, seen, spec.params, spec.warmup_steps)
+            tune.report({LIVE: True, SEARCH_METRIC: 0.0, SO_FAR: speed_so_far(figures), "so_far": figures,
+                         "number": config["number"], "first": first, "rows": batch,
+                         "step": batch[-1].get("step")})
+
+    try:
+        slow = config.get("prune_after")
+        result = run_trial_isolated(spec, workdir, timeout=config["timeout"], on_rows=live,
+                                    prune_after=(float(slow[0]), str(slow[1])) if slow else None)
+    finally:  # all it holds is in the result now (its rows, a dead process's last output): nothing left behind
+        shutil.rmtree(workdir, ignore_errors=True)
+    node = ray.get_runtime_context().get_node_id()
+    summary = result.summary()
+    # Ray Tune requires the searcher's metric in every result
+    tune.report({**summary, SEARCH_METRIC: objective(summary), SO_FAR: speed_so_far(summary), "step": result.steps_run,
+                 "history": result.history, "output": result.output, "node_id": node, "number": config["number"]})
+
+
+def pruned_result(live: dict[str, Any], max_steps: int) -> dict[str, Any]:
+    """The outcome of a trial successive halving stopped, from its last live result (its figures so far)."""
+    figures = dict(live.get("so_far") or {})
+    step = int(live.get("step") or figures.get("steps_run") or 0)
+    speed, progress = figures.get("tokens_per_second"), figures.get("progress")
+    measured = (f"progress {progress:+.3f} x {speed:.0f} tokens/s" if speed and progress is not None
+                else "not yet measured")
+    reason = (f"{PRUNED_REASON} at step {step} of {max_steps}: its learning speed so far ({measured}) was below "
+              f"the top 1/{HALVING_RATE} of the trials that reached that step (Ray Tune's ASHA)")
+    return TrialResult(status=Status.PRUNED, reason=reason, stopped_at_step=step,
+                       **{k: v for k, v in figures.items() if k != "steps_run"},
+                       steps_run=int(figures.get("steps_run") or step)).summary()
+
+
+HALVING_RATE = 3  # successive halving keeps the top 1/3 of trials at each rung
+PRUNED_REASON = "stopped by successive halving"  # the reason's start: what the summary groups trials by
+MIN_GRACE_STEPS = MIN_STEPS  # the first rung: no earlier than learning can be judged
+
+
+# A search trial still running at twice the whole run of the best trial so far (stable and learned, same steps),
+# and a minute more, cannot win on speed: it is stopped as pruned. The minute keeps the tiny model's 2-second
+# trials, whose times jitter by more than 2x on a busy machine, out of it; real models' trials take minutes.
+SLOW_FACTOR = 2.0
+SLOW_MARGIN_S = 60.0
+
+
+def slow_limit(finished: list[dict[str, Any]]) -> tuple[float, str] | None:
+    """(seconds, reason) after which a new search trial is stopped as too slow, from the best finished trial."""
+    from tuner.verdicts.recommend import recommend
+
+    best = recommend(finished)
+    if best is None or not best.get("wall_seconds"):
+        return None
+    whole = float(best["wall_seconds"])
+    limit = max(SLOW_FACTOR * whole, whole + SLOW_MARGIN_S)
+    return limit, (f"stopped as too slow after {limit:.0f} s: trial {best['number']}, the best so far, ran its whole "
+                   f"{best.get('max_steps') or ''} steps and learned in {whole:.0f} s; this one cannot win on speed")
+
+
+def _grace_and_max(max_steps: int) -> tuple[int, int]:
+    grace = max(MIN_GRACE_STEPS, max_steps // 4)
+    return grace, max(grace, 2 * max_steps // 3)
+
+
+def halving_rungs(max_steps: int) -> list[int]:
+    """The steps at which ``Halving`` judges a trial of ``max_steps``: its first rung, then every
+    ``HALVING_RATE`` times later up to two thirds of the budget (the milestones of Ray Tune's ASHA bracket)."""
+    grace, max_t = _grace_and_max(max_steps)
+    count = int(math.log(max_t / grace) / math.log(HALVING_RATE) + 1)
+    return [grace * HALVING_RATE ** k for k in range(count)]
+
+
+def cut_at(rows: list[dict[str, Any]], steps: set[int]) -> list[list[dict[str, Any]]]:
+    """``rows`` in order, in batches that each end at one of ``steps`` (or at the last row)."""
+    batches: list[list[dict[str, Any]]] = [[]]
+    for row in rows:
+        batches[-1].append(row)
+        if row.get("step") in steps:
+            batches.append([])
+    return [batch for batch in batches if batch]
+
+
+class Halving(ASHAScheduler):
+    """Ray Tune's asynchronous successive halving (ASHA) on the search's trials, beside the guard: at step
+    ``grace`` (a quarter of the budget, at least the steps the learning judgement needs) and every ``HALVING_RATE``
+    times later while at least a third of the budget is left, a trial whose learning speed so far (``SO_FAR``)
+    is below the top third of the trials that reached that step is stopped: ``pruned``. Trials past the last
+    rung run to the end. Confirmation re-runs are never stopped by it.
+
+    A trial's rows reach the driver in batches cut at every rung's step (``halving_rungs``, ``cut_at``): each trial
+    is judged by its figures at the rung itself, never by later ones, and one that ran on (even to its end)
+    before the decision came back is pruned at the rung all the same: a verdict that does not depend on the
+    machine's speed or the rows' latency."""
+
+    def __init__(self, max_steps: int):
+        self.grace, max_t = _grace_and_max(max_steps)
+        super().__init__(time_attr="step", metric=SO_FAR, mode="max", max_t=max_t, grace_period=self.grace,
+                         reduction_factor=HALVING_RATE, stop_last_trials=False)
+
+    def on_trial_result(self, tune_controller, trial, result):
+        extra = trial.config.get("extra", {})
+        if "confirms" in extra or "extends" in extra or trial.config.get("skip"):
+            return TrialScheduler.CONTINUE
+        return super().on_trial_result(tune_controller, trial, result)
+
+
+class DriverCallback(Callback):
+    """In the driver process: the only MLflow writer, and the progress report.
+
+    A trial's MLflow run is created when it starts, gets its live rows while it runs, and its verdict when it
+    ends; the progress shows the running trials' latest step."""
+
+    def __init__(self, tracker, progress: Progress, records: list[TrialRecord],
+                 confirmations: list[TrialRecord] | None = None, extensions: list[TrialRecord] | None = None):
+        self.tracker, self.progress, self.records = tracker, progress, records
+        self.confirmations = records if confirmations is None else confirmations
+        self.extensions = records if extensions is None else extensions  # longer re-runs (tuner.search._extend)
+        self.running: dict[str, dict[str, Any]] = {}  # Ray trial id -> its tracker key, run id, rows streamed
+
+    def on_trial_start(self, iteration, trials, trial, **info):
+        job = trial.config
+        self._open(trial)
+        extra = job.get("extra", {})
+        self.progress.started(trial.trial_id, job["number"], job["spec"]["max_steps"],
+                              seed=job["spec"]["seed"] if "confirms" in extra else None,
+                              metric=trainers.adapter(job["spec"]["trainer"]).progress_metric)
+
+    def _open(self, trial) -> dict[str, Any]:
+        job = trial.config
+        key = uuid.uuid4().hex
+        run_id = self.tracker.start_trial(key, job["number"], job["spec"], tags=job.get("tags"))
+        state = self.running[trial.trial_id] = {"key": key, "run_id": run_id, "streamed": 0,
+                                                "started": time.perf_counter()}
+        return state
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        if not is_live(result):
+            return  # the final report: on_trial_complete records it
+        rows, first = result.get("rows") or [], int(result.get("first", 0))
+        state = self.running.get(trial.trial_id)
+        # Rows go to MLflow in order and each once; after a gap (never seen) the trial's end sends the rest.
+        if state is not None and first <= state["streamed"] < first + len(rows):
+            self.tracker.log_steps(state["key"], rows[state["streamed"] - first:])
+            state["streamed"] = first + len(rows)
+        if rows:
+            self.progress.live(trial.trial_id, rows[-1])
+
+    def on_step_end(self, iteration, trials, **info):
+        self.progress.tick()  # the periodic status line, also while no trial reports
+
+    def on_trial_complete(self, iteration, trials, trial, **info):
+        result = dict(trial.last_result or {})
+        if is_live(result):  # stopped between its live reports: successive halving pruned it
+            result = pruned_result(result, trial.config["spec"]["max_steps"])
+            state = self.running.get(trial.trial_id)
+            if state is not None:  # its process reported no wall time: the driver's view, start to stop
+                result["wall_seconds"] = time.perf_counter() - state["started"]
+        self._record(trial, result)
+
+    def on_trial_error(self, iteration, trials, trial, **info):
+        self._record(trial, TrialResult.crashed("Ray lost the trial's worker (node or worker died)").summary())
+
+    def _record(self, trial, result: dict[str, Any]):
+        job = trial.config
+        spec = job["spec"]
+        if "status" not in result:
+            result.update(TrialResult.crashed("the trial reported no result").summary())
+        history = result.pop("history", []) or []
+        output = result.pop("output", "") or ""
+        record = new_record(result, number=job["number"], params=spec["params"], max_steps=spec["max_steps"],
+                            seed=spec["seed"], node_id=result.get("node_id"), **job.get("extra", {}))
+        state = self.running.pop(trial.trial_id, None) or self._open(trial)
+        self.running.pop(trial.trial_id, None)
+        self.tracker.finish_trial(state["key"], spec, {k: record[k] for k in SUMMARY_FIELDS}, history,
+                                  streamed=state["streamed"], output=output)
+        record["run_id"] = state["run_id"] or self.tracker.run_id_of(state["key"])
+        kept = self.confirmations if "confirms" in record else self.extensions if "extends" in record else self.records
+        kept.append(record)
+        self.progress.finished(record, trial.trial_id)
+
+
+class OptunaSearcher(Searcher):
+    """Ray Tune searcher over an Optuna study (ask/tell, tuner.search._sampling), with the trial spec as Ray's config.
+
+    Once its ``n_search`` trials are all handed out, each free slot asks ``then(finished_records, final)`` for a
+    follow-up job (a confirmation re-run) to hand out in the same Ray Tune run: ``final`` once every search trial
+    has finished, and before that, while the last ones run, so that a free slot confirms the best trial so far
+    instead of idling (and Ray Tune keeps its worker). None: nothing to run now (FINISHED, once final).
+    """
+
+    def __init__(self, proposer: sampling.Proposer, base_spec: dict[str, Any], timeout: float,
+                 n_search: int, then=None, done: list[TrialRecord] = (), fits=None, prune_slow: bool = False):
+        super().__init__(metric=SEARCH_METRIC, mode="max")
+        self.proposer, self.base_spec, self.timeout = proposer, base_spec, timeout
+        self.n_search, self.then = n_search, then
+        self.asked: dict[str, Any] = {}  # Ray trial id -> (optuna.Trial, its params)
+        self.suggested = 0
+        self.finished: list[TrialRecord] = list(done)
+        self.stopped_because: str | None = None  # a failure no config avoids (tuner.verdicts.diagnose): nothing more is run
+        self.fits = fits  # params -> None, or why the config cannot fit (tuner.search._placement): then it is not run
+        self.prune_slow = prune_slow  # stop a trial that runs past slow_limit() of the trials finished before it
+
+    def suggest(self, trial_id: str):
+        self.stopped_because = self.stopped_because or diagnose.systematic_failure(self.finished)
+        if self.stopped_because:
+            return None if self.asked else Searcher.FINISHED
+        if self.suggested < self.n_search:
+            with interrupts.deferred():  # the study never holds a trial handed out and not yet drawn
+                trial, params = self.proposer.ask()
+                self.asked[trial_id] = (trial, params)
+                self.suggested += 1
+            spec = {**self.base_spec, "params": params}
+            job = {"spec": spec, "number": trial.number, "timeout": self.timeout}
+            slow = slow_limit(self.finished) if self.prune_slow else None
+            if slow and slow[0] < self.timeout:
+                job["prune_after"] = slow
+            too_big = self.fits(params) if self.fits else None
+            return {**job, "skip": too_big} if too_big else job
+        final = not self.asked  # every search trial has finished
+        job = self.then(self.finished, final) if self.then else None
+        if job == WAIT:
+            return None  # more may follow once the runs out there finish
+        if job is None:
+            return Searcher.FINISHED if final else None
+        return job
+
+    def on_trial_complete(self, trial_id: str, result=None, error: bool = False):
+        trial, params = self.asked.pop(trial_id, (None, None))
+        if trial is None:
+            return  # a follow-up job: not part of the study
+        if not error and is_live(result):
+            result = pruned_result(result, self.base_spec["max_steps"])
+        if error or not result or "status" not in result:
+            result = TrialResult.crashed("Ray lost the trial's worker").summary()
+        record = new_record(result, number=trial.number, params=params, max_steps=self.base_spec["max_steps"],
+                            seed=self.base_spec["seed"])
+        with interrupts.deferred():
+            self.proposer.tell(trial, record)
+            self.finished.append(record)
+
+
+_reaper = None  # the tuner.stores.reaper of the local Ray this process started, if any
+
+
+def _children() -> set[int]:
+    import psutil
+
+    return {p.pid for p in psutil.Process().children()}
+
+
+def init_ray(ray_address: str | None, gpus_per_trial: float | None):
+    """Start Ray locally (or join ``ray_address``); end it with shutdown_ray(), also on errors."""
+    global _reaper
+    import ray
+    from ray._private import ray_constants
+
+    from tuner.stores import reaper
+
+    os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+    os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")  # the driver logs to MLflow itself
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+    # Ctrl-C is KeyboardInterrupt, as SIGTERM is (tuner.cli): Tune's own handler would end the run quietly and
+    # the search would be recorded as finished with trials missing, instead of interrupted and resumable.
+    os.environ.setdefault("TUNE_DISABLE_SIGINT_HANDLER", "1")
+    # ray.shutdown() sends the driver's last task events to the GCS and waits up to 5 s for them; after a signal to
+    # the whole job (or a Ray that died) there is no GCS, and the wait is pure delay (then again in Ray's atexit).
+    os.environ.setdefault("RAY_task_events_shutdown_flush_timeout_ms", "500")
+    # The driver's core worker, created in the middle of ray.init, installs Ray's C++ failure-signal handler, which
+    # takes SIGTERM too: a SIGTERM before this process's own handler is back (below) printed a stack and aborted the
+    # driver (SIGABRT), leaving Ray's processes behind. Off in this process (RAY_DISABLE_FAILURE_SIGNAL_HANDLER, as
+    # read when ray was imported; Ray's other processes keep theirs): SIGTERM stays Python's throughout.
+    ray_constants.RAY_DISABLE_FAILURE_SIGNAL_HANDLER = True
+    kwargs: dict[str, Any] = dict(include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+    if ray_address:
+        kwargs["address"] = ray_address
+    else:
+        kwargs["num_cpus"] = os.cpu_count()
+    # Before ray.init: what it starts is killed however the driver ends, even in the middle of ray.init (Ray ends
+    # the driver itself when a raylet a signal killed fails its registration).
+    _reaper = reaper.start(os.getpid(), known=sorted(_children()))
+    on_sigterm = signal.getsignal(signal.SIGTERM)
+    try:
+        try:
+            with _sessions_of_their_own(), _port_waits_in_slices():
+                ray.init(**kwargs)
+        finally:
+            if on_sigterm is not None and threading.current_thread() is threading.main_thread():
+                # ray.init installs a SIGTERM handler that ends the process (sys.exit(15)): no cleanup, no
+                # ray.shutdown. Keep this process's own (tuner's CLI: KeyboardInterrupt, the search interrupted).
+                signal.signal(signal.SIGTERM, on_sigterm)
+    except SystemExit as e:
+        # Ray's handler ran: a SIGTERM while Ray started (the search ended with exit code 15, saying nothing). It is
+        # an interrupt like any other.
+        if on_sigterm is None or e.code != signal.SIGTERM:
+            raise
+        raise KeyboardInterrupt from None
+    except (ConnectionError, RuntimeError) as e:
+        if interrupts.signalled():  # Ray failed to start because the signal also ended its processes
+            raise KeyboardInterrupt from None
+        raise TunerError(f"--ray-address {ray_address}: cannot join the Ray cluster ({e})") from None
+    if gpus_per_trial and ray.cluster_resources().get("GPU", 0) < gpus_per_trial:
+        gpus = ray.cluster_resources().get("GPU", 0)
+        shutdown_ray()
+        raise TunerError(f"--gpus-per-trial {gpus_per_trial}: the Ray cluster has "
+                         f"{gpus:.0f} GPUs; drop the flag or add GPU nodes")
+    return ray
+
+
+@contextlib.contextmanager
+def _sessions_of_their_own():
+    """While ray.init runs, the processes it starts (GCS, raylet, monitors; the raylet's agents and workers follow
+    the raylet) get sessions of their own: a signal to the driver's process group (``kill -TERM -PGID``,
+    ``timeout``, Ctrl-C on a terminal) reaches the driver only, and the driver stops them itself, after asking
+    them nothing more (shutdown_ray). Ray dying at the same moment as the driver is what made the driver wait for
+    a GCS that was gone; inside ray.init, where Ray waits on its processes in C++ that no signal handler cuts
+    short, it is not survivable at all (a raylet dying while the driver registers with it: Ray ends the driver,
+    exit code 1). Slurm, systemd and container runtimes signal by cgroup, sessions aside: for them shutdown_ray
+    and tuner.stores.interrupts.answered are what keeps the driver from waiting. Ray ties the processes to the driver
+    (PR_SET_PDEATHSIG) and tuner's reaper kills what is left, so they still die with the driver. (Ray's own
+    subprocess class, swapped in ray._private.services for the call; left as it is where Ray cannot tie its
+    processes to the driver and its own reaper kills them by process group.)"""
+    from ray._private import services, utils
+
+    popen = getattr(services, "ConsolePopen", None)
+    if popen is None or not utils.detect_fate_sharing_support():
+        yield
+        return
+
+    class InItsOwnSession(popen):
+        def __init__(self, *args, **kwargs):
+            kwargs["start_new_session"] = True
+            super().__init__(*args, **kwargs)
+
+    services.ConsolePopen = InItsOwnSession
+    try:
+        yield
+    finally:
+        services.ConsolePopen = popen
+
+
+PORT_WAIT_SLICE_MS = 200  # how long a signal can wait while ray.init waits for the GCS's port
+
+
+@contextlib.contextmanager
+def _port_waits_in_slices():
+    """While ray.init starts a local GCS, it waits for the GCS to write its port (up to 30 s) in one C++ call that
+    holds the GIL: a signal's Python handler cannot run meanwhile, and a signal to the whole job kills that GCS,
+    so the interrupt waited the full 30 s. Here the same wait is made in slices of PORT_WAIT_SLICE_MS, and a signal
+    is acted on between two. (Ray's own function, swapped in ray._private.node for the call; left as it is when a
+    Ray version has no such function.)"""
+    from ray._private import node
+
+    wait = getattr(node, "wait_for_persisted_port", None)
+    if wait is None:
+        yield
+        return
+
+    def sliced(directory, node_id, port_name, timeout_ms=30_000, poll_interval_ms=100):
+        deadline = time.monotonic() + timeout_ms / 1000
+        while True:
+            left_ms = max(0, int((deadline - time.monotonic()) * 1000))
+            try:
+                return wait(directory, node_id, port_name, timeout_ms=min(left_ms, PORT_WAIT_SLICE_MS),
+                            poll_interval_ms=poll_interval_ms)
+            except RuntimeError as e:  # "Timed out waiting for file ...": another slice, until the deadline
+                if "Timed out" not in str(e) or time.monotonic() >= deadline:
+                    raise
+
+    node.wait_for_persisted_port = sliced
+    try:
+        yield
+    finally:
+        node.wait_for_persisted_port = wait
+
+
+def shutdown_ray(interrupted: bool = False) -> None:
+    """ray.shutdown(), then the reaper kills whatever of the local Ray outlived it (nothing, normally).
+
+    ``interrupted`` (Ctrl-C, SIGTERM): the reaper kills the local Ray first, then ray.shutdown() only lets go of it
+    (this process can start Ray again). A batch system signals every process of a job at once (Slurm's scancel,
+    systemd, a container stop), so Ray's GCS and raylet may be dying with this process: anything that asks them
+    waits for an answer that never comes (a dead GCS: 60 s, then Ray ends the process with exit code 1), even
+    ray.shutdown()'s graceful stop (a second per process that does not exit). Killed first, none is waited for.
+    The teardown of Ray's core worker when the process exits can still crash against the GCS that is gone
+    (SIGSEGV): tuner's CLI ends such a search without it (interrupts.exit_now). A main thread already inside such
+    a call when the signal came is answered by tuner.stores.interrupts.answered. Ray's processes in sessions of their own
+    (_sessions_of_their_own) are spared a signal to the driver's process group only."""
+    import ray
+
+    try:
+        if interrupted:
+            kill_ray()
+        ray.shutdown()
+    finally:
+        kill_ray()
+
+
+def kill_ray() -> None:
+    """The reaper kills what is left of the local Ray now, without ray.shutdown(): nothing is asked of Ray, and
+    this may run in another thread than one stuck in a Ray call (tuner.stores.interrupts.answered)."""
+    global _reaper
+    from tuner.stores import reaper
+
+    process, _reaper = _reaper, None
+    if process is not None:
+        reaper.stop(process)
+
+
+def run_trials(*, name: str, storage: str | os.PathLike, per_trial: dict[str, float], concurrency: int,
+               callback, searcher, num_samples: int, scheduler: TrialScheduler | None = None) -> None:
+    """One Ray Tune run of up to ``num_samples`` trials proposed by ``searcher`` (``scheduler``: e.g. Halving)."""
+    from ray import tune
+
+    tune.Tuner(
+        tune.with_resources(_trainable, per_trial),
+        tune_config=tune.TuneConfig(search_alg=searcher, scheduler=scheduler, num_samples=num_samples,
+                                    max_concurrent_trials=concurrency, reuse_actors=True),
+        run_config=tune.RunConfig(
+            name=name, storage_path=str(Path(storage).resolve()), verbose=0, callbacks=[callback],
+            # A trial's own crash is handled inside it; this only covers a lost worker or node.
+            failure_config=tune.FailureConfig(max_failures=0),
+        ),
+    ).fit()

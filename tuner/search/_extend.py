@@ -1,0 +1,95 @@
+"""Longer rungs for the best stable trials when none has shown learning within ``--max-steps``.
+
+    plan = Extension(base_spec, budget_steps=720, timeout=1800)
+    plan.next(records, extensions)   # a job (a trial re-run at 3x its steps), WAIT, or None (nothing more)
+
+``--max-steps`` is the first rung, not a wall: a pretrained model at TRL's default learning rates moves its
+reward or loss slowly, and 20 steps rarely show it. Once every search trial has finished and none qualifies
+(stable and learned, tuner.verdicts.recommend), the best third of the stable trials at the longest rung so far (those
+closest to learning: the strongest evidence first, ``closest_to_learning``) are re-run with ``RATE`` times the
+steps, the way successive halving's rungs go on upward (20 -> 60 -> 180), until one learns or the next run would overspend ``budget_steps`` (optimizer steps
+of the longer runs, all together). A longer run starts again from step 0 with the same params and seed: the
+trials keep no checkpoints (they would cost every trial disk and time to spare a few the first rung's steps).
+Only after that is "nothing recommended" said. Confirmation then re-runs a candidate at its own length.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from tuner.verdicts import recommend as rec
+from tuner.records import is_ok
+
+__all__ = ["RATE", "WAIT", "Extension", "closest_to_learning", "default_budget"]
+
+RATE = 3  # each rung is 3x the last, as successive halving's (tuner.search._execution.HALVING_RATE)
+WAIT = "wait"  # nothing to hand out now, but more may follow when the runs out there finish
+
+
+def default_budget(trials: int, max_steps: int) -> int:
+    """Three times the steps of the search's own trials: e.g. 12 trials of 20 steps leave 720 steps, enough for
+    4 trials at 60 steps and then 2 at 180."""
+    return 3 * trials * max_steps
+
+
+def closest_to_learning(trial: dict[str, Any]) -> tuple[float, float]:
+    """The order longer runs are chosen in: the strongest evidence of learning first (the learning test's p-value,
+    tuner.verdicts.learning), then the learning speed so far. A slow learner's speed so far is mostly noise (its start is
+    two noisy steps); its p-value weighs the gain against that noise: on the tiny pretrained model the fp32 trials
+    that learn within 60 steps reach p ~0.03 in 20, where trials that cannot learn spread evenly over 0-1."""
+    p_value = trial.get("progress_p_value")
+    return (1.0 if p_value is None else float(p_value), -rec.speed_so_far(trial))
+
+
+class Extension:
+    """Which longer run a free trial slot gets next, once every search trial has finished."""
+
+    def __init__(self, base_spec: dict[str, Any], budget_steps: int, timeout: float, announce=print):
+        self.base_spec, self.budget, self.timeout, self.announce = base_spec, budget_steps, timeout, announce
+        self.handed: set[tuple[int, int]] = set()  # (trial number, steps) of the runs handed out
+        self.spent = 0  # steps of the rungs announced, all together
+        self.rung = 0  # the steps of the rung under way
+        self.queue: list[dict[str, Any]] = []  # its trials not yet handed out
+
+    @property
+    def most_runs(self) -> int:
+        """The most runs next() can hand out: every run is at least RATE x the first rung's steps."""
+        return self.budget // (RATE * self.base_spec["max_steps"]) if self.budget > 0 else 0
+
+    def next(self, records: list[dict[str, Any]], extensions: list[dict[str, Any]]) -> dict[str, Any] | str | None:
+        runs = [*records, *extensions]
+        if self.budget <= 0 or not runs or any(rec.objective(r) > 0 for r in runs):
+            return None  # off, or some trial learned: confirmation's turn
+        if self.queue:  # the rung under way is handed out in full (its steps were counted when it was announced)
+            return self._hand(self.queue.pop(0), self.rung)
+        if self.handed - {(e["number"], e["max_steps"]) for e in extensions}:
+            return WAIT  # a rung still running: the next one is chosen from all of its results
+        longest = max(r["max_steps"] for r in runs)
+        stable = [r for r in runs if r["max_steps"] == longest and is_ok(r)]
+        best = sorted(stable, key=closest_to_learning)[:math.ceil(len(stable) / RATE)]
+        steps = longest * RATE
+        todo = [r for r in best if (r["number"], steps) not in self.handed]
+        fits = min(len(todo), (self.budget - self.spent) // steps)
+        if fits < 1:
+            return None
+        self.rung, self.queue = steps, todo[1:fits]
+        self.spent += fits * steps
+        self.announce(f"no stable trial has learned within {longest} steps: re-running the best {fits} "
+                      f"(trials {', '.join(str(r['number']) for r in todo[:fits])}) for {steps} steps "
+                      f"({self.spent} of a {self.budget}-step budget)")
+        return self._hand(todo[0], steps)
+
+    def _hand(self, trial: dict[str, Any], steps: int) -> dict[str, Any]:
+        self.handed.add((trial["number"], steps))
+        return job(self.base_spec, trial, steps, self.timeout * steps / self.base_spec["max_steps"])
+
+
+def job(base_spec: dict[str, Any], trial: dict[str, Any], steps: int, timeout: float) -> dict[str, Any]:
+    """A trial's params and seed again, for ``steps`` steps."""
+    number = trial["number"]
+    return {"spec": {**base_spec, "params": trial["params"], "seed": trial["seed"], "max_steps": steps},
+            "number": number, "timeout": timeout,
+            "tags": {"tuner.extension": "true", "tuner.extends": str(number),
+                     "tuner.run_name": f"extend-{number:03d}-{steps}steps"},
+            "extra": {"extends": number}}

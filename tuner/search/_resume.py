@@ -1,0 +1,64 @@
+"""Resume a search whose driver died: same parent run, completed trials kept, the rest re-run.
+
+    tuner search --resume EXPERIMENT
+
+The latest unfinished search of the experiment is continued with the options it was started
+with. Trials with a nested MLflow run are kept and not re-run. Trials that were in flight
+(RUNNING in the Optuna study with no MLflow run) are marked FAIL in the study and their params
+are enqueued again, so the final count of recorded trials equals the count asked for. A trial
+stopped before its params were drawn never ran: it is marked FAIL and not enqueued.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+from tuner.search import _sampling as sampling
+from tuner.errors import TunerError
+from tuner.records import TrialRecord
+
+__all__ = ["resume_options", "reattach"]
+
+
+def resume_options(options) -> tuple[Any, str]:
+    """The options the unfinished search was started with (resources from ``options``), and its run id."""
+    from tuner.stores import tracking
+
+    store = Path(options.store)
+    uri = options.tracking_uri or tracking.default_tracking_uri(store)
+    if not options.tracking_uri and not (store / "mlflow.db").exists():
+        raise TunerError(f"--resume {options.resume}: no MLflow store at {store}/mlflow.db; pass the --store the "
+                         "search used")
+    client = tracking.client(uri)
+    run = tracking.latest_search_run(client, options.resume)
+    if run.info.status == "FINISHED":
+        raise TunerError(f"--resume {options.resume}: its latest search {run.info.run_name} already finished; "
+                         "start a new one with tuner search")
+    p = run.data.params
+    resumed = dataclasses.replace(
+        options,
+        trainer=p["trainer"], model=p["model"], sampler=p["sampler"], trials=int(p["trials"]),
+        max_steps=int(p["max_steps"]), seed=int(p["seed"]), search_space=p["search_space"],
+        dataset=None if p.get("dataset", "builtin") == "builtin" else p["dataset"],
+        reward_funcs=json.loads(p.get("reward_funcs", "null")),
+        confirm_seeds=int(p.get("confirm_seeds", options.confirm_seeds)),
+        confirm_top=int(p.get("confirm_top", options.confirm_top)),
+        prune=p["prune"] == "True" if "prune" in p else options.prune,
+        budget=json.loads(p.get("budget", "null")),
+        experiment=options.resume,
+    )
+    return resumed, run.info.run_id
+
+
+def reattach(tracker, parent_id: str, make_study) -> tuple[str, Any, list[TrialRecord]]:
+    """(the search's run name, its Optuna study reconciled with MLflow, the records already done)."""
+    tracker.attach(parent_id)
+    tracker.flush()
+    run_name = tracker.study_name()
+    records = tracker.stored_trials()
+    study = make_study(run_name)
+    sampling.reconcile(study, {r["number"]: r for r in records})
+    return run_name, study, records

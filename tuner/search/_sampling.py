@@ -1,0 +1,273 @@
+"""Optuna: the sampler, asking for new params (no repeats), and how a trial's outcome is told. Pure Optuna:
+the Ray Tune searcher that drives it is ``tuner.search._execution.OptunaSearcher``.
+
+Every trial is told as COMPLETE with the recommendation's objective (learning speed = progress x
+tokens/s, tuner.verdicts.recommend.objective) and a constraint ("stable") that is violated for unstable trials. Told as FAIL they would vanish from TPE's model and it would keep sampling
+the region that blows up; as infeasible they rank below every stable trial, so TPE steers away.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from tuner.verdicts import recommend as rec
+from tuner.config.space import SearchSpace
+from tuner.records import Status
+
+__all__ = ["Proposer", "ask", "constraint_of", "grid_size", "make_sampler", "make_study", "tell"]
+
+
+def constraint_of(record: dict[str, Any]) -> float:
+    """Optuna constraint: <= 0 feasible. Unstable trials are infeasible, and more so the earlier
+    they broke, so the sampler learns a gradient toward the stable region."""
+    if record.get("status") == Status.OK:
+        return 0.0 if rec.learned(record) else 0.5
+    if record.get("status") == Status.PRUNED:
+        return 0.0  # stable as far as it ran
+    steps = max(int(record.get("max_steps") or 1), 1)
+    stopped = record.get("stopped_at_step") or 0
+    return 1.0 + (1.0 - min(stopped, steps) / steps)
+
+
+def _good_share(n: int) -> int:
+    # How many of n finished trials TPE models as "good". Optuna's default (10%, at most 25) leaves
+    # a 12-trial search one good trial, too few to learn where the stable region is; a quarter
+    # moves later proposals away from unstable trials (tests/search/test_search.py measures it).
+    return min(math.ceil(0.25 * n), 25)
+
+
+def make_sampler(name: str, seed: int, n_trials: int):
+    import warnings
+
+    import optuna
+
+    if name == "tpe":
+        warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+        # TPE reads each trial's constraint (set in tell()) and ranks infeasible trials as bad.
+        # gamma is deprecated (removed in Optuna 6, hence the <6 pin) but is the knob that decides
+        # how strongly TPE avoids what failed; silence its notice rather than lose the behaviour.
+        warnings.filterwarnings("ignore", message="`gamma` has been deprecated", category=FutureWarning)
+        return optuna.samplers.TPESampler(
+            seed=seed,
+            gamma=_good_share,
+            n_startup_trials=max(3, min(10, n_trials // 3)),  # random first: TPE needs some history
+            multivariate=True,
+            group=True,  # LoRA params exist only when LoRA is on: model them as their own group
+        )
+    return optuna.samplers.RandomSampler(seed=seed)  # grid points are enqueued in order
+
+
+def make_study(sampler_name: str, seed: int, n_trials: int, storage: str | None, study_name: str,
+               grid: list[dict[str, Any]] | None = None):
+    """A new study (grid points enqueued in order), or the existing one of that name (resume)."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    sampler = make_sampler(sampler_name, seed, n_trials)
+    study = optuna.create_study(study_name=study_name, storage=storage, sampler=sampler, direction="maximize",
+                                load_if_exists=True)
+    if study.trials:
+        # Resumed: a sampler seeded as at the start would replay its first draws, proposing again the params
+        # of trials the study already holds. Seeded from the seed and the study's size, it draws new ones.
+        study.sampler = make_sampler(sampler_name, resumed_seed(seed, len(study.trials)), n_trials)
+    if grid is not None and not study.trials:
+        for point in grid:
+            study.enqueue_trial(point, skip_if_exists=False)
+    return study
+
+
+def resumed_seed(seed: int, trials_in_study: int) -> int:
+    """The sampler seed of a search resumed with ``trials_in_study`` trials: reproducible, and not ``seed``."""
+    import numpy as np
+
+    return int(np.random.SeedSequence([seed % 2**32, trials_in_study]).generate_state(1)[0])
+
+
+# How often a proposal equal to an earlier trial's params is drawn again before it is run anyway (the space
+# may have no new point left: a small categorical space, or a grid asked for more trials than it has).
+MAX_REDRAWS = 20
+
+
+def grid_size(space: SearchSpace) -> int | None:
+    try:
+        return len(space.grid())
+    except Exception:  # noqa: BLE001 - a float or int param: the space has no end of new points
+        return None
+
+
+def _repeats_a_trial(study, trial, grid_size: int | None) -> bool:
+    """Whether the sampler proposed the params of a trial the study has run or is running. Enqueued trials
+    (grid points, in-flight trials re-run after a resume) are asked for on purpose and never count."""
+    import optuna
+
+    if _is_enqueued(study, trial):
+        return False
+    # WAITING: an enqueued trial (an in-flight trial to re-run after a resume) not yet handed out is as taken.
+    states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.RUNNING, optuna.trial.TrialState.WAITING)
+    others = [t.params for t in study.get_trials(deepcopy=False, states=states) if t.number != trial.number]
+    if grid_size is not None and len({repr(sorted(p.items())) for p in others}) >= grid_size:
+        return False  # every point has been tried: a repeat is all that is left
+    return trial.params in others
+
+
+def tell(study, trial, record: dict[str, Any]) -> None:
+    """Report a trial to Optuna: COMPLETE with the recommendation's objective and a constraint value; a trial
+    stopped by successive halving as PRUNED."""
+    import optuna
+
+    for key in ("status", "reason", "progress", "learned", "tokens_per_second", "stopped_at_step"):
+        trial.set_user_attr(key, record.get(key))
+    trial.set_constraint("stable", constraint_of(record))
+    if record.get("status") == Status.PRUNED:
+        # Optuna's own semantics for a trial stopped early: its last intermediate value at the step it reached
+        trial.report(rec.speed_so_far(record), int(record.get("stopped_at_step") or 0))
+        study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+        return
+    study.tell(trial, rec.objective(record))
+
+
+class Proposer:
+    """What the searcher asks for each trial and tells back: ``ask`` and ``tell`` below, with the tpe sampler's
+    trials staged speed knobs first, then learning knobs on the fastest stable system configs (tuner.search._staging).
+
+        proposer = Proposer(study, space, "tpe", n_trials=12)
+        trial, params = proposer.ask()
+        proposer.tell(trial, record)      # record: the trial's outcome (tuner.records)
+    """
+
+    def __init__(self, study, space: SearchSpace, sampler: str, n_trials: int, done: list[dict[str, Any]] = (),
+                 device: str = "cpu", fits=None):
+        from tuner.search._staging import Stages
+
+        self.study, self.space = study, space
+        self.grid_size = grid_size(space)
+        self.stages = Stages.for_space(space, n_trials, device) if sampler == "tpe" else None
+        self.fits = fits  # params -> None, or why they cannot fit in memory (tuner.search._placement.Placement.check)
+        self.finished: list[dict[str, Any]] = list(done)
+        self.asked = len(self.finished)  # a resumed search goes on in the stage it had reached
+
+    def ask(self):
+        pins: dict[str, Any] = {}
+        first = False  # one of the first trials, on the expected-fastest system config
+        if self.stages is not None:
+            stage, pins = self.stages.pinned(self.asked, self.finished)
+            first = self.stages.starts_here(self.asked)
+        self.asked += 1
+        if not pins:
+            trial, params = ask(self.study, self.space, self.grid_size)
+        else:
+            trial, params = _ask_pinned(self.study, self.space, self.grid_size, pins)
+            too_big = self.fits(params) if first and self.fits else None
+            if too_big:
+                # The expected-fastest system config does not fit this device's memory: drawn again without it,
+                # so the speed stage does not spend a trial on a config the searcher would not run.
+                import optuna
+
+                trial.set_user_attr("tuner.skipped", f"expected-fastest system config {too_big}; drawn again")
+                self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
+                trial, params = _ask_pinned(self.study, self.space, self.grid_size, self.stages.learning_pins)
+        if self.stages is not None:
+            trial.set_user_attr("tuner.stage", stage)
+        return trial, params
+
+    def tell(self, trial, record: dict[str, Any]) -> None:
+        tell(self.study, trial, record)
+        self.finished.append(record)
+
+
+def _ask_pinned(study, space: SearchSpace, grid: int | None, pins: dict[str, Any]):
+    """``ask`` with some params fixed (Optuna's PartialFixedSampler around the study's own sampler)."""
+    import optuna
+
+    from tuner.config.space import CategoricalParam, _optuna_choices
+
+    fixed = {name: (_optuna_choices([value])[0] if isinstance(space.params[name], CategoricalParam) else value)
+             for name, value in pins.items() if name in space.params}
+    own = study.sampler
+    study.sampler = optuna.samplers.PartialFixedSampler(fixed, own)
+    try:
+        return ask(study, space, grid)
+    finally:
+        study.sampler = own
+
+
+def ask(study, space: SearchSpace, grid_size: int | None):
+    """A new trial and its params; a proposal that repeats an earlier trial is drawn again (told FAIL with the
+    user attribute tuner.skipped, so the sampler ignores it and the study shows why)."""
+    import optuna
+
+    trial = study.ask()
+    params = space.suggest(trial)
+    for attempt in range(MAX_REDRAWS + 1):
+        if not _repeats_a_trial(study, trial, grid_size):
+            break
+        trial.set_user_attr("tuner.skipped", "proposed the params of an earlier trial; drawn again")
+        study.tell(trial, state=optuna.trial.TrialState.FAIL)
+        untried = _untried_point(study, space, grid_size) if attempt == MAX_REDRAWS - 1 else None
+        if untried is not None:
+            # A finite space whose sampler keeps proposing taken points: take the first untried one.
+            study.enqueue_trial(untried)
+        trial = study.ask()
+        params = space.suggest(trial)
+    return trial, params
+
+
+def _untried_point(study, space: SearchSpace, grid_size: int | None) -> dict[str, Any] | None:
+    if grid_size is None:
+        return None
+    import optuna
+
+    states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.RUNNING, optuna.trial.TrialState.WAITING)
+    taken = [t.params for t in study.get_trials(deepcopy=False, states=states)]
+    return next((point for point in space.grid() if point not in taken), None)
+
+
+def reconcile(study, recorded: dict[int, dict[str, Any]]) -> None:
+    """A resumed study made to agree with what MLflow holds (``recorded``: trial number -> record).
+
+    A trial logged but never told (the driver died in between) is told now. A trial in flight when the driver
+    died, or told but never written, is marked FAIL and its params enqueued to run again, ahead of grid points
+    not yet started, so a grid cut short by --trials still covers the points it had begun.
+    """
+    import optuna
+
+    states = optuna.trial.TrialState
+    rerun, waiting = [], []
+    for frozen in study.trials:
+        if frozen.state == states.RUNNING and frozen.number in recorded:
+            tell(study, _running_trial(study, frozen), recorded[frozen.number])
+        elif frozen.state == states.RUNNING or (frozen.state == states.COMPLETE and frozen.number not in recorded):
+            if frozen.state == states.RUNNING:
+                study.tell(frozen.number, state=states.FAIL)
+            # No params yet: the driver died between study.ask() and the draw. An enqueued point (a grid's) is
+            # run again; a trial the sampler had not yet drawn never ran and is not.
+            params = frozen.params or frozen.system_attrs.get("fixed_params", {})
+            if params:
+                rerun.append(params)
+        elif frozen.state == states.WAITING:
+            waiting.append(frozen)
+    for frozen in waiting:  # Optuna hands out waiting trials oldest first: re-queue them behind the re-runs
+        _fail_waiting(study, frozen)
+    for params in rerun + [frozen.params or frozen.system_attrs.get("fixed_params", {}) for frozen in waiting]:
+        study.enqueue_trial(params)
+
+
+# Optuna has no public API for the three storage operations below (reopening a RUNNING trial of another
+# process, failing a WAITING trial, telling an enqueued trial from a sampled one); they are kept here, the
+# one module that knows Optuna's storage, and each is covered by tests/search/test_reliability.py's resume tests.
+
+def _running_trial(study, frozen):
+    import optuna
+
+    return optuna.Trial(study, frozen._trial_id)
+
+
+def _fail_waiting(study, frozen) -> None:
+    import optuna
+
+    study._storage.set_trial_state_values(frozen._trial_id, state=optuna.trial.TrialState.FAIL)
+
+
+def _is_enqueued(study, trial) -> bool:
+    return "fixed_params" in study._storage.get_trial_system_attrs(trial._trial_id)

@@ -1,0 +1,152 @@
+"""Running one trial in this process: build the real TRL trainer, train under the guard, measure, classify.
+
+    result = run_trial(TrialSpec(trainer="sft", params={"learning_rate": 1e-3}, max_steps=6))
+    print(format_result(result))
+
+Bad configs come back as ``invalid``, exceptions as ``crashed``/``oom``; only a dying process escapes
+(``tuner.trial._isolation`` runs a trial in a child process for that).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from pathlib import Path
+
+from tuner.errors import describe_exception, quiet_libraries
+from tuner.verdicts.learning import judge_learning
+from tuner.records import NO_STOP_STEP, Status, TrialResult
+from tuner.trial._faults import fault_hook
+from tuner.trial.measure import is_oom, peak_memory_mb, samples_per_step, throughput
+from tuner.trial._spec import TrialSpec
+
+_NON_FINITE_SAMPLING = "probability tensor contains either `inf`, `nan` or element < 0"
+
+
+def run_trial(spec: TrialSpec, workdir: str | os.PathLike | None = None, metrics_path=None) -> TrialResult:
+    """Train one trial in this process and classify it. Bad configs come back as ``invalid``,
+    exceptions as ``crashed``/``oom``; only a dying process escapes (see run_trial_isolated).
+    Without ``workdir``, TRL's output folder is a temporary one, removed when the trial ends."""
+    if workdir is not None:
+        return _run_in(spec, Path(workdir), metrics_path)
+    with tempfile.TemporaryDirectory(prefix="tuner-trial-", ignore_cleanup_errors=True) as scratch:
+        return _run_in(spec, Path(scratch), metrics_path)
+
+
+def _run_in(spec: TrialSpec, workdir: Path, metrics_path) -> TrialResult:
+    from tuner.config import trainers
+    from tuner.inputs import data, models, rewards
+    from tuner.trial.trainer import build_trainer
+    from tuner.config import precision as precisions
+    from tuner.trial._monitor import StepMonitor
+
+    started = time.perf_counter()
+    try:
+        quiet_libraries()
+        workdir.mkdir(parents=True, exist_ok=True)
+        model_path = models.resolve_model(spec.model)
+        tiny = models.is_tiny(model_path)
+        entry = spec.entry
+        dataset = data.load_dataset_spec(spec.dataset, entry, tiny=tiny)
+        if entry.rows_in_order:
+            dataset = dataset.shuffle(seed=spec.seed)  # the seed picks the batches, as a random sampler's does
+        reward_funcs = (rewards.resolve_reward_funcs(spec.reward_funcs or [data.builtin_reward(tiny)])
+                        if entry.uses_reward_funcs else None)
+        split = trainers.split_params(spec.params)
+    except Exception as error:  # noqa: BLE001 - loading failed: this trial's crash, said in one line with its place
+        return TrialResult.crashed(describe_exception(error),
+                           wall_seconds=time.perf_counter() - started)
+    monitor = StepMonitor(entry, grad_scaler=precisions.PRECISIONS[split.precision].grad_scaler, metrics_path=metrics_path,
+                          fault=fault_hook(spec))
+    run = {"max_steps": spec.max_steps, "seed": spec.seed, "output_dir": str(workdir / "out"),
+           "use_cpu": not _cuda_available()}
+    result = TrialResult(status=Status.OK, device="cpu" if run["use_cpu"] else "cuda")
+    try:
+        try:
+            trainer = build_trainer(entry, model_path, spec.params, dataset, run,
+                                             reward_funcs=reward_funcs, callbacks=[monitor])
+        except (ValueError, TypeError) as e:
+            # TRL's configs reject impossible combinations (batch not divisible by num_generations ...)
+            result.status, result.reason = Status.INVALID, f"{type(e).__name__}: {_first_line(e)}"
+            return result
+        monitor.trainer = trainer
+        trainer.train()
+    except Exception as e:  # noqa: BLE001 - any training failure is this trial's outcome, not the search's
+        result.status = Status.OOM if is_oom(e) else Status.CRASHED
+        result.reason = describe_exception(e)
+        if _NON_FINITE_SAMPLING in str(e):
+            # GRPO samples from the policy: once its weights are NaN, sampling raises before any
+            # loss is logged. That is the trial diverging, not the process crashing.
+            result.status, result.guard_signal = Status.DIVERGED, "non_finite"
+            result.reason = f"sampling from the policy hit non-finite probabilities ({result.reason})"
+    finally:
+        monitor.close()
+        result.history = monitor.history
+        result.steps_run = len(monitor.step_times)
+        result.wall_seconds = time.perf_counter() - started
+        if monitor.step_times:
+            result.seconds_to_first_step = monitor.step_times[0][1] - started
+        result.peak_memory_mb = peak_memory_mb()
+        result.memory_estimate_mb = _memory_estimate_mb(spec, model_path, "cpu" if run["use_cpu"] else "cuda")
+
+    if monitor.verdict is not None:
+        v = monitor.verdict
+        result.status, result.reason, result.stopped_at_step, result.guard_signal = v.status, v.reason, v.step, v.signal
+    elif result.status == Status.OK:
+        result.stopped_at_step = monitor.step_times[-1][0] if monitor.step_times else 0
+    if result.status in (Status.CRASHED, Status.OOM) and monitor.step_times:
+        result.stopped_at_step = monitor.step_times[-1][0]
+    elif result.status == Status.DIVERGED and monitor.verdict is None:  # failed inside the step after the last one
+        result.stopped_at_step = (monitor.step_times[-1][0] if monitor.step_times else 0) + 1
+    result.tokens_per_second, result.samples_per_second = throughput(
+        monitor.history, monitor.step_times, spec.warmup_steps, samples_per_step(spec.params))
+    learning = judge_learning(entry, monitor.history)
+    result.progress, result.progress_p_value, result.learned = learning.effect, learning.p_value, learning.learned
+    if result.status == Status.OK and monitor.guard.notes:
+        result.reason = "; ".join(monitor.guard.notes)  # e.g. the reward saturated: worth saying, not a failure
+    return result
+
+
+def _memory_estimate_mb(spec: TrialSpec, model_path: str, device: str) -> float | None:
+    """tuner.trial.memory's estimate of this trial's peak, recorded beside the measured one; never fails a trial."""
+    from transformers import AutoConfig
+
+    from tuner.trial import memory
+
+    try:
+        config = AutoConfig.from_pretrained(model_path)
+        return memory.estimate_trial(spec.entry, config, spec.params, device=device).total / 2**20
+    except Exception:  # noqa: BLE001 - an estimate is a figure to compare, not a reason to lose the trial
+        return None
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return text[0][:300] if text else ""
+
+
+def _cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def format_result(result: TrialResult) -> str:
+    """Human-readable summary for ``tuner trial``."""
+    def fmt(v, spec=".4g"):
+        return "-" if v is None else format(v, spec)
+
+    lines = [
+        f"status:            {result.status}" + (f"  ({result.reason})" if result.reason else ""),
+        f"steps run:         {result.steps_run}" + ("" if result.status in NO_STOP_STEP else
+                                                     f", stopped at step {result.stopped_at_step}"
+                                                     if result.stopped_at_step else ", stopped before step 1"),
+        f"tokens/s:          {fmt(result.tokens_per_second, '.1f')}",
+        f"samples/s:         {fmt(result.samples_per_second, '.2f')}",
+        f"progress:          {fmt(result.progress)}",
+        f"peak memory (MB):  {fmt(result.peak_memory_mb, '.0f')}",
+        f"estimated (MB):    {fmt(result.memory_estimate_mb, '.0f')}",
+        f"to first step (s): {fmt(result.seconds_to_first_step, '.1f')}",
+    ]
+    return "\n".join(lines)
