@@ -40,8 +40,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tuner.config.trainers import adapter
 from bench.history import first_nonfinite_step, last_value, wasted_steps
+from tuner.config.trainers import adapter
 
 # The metric each trainer's user watches: what TRL logs as the training objective.
 METRIC = {"grpo": ("reward", "max")}
@@ -69,8 +69,13 @@ def train(config: dict[str, Any], run: dict[str, Any]) -> None:
     import torch
     import trl
     from ray import tune
-    from transformers import (AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer,
-                              TrainerCallback, set_seed)
+    from transformers import (
+        AutoModelForCausalLM,
+        AutoModelForSequenceClassification,
+        AutoTokenizer,
+        TrainerCallback,
+        set_seed,
+    )
 
     from tuner.inputs.data import builtin_dataset
     from tuner.inputs.rewards import builtin_reward

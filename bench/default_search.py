@@ -21,8 +21,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from tuner.config.trainers import adapter
 from pathlib import Path
+
+from tuner.config.trainers import adapter
 
 OUT = Path(__file__).with_name("default_search.json")
 

@@ -34,8 +34,8 @@ import math
 import statistics
 from typing import Any
 
-from tuner.verdicts.learning import MIN_EFFECT
 from tuner.config.space import CategoricalParam, FixedParam, FloatParam, IntParam, SearchSpace
+from tuner.verdicts.learning import MIN_EFFECT
 
 UNSTABLE = ("diverged", "collapsed", "crashed", "oom")
 WITHIN = 0.05  # "as good as the best": within 5% of the best stable tokens/s

@@ -94,8 +94,8 @@ def build_model(model: str | None, time_build: bool = True) -> dict[str, Any]:
     from transformers import AutoConfig
 
     from bench.shapes import QWEN25_05B, build_shaped_model, shape_dir
-    from tuner.trial import memory
     from tuner.inputs.models import resolve_model
+    from tuner.trial import memory
 
     started = time.perf_counter()
     if model is None:

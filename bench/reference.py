@@ -36,8 +36,9 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from tuner.config.trainers import adapter
 from typing import Any
+
+from tuner.config.trainers import adapter
 
 # The knobs that change how much work a step is, crossed by the speed reference, in this order.
 # beta: GRPO with beta > 0 runs a reference model's forward pass every step (measured: about a third slower on
@@ -57,8 +58,8 @@ LORA_DEFAULTS = {"lora_r": 16, "lora_alpha": 32, "lora_dropout": 0.05, "lora_tar
 
 def shipped_space(trainer: str):
     """The trainer's shipped space as a search on this machine runs it (unrunnable precisions dropped)."""
-    from tuner.search.driver import hardware_precisions
     from tuner.config.space import load_space
+    from tuner.search.driver import hardware_precisions
 
     space = load_space(None, trainer)
     cannot = hardware_precisions(None)

@@ -151,7 +151,6 @@ def _command(argv: list[str] | None) -> str:
 
 def _run(budget: Budget, workdir: Path) -> dict[str, Any]:
     from bench import headline
-
     from tuner.inputs.models import resolve_model
 
     resolve_model("tiny")  # built once here, so no timed run pays for it

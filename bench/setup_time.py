@@ -85,8 +85,8 @@ def _load_child(model_path: str, dtype: str, mode: str, root: str, trained: bool
     import torch
     from transformers import AutoModelForCausalLM
 
-    from tuner.trial import weights
     from tuner.errors import quiet_libraries
+    from tuner.trial import weights
 
     quiet_libraries()
     os.environ[weights.DIR_ENV], os.environ[weights.ENV] = root, mode

@@ -1,10 +1,22 @@
-"""Shared test setup: one tiny-model cache per test session, never the user's ~/.cache/tuner."""
+"""Shared test setup: one tiny-model cache per test session, never the user's ~/.cache/tuner.
+
+tests/ mirrors the package, one folder per subsystem. A test module that shares another's helpers or its
+once-per-session search imports it by file name (``import test_search``), as pytest imports it (rootdir-relative
+"prepend" import mode): every test folder is on sys.path from the start, whichever folders a run collects, so the
+module is imported once and its session state is shared.
+"""
 
 from __future__ import annotations
 
 import os
+import sys
+from pathlib import Path
 
 import pytest
+
+for _folder in sorted(Path(__file__).parent.iterdir()):
+    if _folder.is_dir() and any(_folder.glob("test_*.py")) and str(_folder) not in sys.path:
+        sys.path.insert(0, str(_folder))
 
 
 @pytest.fixture(scope="session", autouse=True)

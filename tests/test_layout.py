@@ -5,8 +5,9 @@ each idea spelled in its own module.
   below it in ``MAY_IMPORT``: cli -> search -> report -> trial -> verdicts / inputs -> config -> stores -> core.
   Function-level imports count: a lazy import is still an arrow.
 - No module of tuner/ imports, directly or through others, a module that imports it back.
-- Status values appear as string literals only in tuner/records.py, trainer names only in tuner/config/trainers.py
-  (docstrings, which show usage, aside). A new status or trainer is then one edit in one place.
+- Status values appear as string literals only in tuner/records.py, trainer names only in tuner/config/trainers.py,
+  MLflow tag names only in tuner/stores/tags.py (docstrings, which show usage, aside). A new status, trainer or tag
+  is then one edit in one place.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import pytest
 
 from tuner.config.trainers import ADAPTERS
 from tuner.records import Status
+from tuner.stores import tags
 
 PACKAGE = Path(__file__).resolve().parent.parent / "tuner"
 
@@ -168,8 +170,12 @@ def _literals(path: Path) -> list[tuple[int, str]]:
             if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings]
 
 
+TAG_NAMES = {value for name, value in vars(tags).items() if name.endswith("_TAG")}
+
+
 @pytest.mark.parametrize("home, names", [("records.py", {s.value for s in Status}),
-                                         ("config/trainers.py", set(ADAPTERS))])
+                                         ("config/trainers.py", set(ADAPTERS)),
+                                         ("stores/tags.py", TAG_NAMES)])
 def test_names_are_spelled_only_in_their_home(home, names):
     stray = []
     for path in sorted(PACKAGE.rglob("*.py")):

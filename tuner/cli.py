@@ -13,11 +13,10 @@ import sys
 from pathlib import Path
 
 from tuner import __version__
-
-from tuner.stores import interrupts
-from tuner.errors import TunerError
 from tuner.config.options import AT_LEAST_1, Rule, flag, help_text, option_fields, value_type
+from tuner.errors import TunerError
 from tuner.records import Status
+from tuner.stores import interrupts
 
 # Exit codes, for scripts (README "Exit codes"): 0 only when the command did what it says.
 EXIT_OK = 0  # search: a config is recommended; trial: the trial is ok; export/report/ui/sync: done

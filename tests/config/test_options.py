@@ -11,11 +11,10 @@ import sys
 import pytest
 
 from tuner import cli
-
 from tuner.config import options
-from tuner.errors import TunerError
 from tuner.config.options import SearchOptions, check_options, flag, option_field, option_fields, value_type
 from tuner.config.trainers import ADAPTERS
+from tuner.errors import TunerError
 
 RULED = [f.name for f in option_fields() if f.metadata.get("rule") is not None]
 

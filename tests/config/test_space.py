@@ -6,10 +6,10 @@ import optuna
 import pytest
 import yaml
 
-from tuner.config.trainers import adapter
-from tuner.errors import TunerError
 from tuner.config.space import check_param_names, load_space, parse_space
+from tuner.config.trainers import adapter
 from tuner.config.trainers import names as trainer_names
+from tuner.errors import TunerError
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

@@ -13,16 +13,13 @@ import json
 import pytest
 import yaml
 
-from tuner.config.trainers import adapter
 from tuner import cli
-
 from tuner.config import trainers
-
-from tuner.inputs import data
-
-from tuner.report import export
-from tuner.records import Status
 from tuner.config.space import load_space
+from tuner.config.trainers import adapter
+from tuner.inputs import data
+from tuner.records import Status
+from tuner.report import export
 
 TOY = "toy"
 

@@ -6,15 +6,14 @@ import time
 
 import pytest
 
-from tuner.config.trainers import adapter
-from tuner.inputs.data import builtin_dataset, check_columns, load_dataset_spec
+from tuner.config.trainers import ADAPTERS, adapter
+from tuner.errors import TunerError
 from tuner.inputs._tiny_data import VOCABULARY
-from tuner.config.trainers import ADAPTERS
+from tuner.inputs.data import builtin_dataset, check_columns, load_dataset_spec
+from tuner.inputs.rewards import TRL_REWARDS, builtin_reward, resolve_reward_funcs, reward_func_spec
 
 TRAINERS = tuple(ADAPTERS)
 REQUIRED_COLUMNS = {name: [list(columns) for columns in a.columns] for name, a in ADAPTERS.items()}
-from tuner.errors import TunerError
-from tuner.inputs.rewards import TRL_REWARDS, builtin_reward, resolve_reward_funcs, reward_func_spec
 
 
 def _write_jsonl(path, rows):

@@ -17,12 +17,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tuner.config.trainers import adapter
 from tuner import cli
-
-from tuner.search import driver as search
-from tuner.inputs.data import builtin_dataset
+from tuner.config.trainers import adapter
 from tuner.errors import TunerError
+from tuner.inputs.data import builtin_dataset
+from tuner.search import driver as search
 from tuner.trial import TrialSpec, prepare_trial_spec, run_trial, run_trial_isolated
 from tuner.trial._isolation import _child
 

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 
 from tuner.config.trainers import adapter
-from tuner.inputs.data import builtin_dataset
-from tuner.inputs._tiny_data import VOCABULARY
 from tuner.config.trainers import names as trainer_names
 from tuner.errors import TunerError
+from tuner.inputs._tiny_data import VOCABULARY
+from tuner.inputs.data import builtin_dataset
 from tuner.inputs.models import (
     ALIASES,
     TINY_MODEL,

@@ -11,11 +11,19 @@ import string
 
 import pytest
 
-from tuner.inputs.data import check_columns
-from tuner.inputs.tasks import (FORMAT_CREDIT, exact_answer_reward, extract_answer, grpo_rows, kto_rows, make_tasks,
-                         preference_rows, sft_rows)
 from tuner.config.trainers import adapter
 from tuner.inputs import tasks
+from tuner.inputs.data import check_columns
+from tuner.inputs.tasks import (
+    FORMAT_CREDIT,
+    exact_answer_reward,
+    extract_answer,
+    grpo_rows,
+    kto_rows,
+    make_tasks,
+    preference_rows,
+    sft_rows,
+)
 
 
 def rows(trainer: str, size: int = 256, seed: int = 0, conversational: bool = False):

@@ -9,11 +9,9 @@ import json
 import pytest
 
 from tuner.config.trainers import adapter
-from tuner.inputs.models import TINY_MODEL, TINY_PRETRAINED_MODEL, is_tiny, resolve_model
-from tuner.inputs.tasks import grpo_rows, sft_rows
 from tuner.inputs._tiny_pretrained import (
-    RECORD,
     HEDGED_ANSWER,
+    RECORD,
     TINY_PRETRAINED_VERSION,
     VERBOSE_ANSWER,
     build_tiny_pretrained,
@@ -21,6 +19,8 @@ from tuner.inputs._tiny_pretrained import (
     rescale,
     start_estimates,
 )
+from tuner.inputs.models import TINY_MODEL, TINY_PRETRAINED_MODEL, is_tiny, resolve_model
+from tuner.inputs.tasks import grpo_rows, sft_rows
 
 SHORT_STEPS = 20  # shrunk for speed: a build of 20 steps takes about a second, the real one minutes
 
@@ -52,7 +52,7 @@ def test_builds_are_deterministic_and_leave_torch_as_they_found_it(cache, tmp_pa
 
 
 def test_concurrent_builders_wait_for_one_build(tmp_path):
-    from tests.inputs.test_models import at_once
+    from test_models import at_once
 
     target = tmp_path / "shared"
     assert at_once(lambda: build_tiny_pretrained(target, max_steps=SHORT_STEPS), 2) == [target] * 2
@@ -73,10 +73,10 @@ def test_the_alias_resolves_to_the_cached_build_and_is_not_tiny(cache, monkeypat
 
 
 def test_a_search_on_it_takes_the_pretrained_path(cache, tmp_path, monkeypatch):
-    from tuner.search import driver as search
-    from tuner.inputs.rewards import reward_func_spec
     from tuner.config.space import load_space
+    from tuner.inputs.rewards import reward_func_spec
     from tuner.inputs.tasks import exact_answer_reward
+    from tuner.search import driver as search
 
     monkeypatch.setenv("TUNER_CACHE_DIR", str(cache))
     prepared = search.prepare(search.options_from(model=TINY_PRETRAINED_MODEL, store=str(tmp_path / "mlflow")))
@@ -141,9 +141,9 @@ def test_its_tokenizer_keeps_every_task_text_and_has_the_words_whole(cache):
 def test_the_real_build_starts_grpo_in_the_target_band_and_learns_at_a_pretrained_rate(tuner_cache_dir):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from tuner.verdicts.learning import judge_learning
     from tuner.records import Status
     from tuner.trial import TrialSpec, run_trial
+    from tuner.verdicts.learning import judge_learning
 
     path = resolve_model(TINY_PRETRAINED_MODEL)  # the real build, into the session's cache: minutes
     record = json.loads((tuner_cache_dir / TINY_PRETRAINED_VERSION / RECORD).read_text())

@@ -17,13 +17,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tuner.config.trainers import adapter
 from tuner import cli
-
-from tuner.verdicts import recommend
-from tuner.config.space import PRECISIONS, load_space
 from tuner.config.precision import PRECISIONS as PRECISION_ROWS
-from tuner.config.trainers import ADAPTERS
+from tuner.config.space import PRECISIONS, load_space
+from tuner.config.trainers import ADAPTERS, adapter
+from tuner.verdicts import recommend
 
 TRAINERS = tuple(ADAPTERS)
 MODEL = "/models/tiny"  # TRL's parser does not open the model; any path reads back as written
@@ -277,8 +275,8 @@ def test_export_of_a_cpu_search_leaves_out_use_cpu_and_the_shipped_spaces_trial_
 
 
 def test_a_length_from_the_users_own_space_is_kept():
-    from tuner.report import export
     from tuner.config.space import parse_space
+    from tuner.report import export
 
     space = parse_space({"trainer": "dpo", "fixed": {"max_length": 64},
                          "params": {"learning_rate": {"type": "float", "low": 1e-5, "high": 1e-3}}}, "my_space.yaml")
@@ -333,8 +331,8 @@ def test_max_length_is_measured_on_the_users_data_with_the_models_tokenizer(tmp_
 
 
 def test_export_length_flags_set_a_length_and_say_so():
-    from tuner.report import export
     from tuner.errors import TunerError
+    from tuner.report import export
 
     config, info = export.build(adapter("sft"), {"learning_rate": 1e-4, "max_length": 64}, MODEL,
                                 space=load_space(None, "sft"))
@@ -366,9 +364,9 @@ def test_export_of_a_real_cpu_search_on_the_users_data_loads_in_trl_without_harn
                                                                                               monkeypatch):
     """A real search (Ray, MLflow, the tiny model) with the shipped reward space on the user's own data, on this
     CPU; then `tuner export` and TRL's parser: no use_cpu, no harness max_length 64, a length measured on the data."""
+    from tuner.config.space import FloatParam
     from tuner.report import export
     from tuner.search import driver as search
-    from tuner.config.space import FloatParam
 
     rows = preference_rows(96)
     (tmp_path / "prefs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))

@@ -339,7 +339,6 @@ def test_real_search_report_matches_trial_outcomes(real_search):
     import matplotlib.image
 
     from tuner.report import _plots as plots
-
     from tuner.stores import tracking
 
     tmp, outcome = real_search

@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from tuner.search import driver as search, _extend as extend
-
-from tuner.stores import tracking
+from tuner.search import _extend as extend
+from tuner.search import driver as search
 from tuner.search._extend import WAIT, Extension
+from tuner.stores import tracking
 
 BASE = {"trainer": "reward", "params": {}, "max_steps": 20, "seed": 0}
 

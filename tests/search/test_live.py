@@ -25,9 +25,9 @@ from pathlib import Path
 
 import pytest
 
-from tuner.stores import tracking
-from tuner.report.progress import Progress, resume_command
 from tuner.records import Status
+from tuner.report.progress import Progress, resume_command
+from tuner.stores import tracking
 from tuner.trial._isolation import MetricsTail
 
 # The cheapest real trials (tests/search/test_reliability.py's space): SFT on the tiny model, batch 2, 32 tokens.

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from tuner.config.trainers import adapter
-from tuner.search import _placement as placement
-from tuner.errors import TunerError
-from tuner.trial.memory import GiB
-from tuner.records import Status
 from tuner.config.space import load_space, parse_space
+from tuner.config.trainers import adapter
+from tuner.errors import TunerError
+from tuner.records import Status
+from tuner.search import _placement as placement
+from tuner.trial.memory import GiB
 
 # Qwen/Qwen2.5-0.5B's and Qwen/Qwen2.5-7B's config.json numbers.
 QWEN_05B = dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
@@ -97,7 +97,7 @@ def test_cpu_trials_are_bounded_by_cpus_and_host_memory(tmp_path, tiny_model):
 @pytest.mark.slow
 def test_a_config_too_big_for_the_machine_is_recorded_not_run(tmp_path, tiny_model):
     """A real search: a batch of a million sequences cannot fit in host RAM; the other config runs."""
-    from tests.search.test_search import run_search_in
+    from test_search import run_search_in
 
     space = """\
 trainer: sft

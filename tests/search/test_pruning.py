@@ -7,9 +7,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from tuner.search import _execution as execution, _sampling as sampling
-from tuner.records import Status, new_record
 from tuner.config.space import parse_space
+from tuner.records import Status, new_record
+from tuner.search import _execution as execution
+from tuner.search import _sampling as sampling
 
 LIVE = {execution.LIVE: True, "step": 9, "so_far": {"steps_run": 9, "tokens_per_second": 1200.0, "progress": 0.05,
                                                     "progress_p_value": 0.2, "learned": False,
@@ -62,8 +63,8 @@ def test_optuna_is_told_a_pruned_trial_as_pruned_and_stable():
 
 
 def test_grid_searches_run_every_point_to_the_end_unless_asked_to_prune():
-    from tuner.config.options import SearchOptions, prunes
     from tuner.cli import build_parser
+    from tuner.config.options import SearchOptions, prunes
 
     assert prunes(SearchOptions()) and not prunes(SearchOptions(sampler="grid"))
     assert prunes(SearchOptions(sampler="grid", prune=True)) and not prunes(SearchOptions(prune=False))
@@ -91,7 +92,7 @@ def test_a_trial_far_behind_at_a_rung_is_pruned_there_whatever_the_timing(tmp_pa
     """Grid order, one at a time: a learning rate that learns finishes first; one 100000x smaller is judged at the
     first rung (step 10 of 40) by its figures there and stopped: pruned at step 10 exactly, never recorded from
     a later step or from its end, and the search goes on."""
-    from tests.search.test_search import run_search_in, runs_of
+    from test_search import run_search_in, runs_of
 
     for name, value in TIMINGS[timing].items():
         monkeypatch.setenv(name, value)

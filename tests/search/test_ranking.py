@@ -10,8 +10,8 @@ import pytest
 from tuner.search import driver as search
 
 # fp32, batch 8, gradient accumulation 2, constant schedule: the issue's grid. On this task lr 0.1 reaches the
-
 from tuner.stores import tracking
+
 # ceiling (reward 1.0 for every completion) by step 5-6, lr 0.03 by step 13-18 and lr 0.01 not within 20 steps
 # (seeds 0-3 on a 2-core CPU); the test reads when each trial reached it from the trial's own rows.
 GRID_SPACE = """\

@@ -18,14 +18,12 @@ from typing import Any
 
 import pytest
 
-from tuner.search import driver as search
-
-from tuner.stores import tracking
-
-from tuner.verdicts import recommend
-from tuner.search._sampling import constraint_of, make_sampler, tell
 from tuner.config.space import parse_space
 from tuner.records import Status
+from tuner.search import driver as search
+from tuner.search._sampling import constraint_of, make_sampler, tell
+from tuner.stores import tracking
+from tuner.verdicts import recommend
 
 # The issue's anchor: the reward trainer on {fp16-pure, bf16-pure, fp32} x {1e-4, 0.3}.
 ANCHOR_SPACE = """\

@@ -40,8 +40,7 @@ EXIT_WITHIN_S = 30
 SEARCH_TIMEOUT_S = 480  # a whole short search on a 2-core machine other suites load too: about 2 minutes, often less
 
 # The cheapest real trials: SFT on the tiny model, batch 2, 32 tokens, three learning rates (test_live's space).
-from tests.search.test_live import SPACE as SFT_SPACE  # noqa: E402
-
+from test_live import SPACE as SFT_SPACE  # noqa: E402
 
 # -- processes --------------------------------------------------------------------------------------------------
 
@@ -322,8 +321,8 @@ def test_sigterm_to_the_group_during_confirmation_then_resume(searches, tmp_path
 def test_a_signal_is_acted_on_while_ray_waits_for_its_gcs_port(tmp_path):
     from ray._private import node
 
-    from tuner.search import _execution as execution
     from tuner.cli import _interrupt
+    from tuner.search import _execution as execution
 
     previous = signal.signal(signal.SIGTERM, _interrupt)  # as tuner's CLI does: SIGTERM raises KeyboardInterrupt
     timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGTERM))

@@ -7,9 +7,10 @@ import math
 
 import pytest
 
-from tuner.search import _sampling as sampling, _staging as staging
-from tuner.records import Status, new_record
 from tuner.config.space import load_space
+from tuner.records import Status, new_record
+from tuner.search import _sampling as sampling
+from tuner.search import _staging as staging
 
 
 def test_the_shipped_grpo_space_splits_into_speed_and_learning_knobs():

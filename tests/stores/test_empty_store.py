@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from tuner.stores import _empty_store as empty_store, tracking
+from tuner.stores import _empty_store as empty_store
+from tuner.stores import tracking
 
 
 def _schema(database: Path) -> tuple[list, list]:

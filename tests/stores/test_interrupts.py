@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 import sqlalchemy
 
-from tuner.stores import interrupts, tracking
 from tuner.cli import _interrupt
+from tuner.stores import interrupts, tracking
 
 
 @pytest.fixture

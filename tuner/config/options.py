@@ -28,8 +28,8 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from tuner.errors import TunerError
 from tuner.config.trainers import ADAPTERS, DEFAULT_TRAINER, Adapter, adapter
+from tuner.errors import TunerError
 
 SAMPLERS = ("tpe", "random", "grid")
 DEFAULT_TRIALS = 12  # --trials left out (grid: every point)

@@ -32,7 +32,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from tuner.config import precision, trainers
 from tuner.errors import TunerError, validated
 
-
 # Precision is one dimension: where the weights live and whether autocast runs on top.
 # "-pure" loads the weights in that dtype (the bug reports' "torch_dtype half" case);
 # "-mixed" keeps fp32 weights under autocast (fp16-mixed adds a GradScaler).

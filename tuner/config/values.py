@@ -22,8 +22,8 @@ import types
 import typing
 from typing import Any, Literal, Union
 
-from tuner.errors import TunerError
 from tuner.config.trainers import LORA_PARAMS, TUNER_PARAM_TYPES, Adapter
+from tuner.errors import TunerError
 
 __all__ = ["check_params", "check_space_values", "check_value", "param_types"]
 
@@ -187,7 +187,7 @@ def check_space_values(space) -> None:
         elif isinstance(p, FixedParam):
             p.value = check_value(p.value, annotation, f"{at}.value")
         elif isinstance(p, FloatParam):
-            if annotation is not Any and not (float in _members(annotation)):
+            if annotation is not Any and float not in _members(annotation):
                 raise TunerError(f"{at}: type float samples fractional values, but {name} takes "
                                  f"{describe_type(annotation)}; use type: int or categorical")
         elif isinstance(p, IntParam):

@@ -143,8 +143,8 @@ def build_tokenizer():
     """The tiny model's kind of tokenizer (``tuner.inputs._word_tokenizer``) over the words of tuner.inputs.tasks'
     questions and VERBOSE_ANSWER: each word after a space is one token, and so are "Question" and "Answer";
     numbers are digits, and quoted words ('stone') are spelled in characters, as the letter questions need."""
-    from tuner.inputs.tasks import make_tasks
     from tuner.inputs._word_tokenizer import build_word_tokenizer
+    from tuner.inputs.tasks import make_tasks
 
     # Every template word and list word of tuner.inputs.tasks turns up in a few thousand tasks (there are ~170).
     texts = [" " + task.question for task in make_tasks(5000, seed=DATA_SEED - 1)]

@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tuner.config.trainers import Adapter
-from tuner.inputs import tasks, _tiny_data as tiny_data
 from tuner.errors import TunerError
+from tuner.inputs import _tiny_data as tiny_data
+from tuner.inputs import tasks
 
 if TYPE_CHECKING:
     import datasets

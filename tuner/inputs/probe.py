@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tuner.config.trainers import Adapter
 from tuner.errors import TunerError, describe_exception
 from tuner.inputs.rewards import TRL_REWARDS
-from tuner.config.trainers import Adapter
 
 __all__ = ["SAMPLES", "UserInputs", "check_rewards", "check_rows", "check_tokenizer", "check_user_inputs",
            "probe_inputs"]

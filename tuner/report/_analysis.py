@@ -19,10 +19,10 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from tuner.config import precision
+from tuner.records import UNSTABLE, Status
 from tuner.verdicts.learning import MIN_EFFECT as MIN_PROGRESS
 from tuner.verdicts.recommend import learned
-from tuner.records import UNSTABLE, Status
-from tuner.config import precision
 
 # A trial's outcome is its status, with ok trials split by the trial's learning judgement (tuner.verdicts.learning):
 # "not learning" is stable but not significantly better than at its start: stable, but useless.

@@ -16,10 +16,10 @@ import statistics
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tuner.verdicts.learning import MIN_EFFECT as MIN_PROGRESS
+from tuner.config import precision
 from tuner.records import Status
 from tuner.report._analysis import LEARNED, NOT_LEARNING, finite_number, outcome
-from tuner.config import precision
+from tuner.verdicts.learning import MIN_EFFECT as MIN_PROGRESS
 
 if TYPE_CHECKING:
     from tuner.report._render import Report

@@ -14,10 +14,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tuner.report.progress import describe_params
 from tuner.records import Status
-from tuner.report._analysis import (FAILED, LEARNED, MIN_HINT_TRIALS, NOT_LEARNING, VERBS, BreakdownRow, Importance,
-                                   breakdown_lines, outcome, step_text)
+from tuner.report._analysis import (
+    FAILED,
+    LEARNED,
+    MIN_HINT_TRIALS,
+    NOT_LEARNING,
+    VERBS,
+    BreakdownRow,
+    Importance,
+    breakdown_lines,
+    outcome,
+    step_text,
+)
+from tuner.report.progress import describe_params
 
 
 @dataclass

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tuner.stores import tracking
 from tuner.errors import TunerError
+from tuner.stores import tracking
 
 
 @dataclass

@@ -18,10 +18,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tuner.report import _plots as plots, _store as report_store
 from tuner.errors import TunerError
-from tuner.report._analysis import (MIN_HINT_TRIALS, BreakdownRow, Importance, breakdown, breakdown_lines,
-                                   crash_reasons, dimensions, hints, importances, lr_band, outcome, pareto_front)
+from tuner.report import _plots as plots
+from tuner.report import _store as report_store
+from tuner.report._analysis import (
+    MIN_HINT_TRIALS,
+    BreakdownRow,
+    Importance,
+    breakdown,
+    breakdown_lines,
+    crash_reasons,
+    dimensions,
+    hints,
+    importances,
+    lr_band,
+    outcome,
+    pareto_front,
+)
 from tuner.report._render import Report
 
 __all__ = ["Rendered", "Report", "build_report", "report_search",

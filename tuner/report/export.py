@@ -28,8 +28,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-from tuner.errors import TunerError
 from tuner.config.trainers import Adapter, adapter
+from tuner.errors import TunerError
 
 __all__ = ["LENGTH_FIELDS", "MEASURE_ROWS", "PERCENTILE", "build", "harness_lengths", "measure_max_length",
            "render_export", "with_overrides"]

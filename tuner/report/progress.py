@@ -20,8 +20,8 @@ import time
 from typing import Any, Callable
 
 from tuner.config import precision
-from tuner.verdicts import recommend as rec
 from tuner.records import NO_STOP_STEP, Status
+from tuner.verdicts import recommend as rec
 
 __all__ = ["Progress", "SearchInterrupted", "describe_params", "results_table", "resume_command", "shorten",
            "stopped_at"]

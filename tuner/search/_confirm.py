@@ -15,9 +15,10 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
+from tuner.records import is_ok
+from tuner.stores.tags import CONFIRMATION_TAG, CONFIRMS_TAG, RUN_NAME_TAG
 from tuner.verdicts import recommend as rec
 from tuner.verdicts.learning import ALPHA
-from tuner.records import is_ok
 
 __all__ = ["Schedule", "candidates", "combined_p_value", "confirmation_jobs", "judge"]
 
@@ -41,8 +42,8 @@ def confirmation_jobs(cands: list[dict[str, Any]], base_spec: dict[str, Any], se
                 "spec": {**base_spec, "params": c["params"], "seed": seed, "max_steps": steps},
                 "number": c["number"],
                 "timeout": timeout * steps / base_spec["max_steps"],
-                "tags": {"tuner.confirmation": "true", "tuner.confirms": str(c["number"]),
-                         "tuner.run_name": f"confirm-{c['number']:03d}-seed{seed}"},
+                "tags": {CONFIRMATION_TAG: "true", CONFIRMS_TAG: str(c["number"]),
+                         RUN_NAME_TAG: f"confirm-{c['number']:03d}-seed{seed}"},
                 "extra": {"confirms": c["number"]},
             })
     return jobs

@@ -32,18 +32,15 @@ from ray.tune.schedulers import ASHAScheduler, TrialScheduler
 from ray.tune.search import Searcher
 
 from tuner.config import trainers
-
-from tuner.search import _sampling as sampling
-
-from tuner.stores import interrupts
-
-from tuner.verdicts import diagnose
 from tuner.errors import TunerError
-from tuner.search._extend import WAIT
-from tuner.verdicts.learning import MIN_STEPS
-from tuner.report.progress import Progress
 from tuner.records import SUMMARY_FIELDS, Status, TrialRecord, TrialResult, new_record
+from tuner.report.progress import Progress
+from tuner.search import _sampling as sampling
+from tuner.search._extend import WAIT
+from tuner.stores import interrupts
 from tuner.trial import TrialSpec
+from tuner.verdicts import diagnose
+from tuner.verdicts.learning import MIN_STEPS
 
 # The metric Ray Tune reads from every trial's result: the recommendation's objective (tuner.verdicts.recommend).
 SEARCH_METRIC = "learning_speed"
@@ -63,9 +60,9 @@ def _trainable(config: dict[str, Any]) -> None:
     import ray
     from ray import tune
 
-    from tuner.verdicts.recommend import objective, speed_so_far
     from tuner.trial import run_trial_isolated
     from tuner.trial.measure import so_far
+    from tuner.verdicts.recommend import objective, speed_so_far
 
     spec = TrialSpec(**config["spec"])
     if config.get("skip"):  # the memory plan refused it: recorded with its reason, never run

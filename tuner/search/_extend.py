@@ -18,8 +18,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from tuner.verdicts import recommend as rec
 from tuner.records import is_ok
+from tuner.stores.tags import EXTENDS_TAG, EXTENSION_TAG, RUN_NAME_TAG
+from tuner.verdicts import recommend as rec
 
 __all__ = ["RATE", "WAIT", "Extension", "closest_to_learning", "default_budget"]
 
@@ -90,6 +91,6 @@ def job(base_spec: dict[str, Any], trial: dict[str, Any], steps: int, timeout: f
     number = trial["number"]
     return {"spec": {**base_spec, "params": trial["params"], "seed": trial["seed"], "max_steps": steps},
             "number": number, "timeout": timeout,
-            "tags": {"tuner.extension": "true", "tuner.extends": str(number),
-                     "tuner.run_name": f"extend-{number:03d}-{steps}steps"},
+            "tags": {EXTENSION_TAG: "true", EXTENDS_TAG: str(number),
+                     RUN_NAME_TAG: f"extend-{number:03d}-{steps}steps"},
             "extra": {"extends": number}}

@@ -22,9 +22,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from tuner.trial import memory
 from tuner.config.trainers import Adapter
 from tuner.errors import TunerError
+from tuner.trial import memory
 
 # The params tuner.trial.memory.estimate reads: the ones whose values change a trial's peak memory.
 MEMORY_PARAMS = ("precision", "use_peft", "lora_r", "lora_target_modules", "per_device_train_batch_size",

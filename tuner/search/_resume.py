@@ -16,9 +16,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tuner.search import _sampling as sampling
 from tuner.errors import TunerError
 from tuner.records import TrialRecord
+from tuner.search import _sampling as sampling
 
 __all__ = ["resume_options", "reattach"]
 

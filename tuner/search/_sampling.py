@@ -11,9 +11,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from tuner.verdicts import recommend as rec
 from tuner.config.space import SearchSpace
 from tuner.records import Status
+from tuner.verdicts import recommend as rec
 
 __all__ = ["Proposer", "ask", "constraint_of", "grid_size", "make_sampler", "make_study", "tell"]
 

@@ -20,16 +20,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from tuner.report import export
-
-from tuner.stores import interrupts
-from tuner.verdicts import recommend as rec
-from tuner.errors import TunerError, quiet_libraries
 from tuner.config.options import DEFAULT_TRIALS, SAMPLERS, SearchOptions, check_options, options_from, prunes  # noqa: F401 - re-exported
-from tuner.report.progress import Progress, SearchInterrupted, describe_params, resume_command, results_table
-from tuner.search._sampling import Proposer, make_study
 from tuner.config.space import SearchSpace, check_param_names, load_space
+from tuner.errors import TunerError, quiet_libraries
+from tuner.report import export
+from tuner.report.progress import Progress, SearchInterrupted, describe_params, results_table, resume_command
+from tuner.search._sampling import Proposer, make_study
+from tuner.stores import interrupts
+from tuner.stores.tags import (
+    COUNT_TAG_PREFIX,
+    PLAN_TAG,
+    RECOMMENDED_RUN_ID_TAG,
+    RECOMMENDED_TRIAL_TAG,
+    STOPPED_BECAUSE_TAG,
+    STUDY_STORAGE_TAG,
+    STUDY_TAG,
+)
 from tuner.trial import TrialSpec
+from tuner.verdicts import recommend as rec
 
 
 @dataclass
@@ -200,8 +208,7 @@ def run_search(prepared: Prepared, echo: Callable[[str], None] = print) -> Searc
     too): SearchInterrupted says what is kept and how to resume once the search run exists, and by then every run
     it started is ended (the search run KILLED); Ray, the trials and the launcher are stopped in any case."""
     from tuner.search import _execution as execution
-    from tuner.trial import weights
-    from tuner.trial import launcher
+    from tuner.trial import launcher, weights
 
     o = prepared.options
     started = time.perf_counter()
@@ -339,7 +346,7 @@ def _run(prepared, ray, tracker, run_name, study, records, started, echo) -> Sea
             echo(f"resuming {run_name}: {len(records)} of {prepared.n_trials} trials already done")
         else:
             _start_run(prepared, tracker, run_name, placement.concurrency)
-        tracker.set_tags({"tuner.plan": placement.describe()})
+        tracker.set_tags({PLAN_TAG: placement.describe()})
         progress = Progress(prepared.n_trials, echo, done=records)
         outcome = _search(prepared, tracker, study, run_name, records, placement, progress, started)
         status = "FINISHED"
@@ -371,12 +378,14 @@ def _start_run(prepared: Prepared, tracker, run_name: str, concurrency: int) -> 
             "dataset": o.dataset or "builtin", "reward_funcs": o.reward_funcs, "concurrency": concurrency,
             "confirm_seeds": o.confirm_seeds, "confirm_top": o.confirm_top, "prune": prunes(o), "halving": halves(o),
             "budget": o.budget,
-        }, {"tuner.study": run_name, "tuner.study_storage": _study_storage(o)})
+        }, {STUDY_TAG: run_name, STUDY_STORAGE_TAG: _study_storage(o)})
 
 
 def _search(prepared, tracker, study, run_name, records, placement, progress, started) -> SearchOutcome:
     """The trials and their confirmation in one Ray Tune run, then the results written."""
-    from tuner.search import _confirm as confirm, _execution as execution, _extend as extend
+    from tuner.search import _confirm as confirm
+    from tuner.search import _execution as execution
+    from tuner.search import _extend as extend
 
     o = prepared.options
     base_spec = TrialSpec(trainer=o.trainer, params={}, model=prepared.model_path, dataset=o.dataset,
@@ -416,7 +425,7 @@ def _search(prepared, tracker, study, run_name, records, placement, progress, st
     records.sort(key=lambda r: r["number"])
     if searcher.stopped_because:
         echo(f"search stopped: {searcher.stopped_because}")
-        tracker.set_tags({"tuner.stopped_because": searcher.stopped_because[:5000]})
+        tracker.set_tags({STOPPED_BECAUSE_TAG: searcher.stopped_because[:5000]})
     extensions.sort(key=lambda r: (r["max_steps"], r["number"]))
     runs = [*records, *extensions]
     cands = confirm.candidates(runs, o.confirm_top) if o.confirm_seeds > 0 else []
@@ -459,12 +468,12 @@ def _finish(prepared: Prepared, tracker, records, cands, confirmations, started,
     if best is not None:
         tracker.log_artifact_text(export.render_export(search, prepared.experiment, tracker.parent_id),
                                   "recommended.yaml")
-        tracker.set_tags({"tuner.recommended_trial": str(best["number"]),
-                          "tuner.recommended_run_id": best["run_id"] or ""})
+        tracker.set_tags({RECOMMENDED_TRIAL_TAG: str(best["number"]),
+                          RECOMMENDED_RUN_ID_TAG: best["run_id"] or ""})
     tracker.log_artifact_dict(search, "search.json")
     tracker.log_artifact_text(results_table([*records, *extensions]), "results.md")
     counts = collections.Counter(r["status"] for r in records)
-    tracker.set_tags({f"tuner.count.{s}": str(n) for s, n in counts.items()})
+    tracker.set_tags({f"{COUNT_TAG_PREFIX}{s}": str(n) for s, n in counts.items()})
     return SearchOutcome(prepared.experiment, tracker.parent_id, records, best, config, time.perf_counter() - started,
                          verdicts, search)
 

@@ -24,13 +24,25 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from tuner.stores import _empty_store as empty_store, interrupts
 from tuner.errors import TunerError
 from tuner.records import Status, TrialRecord, is_ok, new_record
+from tuner.stores import _empty_store as empty_store
+from tuner.stores import interrupts
+from tuner.stores.tags import (
+    CONFIRMATION_TAG,
+    EXTENSION_TAG,
+    KIND_TAG,
+    PARAM_PREFIX,
+    REASON_TAG,
+    RUN_NAME_TAG,
+    STATUS_TAG,
+    STOPPED_AT_STEP_TAG,
+    STUDY_TAG,
+    TRIAL_KEY_TAG,
+    TRIAL_NUMBER_TAG,
+)
 
 DEFAULT_STORE = Path("mlflow")  # relative to where tuner runs, like ./mlruns for plain MLflow
-SEARCH_TAG = "tuner.kind"  # "search" on parent runs, "trial" on nested runs
-TRIAL_KEY_TAG = "tuner.trial_key"  # the driver's key of a trial run: kept writes find their run by it
 LOG_ARTIFACT = "process.log"  # a trial run's file: the end of what its process printed, when it died
 RUNNING_STATUS = "running"  # the tuner.status tag of a trial run until its verdict is written
 INTERRUPTED_STATUS = "interrupted"  # the tuner.status tag of a trial run its search ended before the trial did
@@ -101,8 +113,9 @@ def client(uri: str):
     # Fail a write to an absent server in seconds (then it is spooled), not after minutes of retries.
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
-    import mlflow
     from mlflow.tracking import MlflowClient
+
+    import mlflow
 
     if uri.startswith("sqlite:///"):
         empty_store.seed(uri.removeprefix("sqlite:///"))  # a new store: a copy of an empty one, not migrations
@@ -133,7 +146,7 @@ def latest_search_run(mlflow_client, experiment_name: str, run_id: str | None = 
     if run_id:
         return _search_run(mlflow_client, experiment_name, run_id)
     experiment = find_experiment(mlflow_client, experiment_name)
-    runs = mlflow_client.search_runs([experiment.experiment_id], filter_string=f"tags.`{SEARCH_TAG}` = 'search'",
+    runs = mlflow_client.search_runs([experiment.experiment_id], filter_string=f"tags.`{KIND_TAG}` = 'search'",
                                      order_by=["attributes.start_time DESC"], max_results=1)
     if not runs:
         raise TunerError(f"experiment {experiment_name!r} has no tuner search runs; run tuner search first")
@@ -149,19 +162,19 @@ def _search_run(mlflow_client, experiment_name: str, run_id: str):
         raise TunerError(f"--run-id {run_id} is a run of experiment {experiment.name!r}, not of --experiment "
                          f"{experiment_name!r}; pass --experiment {experiment.name}, or a search run id of "
                          f"{experiment_name!r}, or leave --run-id out for its latest search")
-    kind = run.data.tags.get(SEARCH_TAG)
+    kind = run.data.tags.get(KIND_TAG)
     if kind == "trial":
         parent_id = run.data.tags.get("mlflow.parentRunId", "?")
         try:
             search = mlflow_client.get_run(parent_id).info.run_name
         except Exception:  # noqa: BLE001 - the parent's name only makes the message friendlier
             search = "?"
-        number = run.data.tags.get("tuner.trial_number", "?")
+        number = run.data.tags.get(TRIAL_NUMBER_TAG, "?")
         raise TunerError(f"--run-id {run_id} is trial {number} of search {search} (run {parent_id}) in "
                          f"{experiment_name!r}, not a search; pass --run-id {parent_id}, or leave --run-id out for "
                          "the latest search")
     if kind != "search":
-        raise TunerError(f"--run-id {run_id} in {experiment_name!r} is not a tuner search run (tag {SEARCH_TAG} is "
+        raise TunerError(f"--run-id {run_id} in {experiment_name!r} is not a tuner search run (tag {KIND_TAG} is "
                          f"{kind!r}); pass a search's run id, or leave --run-id out for the latest search")
     return run
 
@@ -218,7 +231,7 @@ class SearchTracker:
         from mlflow.entities import Param
 
         with self._whole():  # the search run is made with its params, or not at all
-            run = self.client.create_run(self.experiment_id, run_name=run_name, tags={SEARCH_TAG: "search", **tags})
+            run = self.client.create_run(self.experiment_id, run_name=run_name, tags={KIND_TAG: "search", **tags})
             self.parent_id = run.info.run_id
             self.client.log_batch(self.parent_id, params=[Param(k, _param_value(v)) for k, v in params.items()])
         return self.parent_id
@@ -235,7 +248,7 @@ class SearchTracker:
 
     def study_name(self) -> str:
         """The Optuna study of the search run (its tuner.study tag)."""
-        return self.client.get_run(self.parent_id).data.tags["tuner.study"]
+        return self.client.get_run(self.parent_id).data.tags[STUDY_TAG]
 
     def stored_trials(self) -> list[TrialRecord]:
         """The search's trials that MLflow holds in full, one record per trial number (``--resume`` keeps these).
@@ -245,11 +258,11 @@ class SearchTracker:
         after the search's own trials."""
         records: dict[int, TrialRecord] = {}
         for run in trial_runs(self.uri, self.parent_id):
-            cut_short = run.data.tags.get("tuner.status") in (RUNNING_STATUS, INTERRUPTED_STATUS)
+            cut_short = run.data.tags.get(STATUS_TAG) in (RUNNING_STATUS, INTERRUPTED_STATUS)
             if run.info.status == "RUNNING" or cut_short:  # a confirmation re-run cut short too: it runs again
                 self.client.delete_run(run.info.run_id)
                 continue
-            if "true" in (run.data.tags.get("tuner.confirmation"), run.data.tags.get("tuner.extension")):
+            if "true" in (run.data.tags.get(CONFIRMATION_TAG), run.data.tags.get(EXTENSION_TAG)):
                 continue  # longer re-runs and confirmation run again after the search's own trials
             record = self._record_from_run(run)
             records.setdefault(record["number"], record)
@@ -262,7 +275,7 @@ class SearchTracker:
         result = json.loads(Path(self.client.download_artifacts(run.info.run_id, "result.json", folder)).read_text())
         spec = yaml.safe_load(Path(self.client.download_artifacts(run.info.run_id, "trial.yaml", folder)).read_text())
         spec = json.loads(json.dumps(spec))  # the values a fresh record holds (e.g. lists, not tuples)
-        return new_record(result, number=int(run.data.tags["tuner.trial_number"]), params=spec["params"],
+        return new_record(result, number=int(run.data.tags[TRIAL_NUMBER_TAG]), params=spec["params"],
                           max_steps=spec["max_steps"], seed=spec["seed"], run_id=run.info.run_id)
 
     @property
@@ -401,22 +414,22 @@ class SearchTracker:
 
         if key in self.trial_run_ids:  # a kept start replayed again after it was sent: one run per trial
             return self.trial_run_ids[key]
-        label = tags.get("tuner.run_name", f"trial-{number:03d}")
+        label = tags.get(RUN_NAME_TAG, f"trial-{number:03d}")
         run = self.client.create_run(
             self.experiment_id,
             run_name=label,
             tags={
                 "mlflow.parentRunId": self.parent_id,
-                SEARCH_TAG: "trial",
+                KIND_TAG: "trial",
                 TRIAL_KEY_TAG: key,
-                "tuner.trial_number": str(number),
-                "tuner.status": RUNNING_STATUS,
+                TRIAL_NUMBER_TAG: str(number),
+                STATUS_TAG: RUNNING_STATUS,
                 **tags,
             },
         )
         run_id = self.trial_run_ids[key] = run.info.run_id
         params = [Param(k, _param_value(v)) for k, v in spec["params"].items()]
-        params += [Param(f"tuner.{k}", _param_value(spec[k])) for k in ("max_steps", "seed", "model", "trainer")]
+        params += [Param(f"{PARAM_PREFIX}{k}", _param_value(spec[k])) for k in ("max_steps", "seed", "model", "trainer")]
         # log_batch takes at most 100 params a call
         for i in range(0, len(params), 100):
             self.client.log_batch(run_id, params=params[i:i + 100])
@@ -455,7 +468,7 @@ class SearchTracker:
             return
         if self.client.get_run(run_id).info.status != "RUNNING":
             return
-        self.client.set_tag(run_id, "tuner.status", INTERRUPTED_STATUS)
+        self.client.set_tag(run_id, STATUS_TAG, INTERRUPTED_STATUS)
         self.client.set_terminated(run_id, "KILLED")
 
     def _apply_trial_end(self, key: str, spec: dict[str, Any], summary: dict[str, Any],
@@ -469,8 +482,8 @@ class SearchTracker:
             if isinstance(summary.get(k), (int, float)):
                 metrics.append(Metric(f"trial/{k}", _metric_value(summary[k]), 0, 0))
         self._log_metrics(run_id, metrics)
-        verdict = {"tuner.status": summary["status"], "tuner.reason": (summary.get("reason") or "")[:5000],
-                   "tuner.stopped_at_step": str(summary.get("stopped_at_step"))}
+        verdict = {STATUS_TAG: summary["status"], REASON_TAG: (summary.get("reason") or "")[:5000],
+                   STOPPED_AT_STEP_TAG: str(summary.get("stopped_at_step"))}
         self.client.log_batch(run_id, tags=[RunTag(k, v) for k, v in verdict.items()])
         self.client.log_dict(run_id, spec, "trial.yaml")
         self.client.log_dict(run_id, {**summary, "history": history}, "result.json")

@@ -17,9 +17,9 @@ from typing import Any, Callable
 
 from tuner.errors import describe_exception
 from tuner.records import Status, TrialResult
-from tuner.trial.launcher import LOG_NAME
 from tuner.trial._run import run_trial
 from tuner.trial._spec import TrialSpec
+from tuner.trial.launcher import LOG_NAME
 
 
 def _tuner_environment() -> dict[str, str]:

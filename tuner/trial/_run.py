@@ -15,11 +15,11 @@ import time
 from pathlib import Path
 
 from tuner.errors import describe_exception, quiet_libraries
-from tuner.verdicts.learning import judge_learning
 from tuner.records import NO_STOP_STEP, Status, TrialResult
 from tuner.trial._faults import fault_hook
-from tuner.trial.measure import is_oom, peak_memory_mb, samples_per_step, throughput
 from tuner.trial._spec import TrialSpec
+from tuner.trial.measure import is_oom, peak_memory_mb, samples_per_step, throughput
+from tuner.verdicts.learning import judge_learning
 
 _NON_FINITE_SAMPLING = "probability tensor contains either `inf`, `nan` or element < 0"
 
@@ -35,11 +35,11 @@ def run_trial(spec: TrialSpec, workdir: str | os.PathLike | None = None, metrics
 
 
 def _run_in(spec: TrialSpec, workdir: Path, metrics_path) -> TrialResult:
+    from tuner.config import precision as precisions
     from tuner.config import trainers
     from tuner.inputs import data, models, rewards
-    from tuner.trial.trainer import build_trainer
-    from tuner.config import precision as precisions
     from tuner.trial._monitor import StepMonitor
+    from tuner.trial.trainer import build_trainer
 
     started = time.perf_counter()
     try:

@@ -20,6 +20,7 @@ from tuner.config import trainers
 from tuner.errors import TunerError, quiet_libraries, validated
 from tuner.trial._faults import parse_fault
 
+
 @dataclass
 class TrialSpec:
     """Everything one trial needs; the YAML that ``tuner trial --config`` reads is this, as a mapping."""

@@ -9,6 +9,7 @@ from typing import Any
 
 from tuner.config.trainers import Adapter
 
+
 def throughput(history: list[dict[str, Any]], step_times: list[tuple[int, float]], warmup: int,
                samples_per_step: int) -> tuple[float | None, float | None]:
     """tokens/s and samples/s over the steps after warm-up (TRL logs cumulative ``num_tokens``)."""

@@ -22,8 +22,13 @@ def build_trainer(entry: Adapter, model_path: str, params: dict[str, Any], datas
     """
     import torch
     import trl
-    from transformers import (AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer,
-                              PrinterCallback, set_seed)
+    from transformers import (
+        AutoModelForCausalLM,
+        AutoModelForSequenceClassification,
+        AutoTokenizer,
+        PrinterCallback,
+        set_seed,
+    )
 
     split = split_params(params)
     args = {

@@ -26,6 +26,11 @@ it loads its own copy from the model's folder (converting, 0.6-1.0 s, costs no m
 pages, 1.05-1.15 s) and only its reference model maps the shared copy; weights transformers maps from a checkpoint
 file are copied at once (one kernel call per tensor) rather than a page at a time on the first optimizer step.
 
+The checkpoint is read with the safetensors package (its tensors mapped, not copied), but the copy is written here,
+each tensor cast straight into the new file's mapping: safetensors' writers (``save_file``, ``serialize_file``) take
+every tensor in memory at once, a second whole copy (1.9 GB) beside the one in /dev/shm. The file is the one
+``save_file`` writes, byte for byte (tests/trial/test_weights.py).
+
 Nothing is shared where it would not pay: a checkpoint already in the trial's dtype is loaded from its own folder
 (``TUNER_SHARED_WEIGHTS=always`` shares it anyway, ``off`` is plain ``from_pretrained``). Any problem (no
 safetensors, a PEFT adapter folder, a quantized model, no room in shared memory, a damaged entry) loads from the
@@ -45,6 +50,7 @@ import contextlib
 import fcntl
 import hashlib
 import json
+import math
 import mmap
 import os
 import re
@@ -67,8 +73,10 @@ MANIFEST = "tuner-weights.json"  # written last into the staging folder: an entr
 LAST_USED = "tuner-weights.last-used"  # its mtime: when a trial last loaded the entry
 SHM_MARGIN = 256 * 2**20  # shared memory left free beside a new entry
 
-_DTYPES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1,
-           "U16": 2, "U32": 4, "U64": 8, "F8_E4M3": 1, "F8_E5M2": 1}
+# Element sizes, in the order of safetensors' Dtype (by alignment), by which its writer lays tensors out
+_DTYPES = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E5M2": 1, "F8_E4M3": 1, "I16": 2, "U16": 2, "F16": 2, "BF16": 2,
+           "I32": 4, "U32": 4, "F32": 4, "F64": 8, "I64": 8, "U64": 8}
+_RANKS = {tag: rank for rank, tag in enumerate(_DTYPES)}
 _FLOATS = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16"}
 _TAGS = {name: tag for tag, name in _FLOATS.items()}
 _WEIGHTS_INDEX = "model.safetensors.index.json"
@@ -143,11 +151,10 @@ def shared_checkpoint(model_path: str, dtype, auto_class=None, mode: str | None 
         return None
     source = _source_folder(model_path)
     files = _weight_files(source)
-    headers = {name: _read_header(source / name)[0] for name in files}
+    layouts = {name: _layout(source / name)[0] for name in files}
     target = _dtype_name(dtype)
     tag = _TAGS[target]
-    floats = {t["dtype"] for h in headers.values() for k, t in h.items()
-              if k != "__metadata__" and t["dtype"] in _FLOATS}
+    floats = {kind for layout in layouts.values() for kind, _ in layout.values() if kind in _FLOATS}
     if mode != "always" and floats <= {tag}:
         return None  # the checkpoint is already in this dtype: mapped from its own folder, shared by the page cache
     if any(_narrows(t, tag) for t in floats) and _keeps_fp32(source, auto_class):
@@ -165,9 +172,9 @@ def shared_checkpoint(model_path: str, dtype, auto_class=None, mode: str | None 
         if entry.exists():
             shutil.rmtree(entry, ignore_errors=True)  # damaged: rebuilt below
         sweep(root)
-        need = sum(_converted_size(h, tag) for h in headers.values())
+        need = sum(_converted_size(layout, tag) for layout in layouts.values())
         _check_room(root, need)
-        _build(source, files, headers, tag, entry)
+        _build(source, files, tag, entry)
         _touch(entry)
     return entry
 
@@ -377,14 +384,13 @@ def _weight_files(source: Path) -> list[str]:
     return files
 
 
-def _read_header(path: Path) -> tuple[dict[str, Any], int]:
-    """A safetensors file's header and where its data starts."""
-    with path.open("rb") as f:
-        size = int.from_bytes(f.read(8), "little")
-        if not 0 < size < 100 * 2**20:
-            raise ValueError(f"{path.name}: not a safetensors file")
-        header = json.loads(f.read(size))
-    return header, 8 + size
+def _layout(path: Path) -> tuple[dict[str, tuple[str, list[int]]], dict[str, str] | None]:
+    """A safetensors file's tensors, name -> (dtype tag, shape), and its metadata: its header, read by safetensors,
+    which raises unless the header is whole and describes the whole file."""
+    from safetensors import safe_open
+
+    with safe_open(path, framework="pt") as f:
+        return {k: (s.get_dtype(), s.get_shape()) for k in f.keys() for s in (f.get_slice(k),)}, f.metadata()
 
 
 def _dtype_name(dtype) -> str:
@@ -432,22 +438,14 @@ def _entry_name(source: Path, files: list[str], target: str) -> str:
     return f"{slug}-{target}-{digest}"
 
 
-def _converted_size(header: dict[str, Any], tag: str) -> int:
-    total = 0
-    for key, info in header.items():
-        if key == "__metadata__":
-            continue
-        count = 1
-        for n in info["shape"]:
-            count *= n
-        total += count * _DTYPES[tag if info["dtype"] in _FLOATS else info["dtype"]]
-    return total
+def _converted_size(layout: dict[str, tuple[str, list[int]]], tag: str) -> int:
+    return sum(math.prod(shape) * _DTYPES[tag if kind in _FLOATS else kind] for kind, shape in layout.values())
 
 
 # -- building an entry ------------------------------------------------------------------------------------------------
 
 
-def _build(source: Path, files: list[str], headers: dict[str, dict], tag: str, entry: Path) -> None:
+def _build(source: Path, files: list[str], tag: str, entry: Path) -> None:
     """Write the converted checkpoint into a staging folder beside ``entry``, then rename it into place."""
     owner = f"{_host_tag(socket.gethostname())}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     staging = entry.parent / f".{entry.name}.building-{owner}"
@@ -476,54 +474,43 @@ def _build(source: Path, files: list[str], headers: dict[str, dict], tag: str, e
 
 
 def _convert_file(src: Path, dst: Path, tag: str) -> None:
-    """``src`` (safetensors) with every floating tensor cast to ``tag``'s dtype, one tensor at a time. Tensors are
-    ordered by element size, largest first, then by name, as safetensors writes them, so each is aligned to its
-    element size."""
+    """``src`` (safetensors) with every floating tensor cast to ``tag``'s dtype, one tensor at a time: read with
+    safetensors, written here (see the module doc). Laid out as safetensors' writer lays a file out: tensors ordered
+    by dtype, the widest first (so each is aligned to its element size), then by name; the header padded with spaces
+    to 8 bytes."""
     import torch
+    from safetensors import safe_open
 
-    header, start = _read_header(src)
-    names = [k for k in header if k != "__metadata__"]
-    out_tag = {k: tag if header[k]["dtype"] in _FLOATS else header[k]["dtype"] for k in names}
-    names.sort(key=lambda k: (-_DTYPES[out_tag[k]], k))
-    new_header: dict[str, Any] = {}
-    if "__metadata__" in header:
-        new_header["__metadata__"] = header["__metadata__"]
+    layout, metadata = _layout(src)
+    out_tag = {k: tag if kind in _FLOATS else kind for k, (kind, _) in layout.items()}
+    names = sorted(layout, key=lambda k: (-_RANKS[out_tag[k]], k))
+    # its metadata sorted: safetensors keeps it in a hash map, in no set order
+    header: dict[str, Any] = {} if metadata is None else {"__metadata__": dict(sorted(metadata.items()))}
     offset = 0
     for k in names:
-        count = 1
-        for n in header[k]["shape"]:
-            count *= n
-        size = count * _DTYPES[out_tag[k]]
-        new_header[k] = {"dtype": out_tag[k], "shape": header[k]["shape"], "data_offsets": [offset, offset + size]}
+        size = math.prod(layout[k][1]) * _DTYPES[out_tag[k]]
+        header[k] = {"dtype": out_tag[k], "shape": layout[k][1], "data_offsets": [offset, offset + size]}
         offset += size
-    encoded = json.dumps(new_header, separators=(",", ":")).encode()
+    encoded = json.dumps(header, separators=(",", ":")).encode()
     encoded += b" " * (-len(encoded) % 8)  # data starts 8-byte aligned
-    total = 8 + len(encoded) + offset
-    with src.open("rb") as f_in, dst.open("w+b") as f_out:
-        if f_in.seek(0, os.SEEK_END) < start + max((header[k]["data_offsets"][1] for k in names), default=0):
-            raise OSError(f"{src.name} is cut short")
-        f_out.truncate(total)
-        # Each tensor is cast straight from the checkpoint's mapping into the new file's: no copy in between.
-        # (ACCESS_COPY: a private mapping, writable for torch.frombuffer, never written.)
-        with mmap.mmap(f_in.fileno(), 0, access=mmap.ACCESS_COPY) as data, mmap.mmap(f_out.fileno(), total) as out:
+    start = 8 + len(encoded)
+    with safe_open(src, framework="pt") as f, dst.open("w+b") as f_out:
+        f_out.truncate(start + offset)
+        # Each tensor is cast straight from the checkpoint's mapping (safetensors maps it, MAP_PRIVATE) into the new
+        # file's: no copy in between.
+        with mmap.mmap(f_out.fileno(), start + offset) as out:
             out[:8] = len(encoded).to_bytes(8, "little")
-            out[8:8 + len(encoded)] = encoded
+            out[8:start] = encoded
             for k in names:
-                begin, end = (start + o for o in header[k]["data_offsets"])
-                o_begin, o_end = (8 + len(encoded) + o for o in new_header[k]["data_offsets"])
-                if o_end == o_begin:
+                begin, end = header[k]["data_offsets"]
+                if end == begin:
                     continue  # an empty tensor: nothing to write
-                source = torch.frombuffer(data, dtype=torch.uint8, count=end - begin, offset=begin)
-                target = torch.frombuffer(out, dtype=torch.uint8, count=o_end - o_begin, offset=o_begin)
-                if header[k]["dtype"] in _FLOATS and header[k]["dtype"] != tag:
-                    if begin % _DTYPES[header[k]["dtype"]]:
-                        source = source.clone()  # an unaligned tensor in the checkpoint: aligned first
-                    # torch's own cast, the one from_pretrained applies
-                    source = source.view(getattr(torch, _FLOATS[header[k]["dtype"]]))
-                    target.view(getattr(torch, _FLOATS[tag])).copy_(source)
-                else:
-                    target.copy_(source)
-                del source, target  # the mappings close only when no tensor points into them
+                source = f.get_tensor(k)
+                target = torch.frombuffer(out, dtype=torch.uint8, count=end - begin, offset=start + begin)
+                # torch's own cast, the one from_pretrained applies; a plain copy where the dtype stays
+                target = target.view(getattr(torch, _FLOATS[tag]) if layout[k][0] in _FLOATS else source.dtype)
+                target.copy_(source.reshape(-1))
+                del source, target  # the mapping closes only when no tensor points into it
 
 
 def _check_room(root: Path, need: int) -> None:
@@ -561,13 +548,10 @@ def _valid(entry: Path) -> bool:
 
 
 def _check_readable(entry: Path) -> None:
-    """Raise unless every weight file's header reads and its tensors end where the file does."""
+    """Raise unless safetensors reads every weight file's header and its tensors end where the file does."""
     manifest = json.loads((entry / MANIFEST).read_text())
-    for name, size in manifest["files"].items():
-        header, start = _read_header(entry / name)
-        end = max((t["data_offsets"][1] for k, t in header.items() if k != "__metadata__"), default=0)
-        if start + end != size:
-            raise ValueError(f"{name}: its header describes {start + end} bytes, the file has {size}")
+    for name in manifest["files"]:
+        _layout(entry / name)
 
 
 @contextlib.contextmanager

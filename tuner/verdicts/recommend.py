@@ -17,11 +17,11 @@ from typing import Any
 
 import yaml
 
-from tuner.errors import TunerError
-from tuner.verdicts.learning import ALPHA, MIN_EFFECT
 from tuner.config.precision import PRECISIONS
-from tuner.records import Status, is_ok
 from tuner.config.trainers import Adapter, lora_config_kwargs, split_params
+from tuner.errors import TunerError
+from tuner.records import Status, is_ok
+from tuner.verdicts.learning import ALPHA, MIN_EFFECT
 
 RULE = (f"highest learning speed (progress x tokens/s; progress: the mean improvement per step over the trial's "
         f"starting level) among trials that stayed ok and learned (the last third better than the start with "

@@ -40,8 +40,9 @@ import math
 import tempfile
 import time
 from collections import Counter
-from tuner.config.trainers import adapter
 from pathlib import Path
+
+from tuner.config.trainers import adapter
 
 CANNOT_LEARN = 1e-7
 # The learning rate ramps from 0 to its peak over the whole trial: small while the trial learns, too high by the end.

@@ -1,0 +1,28 @@
+"""The MLflow tags and params tuner writes on its runs, one name each: what every writer sets and every reader
+(export, report, resume, the tests) reads back.
+
+A search is a parent run tagged ``KIND_TAG = "search"``; each trial, confirmation re-run and longer rung is a nested
+run tagged ``KIND_TAG = "trial"``.
+"""
+
+KIND_TAG = "tuner.kind"  # "search" on parent runs, "trial" on nested runs
+# -- on a trial run
+TRIAL_KEY_TAG = "tuner.trial_key"  # the driver's key of a trial run: kept writes find their run by it
+TRIAL_NUMBER_TAG = "tuner.trial_number"  # the trial's number in the search (a re-run has the number it re-runs)
+RUN_NAME_TAG = "tuner.run_name"  # the run's name: trial-007, confirm-007-seed1, extend-007-60steps
+STATUS_TAG = "tuner.status"  # its status (tuner.records.Status), "running" until its verdict, or "interrupted"
+REASON_TAG = "tuner.reason"  # why it stopped, in one line
+STOPPED_AT_STEP_TAG = "tuner.stopped_at_step"  # the step the guard stopped it at ("None": it ran to the end)
+CONFIRMATION_TAG = "tuner.confirmation"  # "true" on a confirmation re-run
+CONFIRMS_TAG = "tuner.confirms"  # the trial number a confirmation re-run confirms
+EXTENSION_TAG = "tuner.extension"  # "true" on a longer rung's re-run
+EXTENDS_TAG = "tuner.extends"  # the trial number a longer rung re-runs
+PARAM_PREFIX = "tuner."  # a trial run's own settings as MLflow params: tuner.max_steps, tuner.seed, ...
+# -- on a search run
+STUDY_TAG = "tuner.study"  # the Optuna study's name
+STUDY_STORAGE_TAG = "tuner.study_storage"  # the Optuna storage URL, where one is kept (resume, optuna-dashboard)
+PLAN_TAG = "tuner.plan"  # the memory plan: trials at once and what each asks of Ray
+STOPPED_BECAUSE_TAG = "tuner.stopped_because"  # why the search handed out no more trials, when it stopped early
+RECOMMENDED_TRIAL_TAG = "tuner.recommended_trial"  # the recommended trial's number
+RECOMMENDED_RUN_ID_TAG = "tuner.recommended_run_id"  # its MLflow run
+COUNT_TAG_PREFIX = "tuner.count."  # tuner.count.<status>: how many trials ended so
