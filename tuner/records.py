@@ -7,6 +7,8 @@
 A ``TrialResult`` is what one trial process returns. A ``TrialRecord`` is that result (without its per-step
 history) plus who the trial was: it crosses Ray (a result dict), Optuna (user attributes), MLflow (tags,
 result.json) and search.json, so it is a ``TypedDict``: a plain dict at run time, one typed declaration here.
+So are the two other shapes that cross a boundary as plain data: a ``TrialJob`` (what the driver hands Ray Tune
+as a trial's config) and a ``SearchSummary`` (the search.json that export, report and resume read back).
 """
 
 from __future__ import annotations
@@ -103,6 +105,41 @@ class TrialRecord(TypedDict, total=False):
     wall_seconds: float | None
     guard_signal: str | None
     device: str | None
+
+
+class TrialJob(TypedDict, total=False):
+    """One trial as the driver hands it to Ray Tune (the trial's ``config``): what the trainable runs, and what
+    the driver's callback needs to log and record it. Search trials, confirmation re-runs and longer rungs alike."""
+
+    spec: dict[str, Any]  # the TrialSpec as a mapping (TrialSpec.to_dict): trainer, params, model, seed, max_steps...
+    number: int  # the Optuna trial number (a re-run has the number of the trial it re-runs)
+    timeout: float  # seconds before the trial is killed as crashed
+    tags: dict[str, str]  # MLflow tags of its run beyond the usual ones (tuner.stores.tags: confirmation, extension)
+    extra: dict[str, int]  # kept on its record: {"confirms": n} on a confirmation, {"extends": n} on a longer rung
+    prune_after: tuple[float, str]  # (seconds, why): stopped as pruned if still running then (too slow to win)
+    skip: str  # why it is not run at all (the memory plan says it does not fit): recorded as too_big
+
+
+class SearchSummary(TypedDict, total=False):
+    """A finished search as its parent run keeps it (the ``search.json`` artifact): `tuner export`, `tuner report`
+    and `tuner search --resume` read it back."""
+
+    trainer: str  # the trainer table's name
+    model: str  # --model as given
+    model_path: str  # the folder it resolved to
+    use_cpu: bool  # every trial ran on a CPU
+    reward_funcs: list[str] | None  # as the export names them
+    dataset: str | None
+    rule: str  # the recommendation rule, in words (tuner.verdicts.recommend.RULE)
+    confirm_seeds: int
+    recommended: TrialRecord | None  # None: nothing recommended
+    trl_config: dict[str, Any] | None  # the recommended config as `trl <trainer> --config` takes it
+    export: dict[str, Any] | None  # how the export was decided: lengths and why, notes
+    trials: list[TrialRecord]  # the search's own trials
+    extensions: list[TrialRecord]  # longer rungs' re-runs
+    confirmations: list[TrialRecord]  # confirmation re-runs
+    candidates: list[dict[str, Any]]  # each candidate's confirmation verdict
+    plan: dict[str, Any]  # the memory plan (tuner.search's placement)
 
 
 def new_record(result: dict[str, Any], *, number: int, params: dict[str, Any], max_steps: int, seed: int,

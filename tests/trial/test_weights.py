@@ -118,6 +118,54 @@ def test_auto_shares_only_a_conversion_and_off_never(tiny_model, shared_dir, mon
     assert model.name_or_path == tiny_model
 
 
+# -- the file safetensors writes -----------------------------------------------------------------------------------
+
+
+def _checkpoint_with_every_kind_of_tensor(tiny_model: str, folder: Path) -> Path:
+    """The tiny model beside tensors of other dtypes, a scalar and an empty one: dtypes of one width whose names
+    interleave (safetensors orders them by dtype, then name), floats to convert, tensors to copy as they are."""
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    shutil.copytree(tiny_model, folder)
+    with safe_open(folder / "model.safetensors", framework="pt") as f:
+        tensors = {k: f.get_tensor(k).clone() for k in f.keys()}
+    generator = torch.Generator().manual_seed(0)
+    tensors.update({"a.half": torch.randn(5, generator=generator).half(), "b.bf16": torch.randn(3, 2).bfloat16(),
+                    "c.double": torch.tensor(2.5, dtype=torch.float64), "d.empty": torch.empty(0, 4),
+                    "a.int32": torch.arange(4, dtype=torch.int32), "z.int32": torch.arange(3, dtype=torch.int32),
+                    "a.int64": torch.arange(5), "b.bool": torch.tensor([True, False, True]),
+                    "a.uint8": torch.arange(3, dtype=torch.uint8), "i.int16": torch.arange(3, dtype=torch.int16)})
+    save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
+    return folder
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32"])
+@pytest.mark.parametrize("checkpoint", ["tiny", "every-kind"])
+def test_the_shared_copy_is_the_file_safetensors_writes(checkpoint, dtype, tiny_model, shared_dir, tmp_path):
+    """Each floating tensor is torch's cast of the checkpoint's, bit for bit, the others as they were, and the file is
+    the one safetensors' save_file writes for those tensors (the hand-written writer: see the module doc)."""
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    dtype = getattr(torch, dtype)
+    model_path = tiny_model if checkpoint == "tiny" else str(_checkpoint_with_every_kind_of_tensor(
+        tiny_model, tmp_path / "every-kind"))
+    entry = weights.shared_checkpoint(model_path, dtype, AutoModelForCausalLM)
+    with safe_open(Path(model_path) / "model.safetensors", framework="pt") as f:
+        metadata = f.metadata()
+        expected = {k: f.get_tensor(k) for k in f.keys()}
+    expected = {k: t.to(dtype) if t.is_floating_point() else t for k, t in expected.items()}
+    with safe_open(entry / "model.safetensors", framework="pt") as f:
+        assert f.metadata() == metadata
+        shared = {k: f.get_tensor(k) for k in f.keys()}
+    assert sorted(shared) == sorted(expected)
+    assert [k for k, t in expected.items() if not (shared[k].dtype == t.dtype and shared[k].shape == t.shape
+                                                   and torch.equal(shared[k], t))] == []
+    save_file(expected, tmp_path / "saved.safetensors", metadata=metadata)
+    assert (entry / "model.safetensors").read_bytes() == (tmp_path / "saved.safetensors").read_bytes()
+
+
 # -- built once --------------------------------------------------------------------------------------------------------
 
 

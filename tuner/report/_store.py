@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from tuner.errors import TunerError
+from tuner.records import SearchSummary
 from tuner.stores import tracking
 
 
@@ -28,7 +29,7 @@ class StoredSearch:
     run_id: str  # the search's parent run
     run_name: str
     params: dict[str, str]  # the parent run's params (sampler, max_steps, ...)
-    search: dict[str, Any]  # search.json: "trials", "recommended", "trainer", "model", ...
+    search: SearchSummary  # search.json
 
 
 def load_search(uri: str, experiment: str, run_id: str | None = None) -> StoredSearch:

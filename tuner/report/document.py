@@ -16,9 +16,9 @@ from __future__ import annotations
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from tuner.errors import TunerError
+from tuner.records import SearchSummary
 from tuner.report import _plots as plots
 from tuner.report import _store as report_store
 from tuner.report._analysis import (
@@ -51,7 +51,7 @@ class Rendered:
     plots: list[Path]
 
 
-def build_report(search: dict[str, Any], title: str = "", min_count: int = MIN_HINT_TRIALS) -> Report:
+def build_report(search: SearchSummary, title: str = "", min_count: int = MIN_HINT_TRIALS) -> Report:
     """Every computed part of the report, from a search.json mapping (its "trials" and "recommended")."""
     records = list(search.get("trials") or [])
     title = title or f"tuner report: {search.get('trainer', '?')} on {search.get('model', '?')}"

@@ -30,6 +30,7 @@ from typing import Any
 
 from tuner.config.trainers import Adapter, adapter
 from tuner.errors import TunerError
+from tuner.records import SearchSummary
 
 __all__ = ["LENGTH_FIELDS", "MEASURE_ROWS", "PERCENTILE", "build", "harness_lengths", "measure_max_length",
            "render_export", "with_overrides"]
@@ -196,7 +197,7 @@ def _apply_lengths(config: dict[str, Any], lengths: list[dict[str, Any]]) -> dic
     return config
 
 
-def with_overrides(search: dict[str, Any], overrides: dict[str, int | None]) -> dict[str, Any]:
+def with_overrides(search: SearchSummary, overrides: dict[str, int | None]) -> SearchSummary:
     """The search's export with lengths given on the command line (``--max-length N`` ...) instead."""
     overrides = {k: v for k, v in overrides.items() if v is not None}
     if not overrides:
@@ -217,7 +218,7 @@ def with_overrides(search: dict[str, Any], overrides: dict[str, int | None]) -> 
     return {**search, "export": export, "trl_config": _apply_lengths(search["trl_config"], lengths)}
 
 
-def header(search: dict[str, Any], experiment: str, run_id: str) -> str:
+def header(search: SearchSummary, experiment: str, run_id: str) -> str:
     """The comment at the top of the exported YAML: where it comes from, the rule, each length and why."""
     best = search["recommended"]
     config = search["trl_config"]
@@ -234,7 +235,7 @@ def header(search: dict[str, Any], experiment: str, run_id: str) -> str:
     return "\n".join(lines)
 
 
-def render_export(search: dict[str, Any], experiment: str, run_id: str, fmt: str = "yaml") -> str:
+def render_export(search: SearchSummary, experiment: str, run_id: str, fmt: str = "yaml") -> str:
     """The text `tuner export` writes: YAML with the header comment, or the bare config as JSON."""
     from tuner.verdicts import recommend
 

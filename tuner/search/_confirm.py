@@ -15,7 +15,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from tuner.records import is_ok
+from tuner.records import TrialJob, is_ok
 from tuner.stores.tags import CONFIRMATION_TAG, CONFIRMS_TAG, RUN_NAME_TAG
 from tuner.verdicts import recommend as rec
 from tuner.verdicts.learning import ALPHA
@@ -30,22 +30,22 @@ def candidates(records: list[dict[str, Any]], top: int) -> list[dict[str, Any]]:
 
 
 def confirmation_jobs(cands: list[dict[str, Any]], base_spec: dict[str, Any], seeds: int,
-                      timeout: float) -> list[dict[str, Any]]:
+                      timeout: float) -> list[TrialJob]:
     """One job per candidate and extra seed: the same params and steps, seed + 1..seeds."""
     jobs = []
     for c in cands:
         steps = c.get("max_steps") or base_spec["max_steps"]
         for offset in range(1, seeds + 1):
             seed = base_spec["seed"] + offset
-            jobs.append({
+            jobs.append(TrialJob(
                 # at the candidate's own length: a longer re-run (tuner.search._extend) is confirmed at its steps
-                "spec": {**base_spec, "params": c["params"], "seed": seed, "max_steps": steps},
-                "number": c["number"],
-                "timeout": timeout * steps / base_spec["max_steps"],
-                "tags": {CONFIRMATION_TAG: "true", CONFIRMS_TAG: str(c["number"]),
-                         RUN_NAME_TAG: f"confirm-{c['number']:03d}-seed{seed}"},
-                "extra": {"confirms": c["number"]},
-            })
+                spec={**base_spec, "params": c["params"], "seed": seed, "max_steps": steps},
+                number=c["number"],
+                timeout=timeout * steps / base_spec["max_steps"],
+                tags={CONFIRMATION_TAG: "true", CONFIRMS_TAG: str(c["number"]),
+                      RUN_NAME_TAG: f"confirm-{c['number']:03d}-seed{seed}"},
+                extra={"confirms": c["number"]},
+            ))
     return jobs
 
 

@@ -33,7 +33,7 @@ from ray.tune.search import Searcher
 
 from tuner.config import trainers
 from tuner.errors import TunerError
-from tuner.records import SUMMARY_FIELDS, Status, TrialRecord, TrialResult, new_record
+from tuner.records import SUMMARY_FIELDS, Status, TrialJob, TrialRecord, TrialResult, new_record
 from tuner.report.progress import Progress
 from tuner.search import _sampling as sampling
 from tuner.search._extend import WAIT
@@ -199,7 +199,7 @@ class DriverCallback(Callback):
         self.running: dict[str, dict[str, Any]] = {}  # Ray trial id -> its tracker key, run id, rows streamed
 
     def on_trial_start(self, iteration, trials, trial, **info):
-        job = trial.config
+        job: TrialJob = trial.config
         self._open(trial)
         extra = job.get("extra", {})
         self.progress.started(trial.trial_id, job["number"], job["spec"]["max_steps"],
@@ -207,7 +207,7 @@ class DriverCallback(Callback):
                               metric=trainers.adapter(job["spec"]["trainer"]).progress_metric)
 
     def _open(self, trial) -> dict[str, Any]:
-        job = trial.config
+        job: TrialJob = trial.config
         key = uuid.uuid4().hex
         run_id = self.tracker.start_trial(key, job["number"], job["spec"], tags=job.get("tags"))
         state = self.running[trial.trial_id] = {"key": key, "run_id": run_id, "streamed": 0,
@@ -242,7 +242,7 @@ class DriverCallback(Callback):
         self._record(trial, TrialResult.crashed("Ray lost the trial's worker (node or worker died)").summary())
 
     def _record(self, trial, result: dict[str, Any]):
-        job = trial.config
+        job: TrialJob = trial.config
         spec = job["spec"]
         if "status" not in result:
             result.update(TrialResult.crashed("the trial reported no result").summary())
@@ -291,7 +291,7 @@ class OptunaSearcher(Searcher):
                 self.asked[trial_id] = (trial, params)
                 self.suggested += 1
             spec = {**self.base_spec, "params": params}
-            job = {"spec": spec, "number": trial.number, "timeout": self.timeout}
+            job = TrialJob(spec=spec, number=trial.number, timeout=self.timeout)
             slow = slow_limit(self.finished) if self.prune_slow else None
             if slow and slow[0] < self.timeout:
                 job["prune_after"] = slow

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from tuner.records import is_ok
+from tuner.records import TrialJob, is_ok
 from tuner.stores.tags import EXTENDS_TAG, EXTENSION_TAG, RUN_NAME_TAG
 from tuner.verdicts import recommend as rec
 
@@ -86,11 +86,11 @@ class Extension:
         return job(self.base_spec, trial, steps, self.timeout * steps / self.base_spec["max_steps"])
 
 
-def job(base_spec: dict[str, Any], trial: dict[str, Any], steps: int, timeout: float) -> dict[str, Any]:
+def job(base_spec: dict[str, Any], trial: dict[str, Any], steps: int, timeout: float) -> TrialJob:
     """A trial's params and seed again, for ``steps`` steps."""
     number = trial["number"]
-    return {"spec": {**base_spec, "params": trial["params"], "seed": trial["seed"], "max_steps": steps},
-            "number": number, "timeout": timeout,
-            "tags": {EXTENSION_TAG: "true", EXTENDS_TAG: str(number),
-                     RUN_NAME_TAG: f"extend-{number:03d}-{steps}steps"},
-            "extra": {"extends": number}}
+    return TrialJob(spec={**base_spec, "params": trial["params"], "seed": trial["seed"], "max_steps": steps},
+                    number=number, timeout=timeout,
+                    tags={EXTENSION_TAG: "true", EXTENDS_TAG: str(number),
+                          RUN_NAME_TAG: f"extend-{number:03d}-{steps}steps"},
+                    extra={"extends": number})

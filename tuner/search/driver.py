@@ -23,6 +23,7 @@ from typing import Any, Callable
 from tuner.config.options import DEFAULT_TRIALS, SAMPLERS, SearchOptions, check_options, options_from, prunes  # noqa: F401 - re-exported
 from tuner.config.space import SearchSpace, check_param_names, load_space
 from tuner.errors import TunerError, quiet_libraries
+from tuner.records import SearchSummary
 from tuner.report import export
 from tuner.report.progress import Progress, SearchInterrupted, describe_params, results_table, resume_command
 from tuner.search._sampling import Proposer, make_study
@@ -196,7 +197,7 @@ class SearchOutcome:
     trl_config: dict[str, Any] | None
     wall_seconds: float
     candidates: list[dict[str, Any]] = field(default_factory=list)  # confirmation verdicts
-    search: dict[str, Any] = field(default_factory=dict)  # what search.json holds: `tuner export` renders from it
+    search: SearchSummary = field(default_factory=dict)  # what search.json holds: `tuner export` renders from it
     stopped_because: str | None = None  # a failure no config avoids stopped the search early (tuner.verdicts.diagnose)
 
 
@@ -460,11 +461,11 @@ def _finish(prepared: Prepared, tracker, records, cands, confirmations, started,
         config, export_info = export.build(o.entry, best["params"], prepared.model_path, space=prepared.space,
                                            dataset=o.dataset, hub_dataset=_hub_dataset(o.dataset),
                                            reward_funcs=_export_reward_funcs(o), on_cpu=use_cpu)
-    search = {"trainer": o.trainer, "model": o.model, "model_path": prepared.model_path, "use_cpu": use_cpu,
-              "reward_funcs": _export_reward_funcs(o), "dataset": o.dataset, "rule": rec.RULE,
-              "confirm_seeds": o.confirm_seeds, "recommended": best, "trl_config": config, "export": export_info,
-              "trials": records, "extensions": list(extensions), "confirmations": confirmations,
-              "candidates": verdicts, "plan": placement.summary()}
+    search = SearchSummary(trainer=o.trainer, model=o.model, model_path=prepared.model_path, use_cpu=use_cpu,
+                           reward_funcs=_export_reward_funcs(o), dataset=o.dataset, rule=rec.RULE,
+                           confirm_seeds=o.confirm_seeds, recommended=best, trl_config=config, export=export_info,
+                           trials=records, extensions=list(extensions), confirmations=confirmations,
+                           candidates=verdicts, plan=placement.summary())
     if best is not None:
         tracker.log_artifact_text(export.render_export(search, prepared.experiment, tracker.parent_id),
                                   "recommended.yaml")

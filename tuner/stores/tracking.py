@@ -22,7 +22,7 @@ import urllib.error
 import urllib.request
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from tuner.errors import TunerError
 from tuner.records import Status, TrialRecord, is_ok, new_record
@@ -201,6 +201,43 @@ def _unavailable(error: BaseException) -> bool:
                                    "Failed to establish", "RemoteDisconnected", "timed out", "503", "502"))
 
 
+class Spool:
+    """MLflow writes kept on disk while a tracking server is away: one JSON line per write, in the order made,
+    replayed in that order. One file per search run: ``<store>/pending/<parent run>.jsonl``."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def __len__(self) -> int:
+        return len(self.path.read_text().splitlines()) if self.path.exists() else 0
+
+    def __bool__(self) -> bool:
+        return self.path.exists()
+
+    def append(self, kind: str, payload: dict[str, Any]) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self.path.open("a") as f:
+            f.write(json.dumps({"kind": kind, "payload": payload}, allow_nan=True) + "\n")
+
+    def replay(self, apply: Callable[[str, dict[str, Any]], Any]) -> int:
+        """``apply(kind, payload)`` each kept write in order, removing those sent; stops at the first the server
+        does not take (it stays first) and returns how many are left."""
+        if not self.path.exists():
+            return 0
+        lines = self.path.read_text().splitlines()
+        for i, line in enumerate(lines):
+            op = json.loads(line)
+            try:
+                apply(op["kind"], op["payload"])
+            except Exception as e:  # noqa: BLE001 - only an absent server keeps the rest; anything else is raised
+                if not _unavailable(e):
+                    raise
+                self.path.write_text("".join(rest + "\n" for rest in lines[i:]))
+                return len(lines) - i
+        self.path.unlink()
+        return 0
+
+
 class SearchTracker:
     """The parent run of one search and the nested runs of its trials.
 
@@ -211,13 +248,16 @@ class SearchTracker:
     retried, not spooled.
     """
 
-    def __init__(self, uri: str, experiment: str, store: Path = DEFAULT_STORE):
+    def __init__(self, uri: str, experiment: str | None, store: Path = DEFAULT_STORE, parent_id: str | None = None):
+        """``experiment``: the search's, created if new. Or None and ``parent_id``, an existing search run whose
+        kept writes are to be sent (``tuner sync``): nothing is created."""
         self.uri = uri
         self.store = Path(store)
         self.client = client(uri)
-        self.experiment_id = get_or_create_experiment(self.client, experiment, uri, store)
-        self.parent_id: str | None = None
-        self.warned = False
+        self.parent_id = parent_id
+        self.experiment_id = (self.client.get_run(parent_id).info.experiment_id if experiment is None
+                              else get_or_create_experiment(self.client, experiment, uri, store))
+        self.warned = parent_id is not None  # `tuner sync` says what it sent itself
         self._reset_trials()
 
     def _reset_trials(self) -> None:
@@ -279,12 +319,15 @@ class SearchTracker:
                           max_steps=spec["max_steps"], seed=spec["seed"], run_id=run.info.run_id)
 
     @property
+    def spool(self) -> Spool:
+        return Spool(self.store / "pending" / f"{self.parent_id}.jsonl")
+
+    @property
     def spool_path(self) -> Path:
-        return self.store / "pending" / f"{self.parent_id}.jsonl"
+        return self.spool.path
 
     def pending(self) -> int:
-        path = self.spool_path
-        return len(path.read_text().splitlines()) if path.exists() else 0
+        return len(self.spool)
 
     # -- writes ------------------------------------------------------------------------------
 
@@ -338,27 +381,15 @@ class SearchTracker:
 
     def flush(self) -> int:
         """Replay spooled writes in order; returns how many are still pending."""
-        path = self.spool_path
-        if not path.exists():
-            return 0
-        lines = path.read_text().splitlines()
-        for i, line in enumerate(lines):
-            op = json.loads(line)
-            try:
-                self._apply(op["kind"], op["payload"])
-            except Exception as e:  # noqa: BLE001
-                if not _unavailable(e):
-                    raise
-                path.write_text("".join(rest + "\n" for rest in lines[i:]))
-                self.retry_at = time.monotonic() + RETRY_AFTER_S
-                return len(lines) - i
-        path.unlink()
-        return 0
+        left = self.spool.replay(self._apply)
+        if left:
+            self.retry_at = time.monotonic() + RETRY_AFTER_S
+        return left
 
     def _send(self, kind: str, payload: dict[str, Any]):
         # While writes are kept, a running trial's steps arrive every second or two: try the server again
         # only every RETRY_AFTER_S, not at each of them (each try can wait for the server's timeout).
-        if self.spool_path.exists() and (time.monotonic() < self.retry_at or self.flush()):
+        if self.spool and (time.monotonic() < self.retry_at or self.flush()):
             self._spool(kind, payload)
             return None
         try:
@@ -371,9 +402,7 @@ class SearchTracker:
             return None
 
     def _spool(self, kind: str, payload: dict[str, Any]) -> None:
-        self.spool_path.parent.mkdir(parents=True, exist_ok=True)
-        with self.spool_path.open("a") as f:
-            f.write(json.dumps({"kind": kind, "payload": payload}, allow_nan=True) + "\n")
+        self.spool.append(kind, payload)
         if not self.warned:
             self.warned = True
             print(f"warning: MLflow server {self.uri} is not answering; results are kept in {self.spool_path} "
@@ -521,11 +550,7 @@ def sync_pending(uri: str, store: Path) -> tuple[int, int]:
     """Replay every spooled search under ``store/pending`` to ``uri``: (writes sent, writes left)."""
     sent = left = 0
     for path in sorted((Path(store) / "pending").glob("*.jsonl")):
-        tracker = SearchTracker.__new__(SearchTracker)
-        tracker.uri, tracker.store, tracker.client, tracker.warned = uri, Path(store), client(uri), True
-        tracker._reset_trials()
-        tracker.parent_id = path.stem
-        tracker.experiment_id = tracker.client.get_run(path.stem).info.experiment_id
+        tracker = SearchTracker(uri, None, store, parent_id=path.stem)
         before = tracker.pending()
         remaining = tracker.flush()
         sent, left = sent + before - remaining, left + remaining

@@ -29,7 +29,8 @@ file are copied at once (one kernel call per tensor) rather than a page at a tim
 The checkpoint is read with the safetensors package (its tensors mapped, not copied), but the copy is written here,
 each tensor cast straight into the new file's mapping: safetensors' writers (``save_file``, ``serialize_file``) take
 every tensor in memory at once, a second whole copy (1.9 GB) beside the one in /dev/shm. The file is the one
-``save_file`` writes, byte for byte (tests/trial/test_weights.py).
+``save_file`` writes, byte for byte but for the order of the header's metadata, which safetensors leaves to a hash
+map (tests/trial/test_weights.py).
 
 Nothing is shared where it would not pay: a checkpoint already in the trial's dtype is loaded from its own folder
 (``TUNER_SHARED_WEIGHTS=always`` shares it anyway, ``off`` is plain ``from_pretrained``). Any problem (no
@@ -68,7 +69,7 @@ __all__ = ["ENV", "DIR_ENV", "IDLE_HOURS", "cache_root", "entries", "from_pretra
 ENV = "TUNER_SHARED_WEIGHTS"  # auto (default): share when the trial's dtype is not the checkpoint's; always; off
 DIR_ENV = "TUNER_SHARED_WEIGHTS_DIR"  # where entries live (default: /dev/shm/tuner-weights-<uid>)
 IDLE_HOURS = 2.0  # sweep(): an entry no trial has loaded for this long is removed
-FORMAT = 1  # bump when an entry's layout changes: old entries are then never taken
+FORMAT = 2  # bump when an entry's layout changes: old entries are then never taken
 MANIFEST = "tuner-weights.json"  # written last into the staging folder: an entry is whole when it is there
 LAST_USED = "tuner-weights.last-used"  # its mtime: when a trial last loaded the entry
 SHM_MARGIN = 256 * 2**20  # shared memory left free beside a new entry
