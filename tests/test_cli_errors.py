@@ -18,24 +18,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from test_space import USE_PEFT
+from test_space import VALID as SPACE  # a small valid grpo space; each space case breaks one thing in it
 
 from tuner import cli
 
 STORE = "tmp/mlflow"
 HEALTHY = "http://healthy-server"  # replaced by the address of a stub MLflow server whose /health answers 200
 
-# A small valid grpo space; each space case breaks one thing in it.
-SPACE = """\
-trainer: grpo
-fixed:
-  max_completion_length: 8
-params:
-  precision: {type: categorical, choices: [fp32, bf16-mixed]}
-  learning_rate: {type: float, low: 1.0e-5, high: 1.0e-2, log: true}
-  use_peft: {type: categorical, choices: [true, false]}
-  lora_r: {type: categorical, choices: [4, 8], when: {use_peft: true}}
-"""
-USE_PEFT = "  use_peft: {type: categorical, choices: [true, false]}\n"
+
 DPO_PAIRS_WITHOUT_REJECTED = '{"prompt": "a", "chosen": " b"}\n'
 TRIAL = "trainer: grpo\nmax_steps: 2\nparams: {learning_rate: 0.001}\n"
 

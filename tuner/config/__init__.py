@@ -10,11 +10,10 @@ trainer table and the precision modes.
 May import: tuner.errors, tuner.records. Imported by every other subsystem.
 """
 
-import importlib
+from tuner._exports import lazy_exports
 
-# Each public name and the module it lives in, imported when first asked for: ``import tuner.config`` stays cheap
-# (``tuner --help`` answers without pydantic, Ray or torch).
-_HOMES = {
+# Each public name and the module it lives in.
+__all__, __getattr__ = lazy_exports(__name__, {
     "ADAPTERS": "tuner.config.trainers",
     "Adapter": "tuner.config.trainers",
     "DEFAULT_TRAINER": "tuner.config.trainers",
@@ -26,11 +25,4 @@ _HOMES = {
     "check_options": "tuner.config.options",
     "check_params": "tuner.config.values",
     "load_space": "tuner.config.space",
-}
-__all__ = sorted(_HOMES)
-
-
-def __getattr__(name: str):
-    if name in _HOMES:
-        return getattr(importlib.import_module(_HOMES[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+})

@@ -10,11 +10,10 @@ probe that checks them before any trial starts.
 May import: tuner.config, tuner.stores (the cache folder), tuner.errors.
 """
 
-import importlib
+from tuner._exports import lazy_exports
 
-# Each public name and the module it lives in, imported when first asked for: ``import tuner.inputs`` stays cheap
-# (``tuner --help`` answers without pydantic, Ray or torch).
-_HOMES = {
+# Each public name and the module it lives in.
+__all__, __getattr__ = lazy_exports(__name__, {
     "UserInputs": "tuner.inputs.probe",
     "builtin_dataset": "tuner.inputs.data",
     "check_user_inputs": "tuner.inputs.probe",
@@ -24,11 +23,4 @@ _HOMES = {
     "resolve_model": "tuner.inputs.models",
     "resolve_reward_funcs": "tuner.inputs.rewards",
     "tiny_model_dir": "tuner.inputs.models",
-}
-__all__ = sorted(_HOMES)
-
-
-def __getattr__(name: str):
-    if name in _HOMES:
-        return getattr(importlib.import_module(_HOMES[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+})

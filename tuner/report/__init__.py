@@ -7,21 +7,13 @@
 May import: tuner.verdicts, tuner.inputs, tuner.config, tuner.stores, tuner.errors, tuner.records.
 """
 
-import importlib
+from tuner._exports import lazy_exports
 
-# Each public name and the module it lives in, imported when first asked for: ``import tuner.report`` stays cheap
-# (``tuner --help`` answers without pydantic, Ray or torch).
-_HOMES = {
+# Each public name and the module it lives in.
+__all__, __getattr__ = lazy_exports(__name__, {
     "Progress": "tuner.report.progress",
     "build_report": "tuner.report.document",
     "render_export": "tuner.report.export",
     "report_search": "tuner.report.document",
     "results_table": "tuner.report.progress",
-}
-__all__ = sorted(_HOMES)
-
-
-def __getattr__(name: str):
-    if name in _HOMES:
-        return getattr(importlib.import_module(_HOMES[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+})

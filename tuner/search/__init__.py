@@ -13,11 +13,10 @@ May import: every subsystem below it (tuner.report, tuner.trial, tuner.verdicts,
 tuner.stores) and tuner.errors, tuner.records. Only tuner.cli imports it.
 """
 
-import importlib
+from tuner._exports import lazy_exports
 
-# Each public name and the module it lives in, imported when first asked for: ``import tuner.search`` stays cheap
-# (``tuner --help`` answers without pydantic, Ray or torch).
-_HOMES = {
+# Each public name and the module it lives in.
+__all__, __getattr__ = lazy_exports(__name__, {
     "Proposer": "tuner.search._sampling",
     "SearchOutcome": "tuner.search.driver",
     "hardware_precisions": "tuner.search.driver",
@@ -25,11 +24,4 @@ _HOMES = {
     "prepare": "tuner.search.driver",
     "prepare_resume": "tuner.search.driver",
     "run_search": "tuner.search.driver",
-}
-__all__ = sorted(_HOMES)
-
-
-def __getattr__(name: str):
-    if name in _HOMES:
-        return getattr(importlib.import_module(_HOMES[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+})

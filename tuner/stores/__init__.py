@@ -6,22 +6,14 @@ May import: tuner.errors, tuner.records. The lowest subsystem after them: nothin
 verdicts.
 """
 
-import importlib
+from tuner._exports import lazy_exports
 
-# Each public name and the module it lives in, imported when first asked for: ``import tuner.stores`` stays cheap
-# (``tuner --help`` answers without pydantic, Ray or torch).
-_HOMES = {
+# Each public name and the module it lives in.
+__all__, __getattr__ = lazy_exports(__name__, {
     "SearchTracker": "tuner.stores.tracking",
     "TrackingUnavailable": "tuner.stores.tracking",
     "cache_dir": "tuner.stores.cache",
     "client": "tuner.stores.tracking",
     "default_tracking_uri": "tuner.stores.tracking",
     "load_search": "tuner.stores.tracking",
-}
-__all__ = sorted(_HOMES)
-
-
-def __getattr__(name: str):
-    if name in _HOMES:
-        return getattr(importlib.import_module(_HOMES[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+})

@@ -16,11 +16,10 @@
 May import: tuner.verdicts, tuner.inputs, tuner.config, tuner.stores (the reaper), tuner.errors, tuner.records.
 """
 
-import importlib
+from tuner._exports import lazy_exports
 
-# Each public name and the module it lives in, imported when first asked for: ``import tuner.trial`` stays cheap
-# (``tuner --help`` answers without pydantic, Ray or torch).
-_HOMES = {
+# Each public name and the module it lives in.
+__all__, __getattr__ = lazy_exports(__name__, {
     "TrialResult": "tuner.records",
     "TrialSpec": "tuner.trial._spec",
     "format_result": "tuner.trial._run",
@@ -29,11 +28,4 @@ _HOMES = {
     "process_context": "tuner.trial._isolation",
     "run_trial": "tuner.trial._run",
     "run_trial_isolated": "tuner.trial._isolation",
-}
-__all__ = sorted(_HOMES)
-
-
-def __getattr__(name: str):
-    if name in _HOMES:
-        return getattr(importlib.import_module(_HOMES[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+})

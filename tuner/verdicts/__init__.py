@@ -8,11 +8,10 @@
 May import: tuner.config, tuner.errors, tuner.records.
 """
 
-import importlib
+from tuner._exports import lazy_exports
 
-# Each public name and the module it lives in, imported when first asked for: ``import tuner.verdicts`` stays cheap
-# (``tuner --help`` answers without pydantic, Ray or torch).
-_HOMES = {
+# Each public name and the module it lives in.
+__all__, __getattr__ = lazy_exports(__name__, {
     "Guard": "tuner.verdicts.guard",
     "GuardSettings": "tuner.verdicts.guard",
     "Learning": "tuner.verdicts.learning",
@@ -20,11 +19,4 @@ _HOMES = {
     "first_verdict": "tuner.verdicts.guard",
     "judge_learning": "tuner.verdicts.learning",
     "objective": "tuner.verdicts.recommend",
-}
-__all__ = sorted(_HOMES)
-
-
-def __getattr__(name: str):
-    if name in _HOMES:
-        return getattr(importlib.import_module(_HOMES[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+})
