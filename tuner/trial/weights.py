@@ -1,7 +1,7 @@
 """The base model's weights, once per node: converted to the trial's dtype once, in shared memory, mapped by every
 trial on the node (each still in its own process).
 
-    model = from_pretrained(AutoModelForCausalLM, model_path, dtype=torch.float32)   # in a trial (tuner.config.trainers)
+    model = from_pretrained(AutoModelForCausalLM, model_path, dtype=torch.float32)   # in a trial (tuner.trial.trainer)
     release_everywhere(model_path)   # the search driver, at its end, Ray still up: this node and every Ray node
     release(model_path)              # this node only
     sweep()                          # entries idle for hours or whose checkpoint is gone, builds whose process died
