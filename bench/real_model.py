@@ -49,8 +49,10 @@ OUTPUT = REPO / "bench" / "real_model.json"
 NO_GPU = "no GPU: GPU figures not measured"
 
 # The CPU run's space. Why these values (measured on the 2-core runner, 1 thread per trial as Ray gives it):
-# - bf16-pure: a batch-4 linear layer of this model took 0.4 ms in bf16 and 2.7 ms in fp32 on one core (the CPU has
-#   avx512_bf16), so fp32 trials would be ~5x slower; it is fixed, not searched;
+# - the precision is fixed, not searched, to the CPU's fast one (cpu_precision): bf16-pure where the CPU multiplies
+#   bf16 natively (a batch-4 linear layer of this model took 0.4 ms in bf16 and 2.7 ms in fp32 on one core with
+#   avx512_bf16), fp32 where bf16 is emulated (one of this model's MLP matmuls, 240 tokens: 100 ms in fp32 and
+#   480 ms in bf16 on an AVX2-only AMD EPYC core): either way the other would make the trials ~5x slower;
 # - batch 4 = one group of num_generations 4, no accumulation, 8 completion tokens: the least GRPO work per step;
 #   a 2-step trial then takes about 40-80 s (model load ~10 s, steps 12-35 s each, two trials sharing 2 cores);
 # - searched: LoRA on/off and activation checkpointing on/off, the params that move memory most (estimates from
@@ -68,6 +70,18 @@ CPU_SPACE: dict[str, Any] = {
         "activation_checkpointing": {"type": "categorical", "choices": [False, True]},
     },
 }
+
+
+def cpu_precision() -> str:
+    """The CPU's fast precision for this model: bf16-pure with native bf16 arithmetic (AVX512-BF16 or AMX), else
+    fp32. Read from the kernel's CPU flags, as torch's oneDNN kernels choose by them; fp32 where they cannot be read."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return "fp32"
+    return "bf16-pure" if ("avx512_bf16" in flags or "amx_bf16" in flags) else "fp32"
+
+
 # The search's seed. With it, the two configs TPE's random start draws from CPU_SPACE are full fine-tuning without
 # activation checkpointing (the space's largest memory corner, the one the plan sizes its budget by) and LoRA: both
 # ends of the memory plan in a 2-trial search. (Seed 0 draws two LoRA configs.) Chosen for coverage, not for a figure.
@@ -237,9 +251,11 @@ def run(*, trainer: str = "grpo", trials: int = 2, max_steps: int = 2, seed: int
     store.mkdir(parents=True, exist_ok=True)
     if search_space is None and not cuda and trainer == "grpo":
         search_space = str(store / "cpu_space.yaml")
-        Path(search_space).write_text(yaml.safe_dump(CPU_SPACE, sort_keys=False))
-        space_note = ("bench.real_model.CPU_SPACE: the shipped space's fp32 and batch 8 x 2 trials take minutes a step "
-                      "on the 1 core each trial gets (why each value: the comment above CPU_SPACE)")
+        space = {**CPU_SPACE, "fixed": {**CPU_SPACE["fixed"], "precision": cpu_precision()}}
+        Path(search_space).write_text(yaml.safe_dump(space, sort_keys=False))
+        space_note = (f"bench.real_model.CPU_SPACE in {space['fixed']['precision']} (this CPU's fast precision): the "
+                      "shipped space's batch 8 x 2 trials take minutes a step on the 1 core each trial gets (why each "
+                      "value: the comment above CPU_SPACE)")
     elif search_space is None:
         space_note = f"the shipped {trainer} space (its pretrained-model ranges)"
     else:
