@@ -49,15 +49,19 @@ def test_fp16_pure_reward_model_diverges_and_stops_at_first_non_finite_step(use_
 def test_bf16_pure_reward_model_at_same_learning_rate_never_goes_non_finite(tiny_model, tmp_path):
     spec = TrialSpec(trainer="reward", params={**DIVERGENCE, "precision": "bf16-pure"}, max_steps=20, seed=0)
     result = run_trial(spec, workdir=tmp_path)
-    # bfloat16 has float32's exponent range, so the steps that overflow float16 stay finite: the loss jumps
-    # (to 9.2 at step 7, grad_norm 406: 20x the baseline median of 20.6, under the guard's 100x rule) and comes
-    # back. docs/failures.md saw it stick at ln 2 on its tiny model; this one (seed 0, transformers 5) recovers and
-    # learns (loss 0.17, accuracy 1.0 by step 20, progress 0.79), so the guard rightly lets it run as "ok".
+    # bfloat16 has float32's exponent range, so the steps that overflow float16 stay finite: the loss jumps and
+    # comes back (to 9.2 at step 7 on a CPU with native bf16; 12.4 at step 5 and 5.1 at step 9 on an AVX2-only one,
+    # where bf16 is emulated and rounds differently). docs/failures.md saw it stick at ln 2 on its tiny model; this
+    # one (seed 0, transformers 5) recovers on both CPUs (loss 0.17 and 0.016 by step 20, from ~0.7, accuracy 1.0),
+    # so the guard rightly lets it run as "ok". Its mean progress is not asserted: the mid-trial jumps make it
+    # +0.79 on one CPU and -0.04 on the other; where it ends is the claim that holds on both.
     assert result.guard_signal != "non_finite"
     assert all(_finite(row, "loss") and _finite(row, "grad_norm") for row in result.history)
     assert result.status == "ok", result.reason
     assert len(result.history) == 20
-    assert result.progress is not None and result.progress > 0
+    start = sum(row["loss"] for row in result.history[:2]) / 2
+    end = sum(row["loss"] for row in result.history[-3:]) / 3
+    assert end < 0.5 * start, (start, end)
 
 
 # -- crashes in a child process ----------------------------------------------------------------------------
