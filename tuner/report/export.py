@@ -239,6 +239,14 @@ def render_export(search: SearchSummary, experiment: str, run_id: str, fmt: str 
     """The text `tuner export` writes: YAML with the header comment, or the bare config as JSON."""
     from tuner.verdicts import recommend
 
+    fixed = search.get("fix")
+    if fixed and fixed.get("text") is not None:
+        # a --from search: their own file with the fewest changes (tuner.report.fix), every other line as written
+        if fmt == "json":
+            return recommend.render(search["trl_config"], "json")
+        from tuner.report import fix
+
+        return fix.render_fix(fixed, experiment, run_id)
     config = {k: v for k, v in search["trl_config"].items() if k != "use_cpu"}  # searches before this rule
     return recommend.render(config, fmt, header=header({**search, "trl_config": config}, experiment, run_id)
                             if fmt == "yaml" else "")

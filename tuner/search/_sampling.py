@@ -59,8 +59,9 @@ def make_sampler(name: str, seed: int, n_trials: int):
 
 
 def make_study(sampler_name: str, seed: int, n_trials: int, storage: str | None, study_name: str,
-               grid: list[dict[str, Any]] | None = None):
-    """A new study (grid points enqueued in order), or the existing one of that name (resume)."""
+               grid: list[dict[str, Any]] | None = None, first: list[dict[str, Any]] | None = None):
+    """A new study (``first`` enqueued in order from trial 0, then grid points in order), or the existing one of
+    that name (resume). ``first``: a ``--from`` search's own config and its single changes, in the space's terms."""
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -71,7 +72,14 @@ def make_study(sampler_name: str, seed: int, n_trials: int, storage: str | None,
         # Resumed: a sampler seeded as at the start would replay its first draws, proposing again the params
         # of trials the study already holds. Seeded from the seed and the study's size, it draws new ones.
         study.sampler = make_sampler(sampler_name, resumed_seed(seed, len(study.trials)), n_trials)
-    if grid is not None and not study.trials:
+    fresh = not study.trials
+    if first and fresh:
+        from tuner.config.space import _optuna_choices
+
+        for point in first:
+            study.enqueue_trial({k: _optuna_choices([v])[0] if isinstance(v, list) else v for k, v in point.items()},
+                                skip_if_exists=False)
+    if grid is not None and fresh:
         for point in grid:
             study.enqueue_trial(point, skip_if_exists=False)
     return study
