@@ -34,7 +34,7 @@ from tuner.config.space import CategoricalParam, FloatParam, SearchSpace, load_y
 from tuner.errors import TunerError
 
 __all__ = ["HARNESS", "LR_DOWN", "LR_UP", "SPEED_KNOBS", "SourceConfig", "derive_space", "read_config",
-           "space_yaml", "trl_values", "trial0", "neighbours", "first_trials", "narrowed"]
+           "space_yaml", "trl_values", "trial0", "neighbours", "neighbour_count", "narrowed"]
 
 # The run's plumbing: a trial sets these itself (tuner.trial.trainer) and the export passes the user's through.
 HARNESS = frozenset({
@@ -52,8 +52,8 @@ HARNESS = frozenset({
 LORA_KEYS = ("lora_r", "lora_alpha", "lora_dropout", "lora_target_modules")
 # The knobs that change tokens/s (tuner.search._staging.SPEED_PARAMS, as far as a derived space varies them): a
 # healthy config is changed only in these, and only when a trial measured them faster.
-SPEED_KNOBS = ("precision", "per_device_train_batch_size", "gradient_accumulation_steps", "lora_r")
-LR_DOWN, LR_UP = 10.0, 3.0  # the learning rate is searched from theirs / LR_DOWN to theirs x LR_UP
+SPEED_KNOBS = ("precision", "per_device_train_batch_size", "gradient_accumulation_steps", "use_peft", "lora_r")
+LR_DOWN, LR_UP = 10.0, 10.0  # the learning rate is searched from theirs / LR_DOWN to theirs x LR_UP
 _WEIGHTS = {"float16": "float16", "half": "float16", "bfloat16": "bfloat16", "float32": "float32",
             "float": "float32", "auto": "float32", None: "float32"}
 
@@ -291,6 +291,8 @@ def derive_space(source: SourceConfig) -> SearchSpace:
     entry = source.entry
     eff = {**source.effective, **source.params}
     fixed = {k: v for k, v in source.params.items() if k != "precision"}
+    if source.params.get("use_peft"):
+        fixed.pop("use_peft")  # searched below
     params: dict[str, Any] = {}
     mine = source.params["precision"]
     params["precision"] = {"type": "categorical", "choices": _choices(mine, *precisions.NAMES)}
@@ -306,9 +308,14 @@ def derive_space(source: SourceConfig) -> SearchSpace:
     params["per_device_train_batch_size"] = {"type": "categorical",
                                              "choices": _batch_choices(batch, effective_batch)}
     if source.params.get("use_peft"):
+        # LoRA's rank and scale around theirs, and LoRA itself: on a small model a full fine-tune learns where
+        # LoRA does not move the reward
         r, alpha = int(eff.get("lora_r") or 16), int(eff.get("lora_alpha") or 32)
-        params["lora_r"] = {"type": "categorical", "choices": _choices(r, max(1, r // 2), r * 2)}
-        params["lora_alpha"] = {"type": "categorical", "choices": _choices(alpha, max(1, alpha // 2), alpha * 2)}
+        params["use_peft"] = {"type": "categorical", "choices": [True, False]}
+        lora = {"use_peft": True}
+        params["lora_r"] = {"type": "categorical", "choices": _choices(r, max(1, r // 2), r * 2), "when": lora}
+        params["lora_alpha"] = {"type": "categorical", "choices": _choices(alpha, max(1, alpha // 2), alpha * 2),
+                                "when": lora}
     if "loss_type" in entry.config_fields():
         shipped = _shipped_choices(entry, "loss_type")
         theirs = eff.get("loss_type")
@@ -368,10 +375,14 @@ def space_yaml(space: SearchSpace) -> str:
     return yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=110)
 
 
-# The order single changes are tried in: precision and GRPO's sampling temperature first (the commonest causes of a
-# config that breaks outright), then the step size, the loss variant, clipping, warm-up, the batch split, LoRA.
-NEIGHBOUR_ORDER = ("precision", "temperature", "learning_rate", "loss_type", "max_grad_norm", "warmup_steps",
-                   "per_device_train_batch_size", "lora_r", "lora_alpha")
+# The order single changes are tried in, by what trial 0 (their config) did. Unstable: the precision and the step
+# size downwards first (the commonest causes of a config that breaks outright), then GRPO's sampling temperature,
+# the loss variant, clipping, warm-up, the batch split, LoRA. Stable but not learning: the step size upwards first.
+# Stable and learning: only the knobs that change tokens/s.
+UNSTABLE_ORDER = ("precision", "learning_rate", "temperature", "loss_type", "max_grad_norm", "warmup_steps",
+                  "per_device_train_batch_size", "lora_r", "lora_alpha", "use_peft")
+NOT_LEARNING_ORDER = ("learning_rate", "use_peft", "temperature", "loss_type", "lora_alpha", "lora_r", "warmup_steps",
+                      "max_grad_norm", "precision", "per_device_train_batch_size")
 NEIGHBOUR_SHARE = 2 / 3  # of the trials after trial 0 spent on single changes; the sampler draws the rest
 
 
@@ -379,17 +390,24 @@ def _sig(value: float) -> float:
     return float(f"{value:.2g}")
 
 
-def neighbours(space: SearchSpace, first: dict[str, Any]) -> list[dict[str, Any]]:
-    """Trial 0 with one searched param changed, each alternative once, taken round-robin over NEIGHBOUR_ORDER (the
-    first alternative of every param, then the second ...): the smallest changes, tried before any combination."""
+def neighbours(space: SearchSpace, first: dict[str, Any], record: dict[str, Any]) -> list[dict[str, Any]]:
+    """Trial 0 with one searched param changed, each alternative once, taken round-robin (the first alternative of
+    every param, then the second ...) in the order trial 0's ``record`` calls for: the smallest changes, tried
+    before any combination of them."""
+    ok, learned = record.get("status") == "ok", bool(record.get("learned"))
+    if ok and learned:
+        order, factors = SPEED_KNOBS, ()
+    elif ok or record.get("status") == "collapsed":
+        order, factors = NOT_LEARNING_ORDER, (LR_UP, 3.0, 1 / 3)
+    else:
+        order, factors = UNSTABLE_ORDER, (1 / LR_DOWN, 1 / 3, 3.0)
     options: list[list[dict[str, Any]]] = []
-    names = [n for n in NEIGHBOUR_ORDER if n in space.params and n in first]
-    names += [n for n in space.params if n in first and n not in names]
-    for name in names:
+    for name in order:
+        if name not in space.params or name not in first:
+            continue
         param, mine = space.params[name], first[name]
         if isinstance(param, FloatParam):
-            values = [_sig(mine / 10), _sig(mine / 3), _sig(mine * 3)]
-            values = [v for v in values if param.low <= v <= param.high and v != mine]
+            values = [v for v in (_sig(mine * f) for f in factors) if param.low <= v <= param.high and v != mine]
         elif isinstance(param, CategoricalParam):
             values = [c for c in param.choices if c != mine]
         else:
@@ -401,10 +419,9 @@ def neighbours(space: SearchSpace, first: dict[str, Any]) -> list[dict[str, Any]
     return out
 
 
-def first_trials(space: SearchSpace, first: dict[str, Any], n_trials: int) -> list[dict[str, Any]]:
-    """What the study is given before the sampler: trial 0, then single changes (NEIGHBOUR_SHARE of the rest)."""
-    share = math.ceil((n_trials - 1) * NEIGHBOUR_SHARE)
-    return [first, *neighbours(space, first)[:share]]
+def neighbour_count(n_trials: int) -> int:
+    """How many of a search's trials after trial 0 are single changes (NEIGHBOUR_SHARE of them)."""
+    return math.ceil((n_trials - 1) * NEIGHBOUR_SHARE)
 
 
 def trial0(space: SearchSpace, source: SourceConfig) -> dict[str, Any]:

@@ -67,7 +67,7 @@ def cause_of(record: dict[str, Any], params: dict[str, Any]) -> str:
     return ""
 
 
-def trial0_line(record: dict[str, Any] | None, params: dict[str, Any]) -> str:
+def trial0_line(record: dict[str, Any] | None, params: dict[str, Any], metric: str = "loss") -> str:
     """Trial 0's verdict in the user's terms."""
     if record is None:
         return "your config was not run (the search stopped before trial 0 finished)"
@@ -78,7 +78,13 @@ def trial0_line(record: dict[str, Any] | None, params: dict[str, Any]) -> str:
         if record.get("learned"):
             return f"your config is already stable and learning ({how})"
         p = record.get("progress_p_value")
-        return f"your config ran stable but did not learn ({how}{f', p = {p:.2g}' if p is not None else ''})"
+        line = f"your config ran stable but did not learn ({how}{f', p = {p:.2g}' if p is not None else ''})"
+        if params.get("learning_rate") is not None:
+            line += f": learning rate {params['learning_rate']:g}{' with LoRA' if params.get('use_peft') else ''}"
+        if metric == "reward":
+            line += ("; a GRPO loss of 0 is normal (advantages sum to zero within a group): the reward is what "
+                     "did not rise")
+        return line
     reason = re.sub(r" at step \d+", "", record.get("reason") or "")
     step = record.get("stopped_at_step")
     at = f" at step {step}" if step else ""
@@ -209,7 +215,7 @@ def answer(source, records: list[dict[str, Any]], best: dict[str, Any] | None,
     """What to change in their file and why (see the module docstring)."""
     first = next((r for r in records if r.get("number") == 0), None)
     healthy = first is not None and is_ok(first) and bool(first.get("learned"))
-    fix: dict[str, Any] = {"source": source.path, "trial0": trial0_line(first, source.params), "healthy": healthy,
+    fix: dict[str, Any] = {"source": source.path, "trial0": trial0_line(first, source.params, source.entry.progress_metric), "healthy": healthy,
                            "notes": list(source.notes), "changes": [], "from_trial": None}
     chosen = None
     keys = None

@@ -290,6 +290,8 @@ class OptunaSearcher(Searcher):
         if self.stopped_because:
             return None if self.asked else Searcher.FINISHED
         if self.suggested < self.n_search:
+            if self.keep_first and self.suggested and not any(r.get("number") == 0 for r in self.finished):
+                return None  # --from: trial 0 runs alone first; the changes tried next follow from its verdict
             with interrupts.deferred():  # the study never holds a trial handed out and not yet drawn
                 trial, params = self.proposer.ask()
                 self.asked[trial_id] = (trial, params)

@@ -54,7 +54,7 @@ class Prepared:
     warnings: list[str] = field(default_factory=list)
     resume_run_id: str | None = None
     source: Any = None  # --from: the user's TRL config (tuner.config.trl_config.SourceConfig)
-    first: list[dict[str, Any]] | None = None  # --from: trial 0 (their config as written), then single changes
+    first: dict[str, Any] | None = None  # --from: trial 0, their config as written, in the space's params
 
 
 
@@ -189,9 +189,8 @@ def prepare(options: SearchOptions) -> Prepared:
         # the local store folder is written with any tracking URI: the Optuna study (and a server's spool) live there
         tracking.check_tracking(tracking.default_tracking_uri(Path(o.store)), Path(o.store))
     experiment = o.experiment or f"{o.trainer}-{_model_label(o.model)}"
-    firsts = trl_config.first_trials(space, first, n_trials) if first is not None and grid is None else None
     return Prepared(o, space, model_path, uri, experiment, n_trials, grid, dropped, warnings, source=source,
-                    first=firsts)
+                    first=first if grid is None else None)
 
 
 def _from_config(o: SearchOptions):
@@ -343,7 +342,8 @@ def _open_stores(prepared: Prepared):
     storage = _study_storage(o)
 
     def study_named(name: str):
-        return make_study(o.sampler, o.seed, prepared.n_trials, storage, name, prepared.grid, prepared.first)
+        return make_study(o.sampler, o.seed, prepared.n_trials, storage, name, prepared.grid,
+                          [prepared.first] if prepared.first else None)
 
     # Creating the SQLite tables of a fresh store is not safe from two processes at once.
     with tracking.store_lock(Path(o.store)):
@@ -458,11 +458,19 @@ def _search(prepared, tracker, study, run_name, records, placement, progress, st
             progress.total += 1
         return job
 
+    after_first = None
+    if prepared.first is not None:
+        from tuner.config import trl_config
+
+        def after_first(record):  # trial 0 done: its single changes next, in the order its verdict calls for
+            return trl_config.neighbours(prepared.space, prepared.first, record)[
+                :trl_config.neighbour_count(prepared.n_trials)]
     proposer = Proposer(study, prepared.space, o.sampler, prepared.n_trials, done=records,
-                        device=placement.device, fits=placement.check)
+                        device=placement.device, fits=placement.check, after_first=after_first)
+    keep = 1 + trl_config.neighbour_count(prepared.n_trials) if prepared.first is not None else 0
     searcher = execution.OptunaSearcher(proposer, base_spec, o.trial_timeout, n_search=remaining,
                                         then=next_job, done=records, fits=placement.check, prune_slow=prunes(o),
-                                        keep_first=len(prepared.first or ()) or int(prepared.source is not None))
+                                        keep_first=keep)
     at_most = remaining + longer.most_runs + schedule.most_runs  # the searcher says FINISHED when it has fewer
     if at_most:
         execution.run_trials(name=f"{run_name}-{len(records)}", storage=ray_storage, per_trial=placement.resources,
