@@ -407,7 +407,8 @@ def _start_run(prepared: Prepared, tracker, run_name: str, concurrency: int) -> 
     with tracking.store_lock(Path(o.store)):
         tracker.start(run_name, {
             "trainer": o.trainer, "model": o.model, "sampler": o.sampler, "trials": prepared.n_trials,
-            "max_steps": o.max_steps, "seed": o.seed, "search_space": prepared.space.source,
+            "max_steps": o.max_steps, "seed": o.seed,
+            "search_space": o.search_space if prepared.source is not None else prepared.space.source,
             "dataset": o.dataset or "builtin", "reward_funcs": o.reward_funcs, "concurrency": concurrency,
             "confirm_seeds": o.confirm_seeds, "confirm_top": o.confirm_top, "prune": prunes(o), "halving": halves(o),
             "budget": o.budget, "from_config": o.from_config,
