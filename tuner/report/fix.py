@@ -96,20 +96,25 @@ def trial0_line(record: dict[str, Any] | None, params: dict[str, Any], metric: s
 
 
 def _tally(records: list[dict[str, Any]], label: str) -> str:
-    """"fp16-pure diverged in 3 of 3 trials at steps 2-4" / "fp32 was ok in 4 of 4 (learned in 3)"."""
+    """"fp16-pure diverged in 3 of 3 trials at steps 2-4" / "fp32 was ok in 4 of 4 (learned in 3)" / mixed:
+    "learning_rate 0.3: diverged in 1 of 2 trials at step 3, ok in 1 (learned in 0)"."""
     n = len(records)
     if n == 0:
         return f"{label}: no trial"
     failed = [r for r in records if not is_ok(r) and r.get("status") != Status.PRUNED]
-    if len(failed) * 2 > n or (failed and not any(is_ok(r) for r in records)):
-        statuses = sorted({str(r["status"]) for r in failed})
-        steps = sorted(r.get("stopped_at_step") or 0 for r in failed)
-        at = (f" at step{'s' if steps[0] != steps[-1] else ''} {steps[0]}"
-              + (f"-{steps[-1]}" if steps[0] != steps[-1] else "")) if steps and steps[-1] else ""
-        return f"{label} {'/'.join(statuses)} in {len(failed)} of {n} trial{'s' if n > 1 else ''}{at}"
     ok = [r for r in records if is_ok(r)]
     learned = sum(1 for r in ok if r.get("learned"))
-    return f"{label} was ok in {len(ok)} of {n} (learned in {learned})"
+    if not failed:
+        return f"{label} was ok in {len(ok)} of {n} (learned in {learned})"
+    statuses = "/".join(sorted({str(r["status"]) for r in failed}))
+    steps = sorted(r.get("stopped_at_step") or 0 for r in failed)
+    at = ""
+    if steps and steps[-1]:
+        at = f" at step {steps[0]}" if steps[0] == steps[-1] else f" at steps {steps[0]}-{steps[-1]}"
+    text = f"{statuses} in {len(failed)} of {n} trial{'s' if n > 1 else ''}{at}"
+    if len(failed) == n:
+        return f"{label} {text}"
+    return f"{label}: {text}, ok in {len(ok)} (learned in {learned})"
 
 
 def _near(value: Any, other: Any) -> bool:
