@@ -26,7 +26,7 @@ def test_trial_0s_line_names_the_verdict_and_its_cause_in_their_terms(tmp_path):
     assert fix.trial0_line(diverged, source.params) == ("your config diverged at step 4: grad_norm is nan "
                                                         "(fp16 weights, gradient accumulation 32)")
     crashed = record(0, "crashed", False, step=2, reason="process killed by SIGFPE (Floating point exception)")
-    assert fix.trial0_line(crashed, {**source.params, "precision": "bf16-pure"}).endswith("(bf16 weights kernels)")
+    assert fix.trial0_line(crashed, {**source.params, "precision": "bf16-pure"}).endswith("(bf16 weights)")
 
 
 def test_the_fewest_changes_win_and_each_carries_its_evidence(tmp_path):

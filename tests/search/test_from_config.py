@@ -174,7 +174,7 @@ def test_bf16_grpo_killed_by_sigfpe_as_written_and_the_fix_leaves_bf16(tmp_path,
     assert first["params"]["precision"] == "bf16-pure"
     assert first["params"]["max_grad_norm"] == 0.1 and first["params"]["gradient_accumulation_steps"] == 4
     assert first["status"] == Status.CRASHED and "SIGFPE" in first["reason"]
-    assert "(bf16 weights kernels)" in finished.outcome.search["fix"]["trial0"]
+    assert "(bf16 weights)" in finished.outcome.search["fix"]["trial0"]
     fixed = check_export(finished, tmp_path, max_steps=20)
     assert "dtype" in {c["key"] for c in fixed["changes"]}
     # everything else of their detailed config is kept as written

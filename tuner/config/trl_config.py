@@ -32,6 +32,7 @@ from tuner.config import precision as precisions
 from tuner.config import trainers
 from tuner.config.space import CategoricalParam, FloatParam, SearchSpace, load_yaml, parse_space
 from tuner.errors import TunerError
+from tuner.records import Status
 
 __all__ = ["HARNESS", "LR_DOWN", "LR_UP", "SPEED_KNOBS", "SourceConfig", "derive_space", "read_config",
            "space_yaml", "trl_values", "trial0", "neighbours", "neighbour_count", "narrowed"]
@@ -394,10 +395,10 @@ def neighbours(space: SearchSpace, first: dict[str, Any], record: dict[str, Any]
     """Trial 0 with one searched param changed, each alternative once, taken round-robin (the first alternative of
     every param, then the second ...) in the order trial 0's ``record`` calls for: the smallest changes, tried
     before any combination of them."""
-    ok, learned = record.get("status") == "ok", bool(record.get("learned"))
+    ok, learned = record.get("status") == Status.OK, bool(record.get("learned"))
     if ok and learned:
         order, factors = SPEED_KNOBS, ()
-    elif ok or record.get("status") == "collapsed":
+    elif ok or record.get("status") == Status.COLLAPSED:
         order, factors = NOT_LEARNING_ORDER, (LR_UP, 3.0, 1 / 3)
     else:
         order, factors = UNSTABLE_ORDER, (1 / LR_DOWN, 1 / 3, 3.0)

@@ -55,7 +55,7 @@ def cause_of(record: dict[str, Any], params: dict[str, Any]) -> str:
             parts.append(f"gradient accumulation {accumulation}")
         return ", ".join(parts)
     if record.get("status") == Status.CRASHED:
-        return _precision_words(precision) + (" kernels" if half else "")
+        return _precision_words(precision) if half else ""
     if signal == "zero_reward_std":
         temperature = params.get("temperature")
         return (f"temperature {temperature:g}: every completion of a group is the same" if temperature is not None
@@ -67,7 +67,7 @@ def cause_of(record: dict[str, Any], params: dict[str, Any]) -> str:
     return ""
 
 
-def trial0_line(record: dict[str, Any] | None, params: dict[str, Any], metric: str = "loss") -> str:
+def trial0_line(record: dict[str, Any] | None, params: dict[str, Any], online: bool = False) -> str:
     """Trial 0's verdict in the user's terms."""
     if record is None:
         return "your config was not run (the search stopped before trial 0 finished)"
@@ -81,7 +81,7 @@ def trial0_line(record: dict[str, Any] | None, params: dict[str, Any], metric: s
         line = f"your config ran stable but did not learn ({how}{f', p = {p:.2g}' if p is not None else ''})"
         if params.get("learning_rate") is not None:
             line += f": learning rate {params['learning_rate']:g}{' with LoRA' if params.get('use_peft') else ''}"
-        if metric == "reward":
+        if online:  # GRPO: learns from its reward functions, and its loss is 0 by construction at the start
             line += ("; a GRPO loss of 0 is normal (advantages sum to zero within a group): the reward is what "
                      "did not rise")
         return line
@@ -114,7 +114,9 @@ def _tally(records: list[dict[str, Any]], label: str) -> str:
     text = f"{statuses} in {len(failed)} of {n} trial{'s' if n > 1 else ''}{at}"
     if len(failed) == n:
         return f"{label} {text}"
-    return f"{label}: {text}, ok in {len(ok)} (learned in {learned})"
+    pruned = n - len(failed) - len(ok)
+    return (f"{label}: {text}, ok in {len(ok)} (learned in {learned})"
+            + (f", pruned in {pruned}" if pruned else ""))
 
 
 def _near(value: Any, other: Any) -> bool:
@@ -220,7 +222,7 @@ def answer(source, records: list[dict[str, Any]], best: dict[str, Any] | None,
     """What to change in their file and why (see the module docstring)."""
     first = next((r for r in records if r.get("number") == 0), None)
     healthy = first is not None and is_ok(first) and bool(first.get("learned"))
-    fix: dict[str, Any] = {"source": source.path, "trial0": trial0_line(first, source.params, source.entry.progress_metric), "healthy": healthy,
+    fix: dict[str, Any] = {"source": source.path, "trial0": trial0_line(first, source.params, source.entry.uses_reward_funcs), "healthy": healthy,
                            "notes": list(source.notes), "changes": [], "from_trial": None}
     chosen = None
     keys = None
@@ -249,7 +251,8 @@ def answer(source, records: list[dict[str, Any]], best: dict[str, Any] | None,
     elif healthy:
         fix["summary"] = "already stable: your config stayed ok and learned; changed only what ran measurably faster"
     elif chosen is not None:
-        fix["summary"] = f"change {len(fix['changes'])} setting{'s' if len(fix['changes']) != 1 else ''} (trial {chosen['number']})"
+        params = list(dict.fromkeys(c["param"] for c in fix["changes"]))
+        fix["summary"] = f"change {', '.join(params) or 'nothing'} (trial {chosen['number']})"
     else:
         fix["summary"] = "no change found that is stable and learning: nothing to export"
     fix["exportable"] = healthy or chosen is not None
