@@ -372,8 +372,12 @@ def space_yaml(space: SearchSpace) -> str:
     import yaml
 
     data = space.model_dump(exclude_none=True, exclude_defaults=True)
-    data = {"trainer": space.trainer, **{k: v for k, v in data.items() if k != "trainer"}}
-    return yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=110)
+    head = {"trainer": space.trainer, **{k: v for k, v in data.items() if k not in ("trainer", "params")}}
+    lines = [yaml.safe_dump(head, sort_keys=False, default_flow_style=None, width=110).rstrip(), "params:"]
+    for name, param in data["params"].items():  # one line per param: what is searched reads at a glance
+        lines.append(f"  {name}: " + yaml.safe_dump(param, sort_keys=False, default_flow_style=True,
+                                                    width=10**6).strip())
+    return "\n".join(lines) + "\n"
 
 
 # The order single changes are tried in, by what trial 0 (their config) did. Unstable: the precision and the step
