@@ -60,3 +60,15 @@ def test_a_healthy_config_is_changed_only_for_a_measured_speed_up(tmp_path, fast
     assert all(c["param"] in ("precision",) for c in answer["changes"])
     if not changed:
         assert answer["text"] == REWARD_HALF  # their file as it is
+
+
+def test_export_length_flags_are_written_into_their_file(tmp_path):
+    from tuner.report import export
+
+    source = read(tmp_path, REWARD_HALF)
+    answer = fix.answer(source, [record(0, "diverged", False, step=4), record(1, precision="fp32")], best=None)
+    search = {"trainer": "reward", "fix": answer, "trl_config": fix.load_text(answer["text"])}
+    out = export.with_overrides(search, {"max_length": 512, "max_completion_length": None})
+    lines = out["fix"]["text"].splitlines()
+    assert lines[-1] == "max_length: 512" and out["trl_config"]["max_length"] == 512  # appended: theirs had none
+    assert lines[:-2] == answer["text"].splitlines()  # every other line as it was
