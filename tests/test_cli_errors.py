@@ -29,6 +29,7 @@ HEALTHY = "http://healthy-server"  # replaced by the address of a stub MLflow se
 
 DPO_PAIRS_WITHOUT_REJECTED = '{"prompt": "a", "chosen": " b"}\n'
 TRIAL = "trainer: grpo\nmax_steps: 2\nparams: {learning_rate: 0.001}\n"
+FROM_DPO = "# trl dpo --config my.yaml\nmodel_name_or_path: tiny\ndtype: float16\nbf16: false\nlearning_rate: 0.3\n"
 
 
 def space(old: str = "", new: str = "") -> dict[str, str]:
@@ -213,6 +214,17 @@ CASES = [
          fragment="trial.yaml: params.learnin_rate: unknown parameter for grpo; did you mean 'learning_rate'?"),
     Case("trial-config-bad-max-steps", **trial(TRIAL.replace("max_steps: 2", "max_steps: 0")),
          fragment="trial.yaml: max_steps:"),
+    # -- --from: the user's TRL config, refused before any trial; the existing store is not touched
+    Case("from-file-missing", search("--from", "nope.yaml"), "nope.yaml: config file not found", process=True,
+         store_exists=True),
+    Case("from-unknown-key", search("--from", "my.yaml"), "my.yaml: learnin_rate: unknown key; `trl dpo --config` "
+         "would refuse it (did you mean 'learning_rate'?)", {"my.yaml": FROM_DPO + "learnin_rate: 0.1\n"},
+         process=True, store_exists=True),
+    Case("from-trainer-mismatch", search("--from", "my.yaml", "--trainer", "kto"), "my.yaml: the file says it is for "
+         "`trl dpo` but --trainer is kto", {"my.yaml": FROM_DPO}, store_exists=True),
+    Case("from-key-of-another-trainer", search("--from", "my.yaml", "--trainer", "reward"),
+         "my.yaml: reward_funcs: not a setting of trl reward (it is one of trl grpo)",
+         {"my.yaml": "model_name_or_path: tiny\nreward_funcs: [accuracy_reward]\n"}),
     Case("ui-missing-store", ("ui", "--store", STORE), "no MLflow store at tmp/mlflow/mlflow.db", process=True),
     Case("ui-bad-port", ("ui", "--store", STORE, "--port", "70000"), "argument --port: must be between 1 and 65535"),
 ]

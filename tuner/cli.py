@@ -31,6 +31,7 @@ SEARCH_EXAMPLES = """examples:
   tuner search --model Qwen2.5-0.5B --trainer grpo     # alias for Qwen/Qwen2.5-0.5B
   tuner search --trainer reward --sampler grid --search-space my_space.yaml
   tuner search --trainer dpo --dataset prefs.jsonl --trials 40 --max-steps 30
+  tuner search --from my_dpo.yaml                      # your `trl dpo --config` file: trial 0 runs it, the export fixes it
   tuner search --model Qwen2.5-0.5B --budget 2000       # longer rungs (60, 180 steps) if 20 show no learning
   tuner search --ray-address 10.0.0.1:6379 --gpus-per-trial 1 --tracking-uri http://mlflow:5000
 """

@@ -117,6 +117,7 @@ class TrialJob(TypedDict, total=False):
     tags: dict[str, str]  # MLflow tags of its run beyond the usual ones (tuner.stores.tags: confirmation, extension)
     extra: dict[str, int]  # kept on its record: {"confirms": n} on a confirmation, {"extends": n} on a longer rung
     prune_after: tuple[float, str]  # (seconds, why): stopped as pruned if still running then (too slow to win)
+    keep: bool  # never stopped early by successive halving or as too slow (trial 0 of a --from search)
     skip: str  # why it is not run at all (the memory plan says it does not fit): recorded as too_big
 
 
@@ -140,6 +141,8 @@ class SearchSummary(TypedDict, total=False):
     confirmations: list[TrialRecord]  # confirmation re-runs
     candidates: list[dict[str, Any]]  # each candidate's confirmation verdict
     plan: dict[str, Any]  # the memory plan (tuner.search's placement)
+    source: dict[str, Any] | None  # --from: the user's TRL config (tuner.config.trl_config.SourceConfig as a mapping)
+    fix: dict[str, Any] | None  # --from: trial 0's verdict, the changes and their evidence, the edited file
 
 
 def new_record(result: dict[str, Any], *, number: int, params: dict[str, Any], max_steps: int, seed: int,

@@ -79,6 +79,14 @@ class SearchOptions:
                   "--reward-func",
                   "flag": "--reward-func", "action": "append", "metavar": "NAME"},
     )
+    from_config: str | None = field(
+        default=None,
+        metadata={"help": "start from your `trl <trainer> --config` file: trial 0 runs it as written, the search "
+                  "varies precision, learning rate, clipping, warm-up, batch split, LoRA rank and loss_type around "
+                  "its values, and the export is your file with the fewest changes; its model, dataset and "
+                  "reward_funcs replace --model, --dataset and --reward-func",
+                  "flag": "--from", "metavar": "CONFIG.yaml"},
+    )
     search_space: str | None = field(
         default=None,
         metadata={"help": "search-space YAML", "default_help": "search_spaces/<trainer>.yaml", "metavar": "FILE"},

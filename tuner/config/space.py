@@ -108,6 +108,10 @@ class SearchSpace(BaseModel):
     # Replacements for some params when the model is pretrained (any model but the embedded tiny one): a random
     # tiny model needs large steps to learn in 20 steps, a pretrained one is wrecked by them.
     pretrained: dict[str, Param] = Field(default_factory=dict)
+    # Held constant: per_device_train_batch_size x gradient_accumulation_steps. Set, the accumulation follows from
+    # each sampled batch size (a space derived from the user's config, tuner.config.trl_config: the same
+    # effective batch, split differently).
+    effective_batch: int | None = Field(default=None, ge=1)
     source: str = Field(default="<memory>", exclude=True)
 
     @property
@@ -145,7 +149,24 @@ class SearchSpace(BaseModel):
         if overlap:
             raise ValueError(f"fixed.{overlap[0]}: also declared under params; keep one")
         self._check_lora()
+        self._check_effective_batch()
         return self
+
+    def _check_effective_batch(self) -> None:
+        if self.effective_batch is None:
+            return
+        if "gradient_accumulation_steps" in self.params or "gradient_accumulation_steps" in self.fixed:
+            raise ValueError("effective_batch: gradient_accumulation_steps follows from it; remove one of them")
+        batch = self.params.get("per_device_train_batch_size")
+        values = _values(batch) if isinstance(batch, (CategoricalParam, FixedParam)) else None
+        if values is None or any(not isinstance(b, int) or b < 1 or self.effective_batch % b for b in values):
+            raise ValueError("effective_batch: needs per_device_train_batch_size as a categorical param whose every "
+                             f"choice divides {self.effective_batch}")
+
+    def _with_accumulation(self, values: dict[str, Any]) -> dict[str, Any]:
+        if self.effective_batch is not None and "per_device_train_batch_size" in values:
+            values["gradient_accumulation_steps"] = self.effective_batch // values["per_device_train_batch_size"]
+        return values
 
     def _check_lora(self) -> None:
         # LoRA settings only reach a trial whose use_peft is true; without one they would be dropped silently.
@@ -190,7 +211,7 @@ class SearchSpace(BaseModel):
                 values[name] = _from_optuna(values[name], p.choices)
             else:
                 values[name] = p.value
-        return {**self.fixed, **values}
+        return {**self.fixed, **self._with_accumulation(values)}
 
     def grid(self) -> list[dict[str, Any]]:
         """Every combination of the categorical params once (inactive params left out, duplicates dropped)."""
@@ -213,7 +234,7 @@ class SearchSpace(BaseModel):
             key = repr(sorted(chosen.items(), key=lambda kv: kv[0]))
             if key not in seen:
                 seen.add(key)
-                combos.append(chosen)
+                combos.append(chosen)  # enqueued, then suggest() adds what follows from them
         return combos
 
     def searched_names(self) -> list[str]:

@@ -202,6 +202,17 @@ def with_overrides(search: SearchSummary, overrides: dict[str, int | None]) -> S
     overrides = {k: v for k, v in overrides.items() if v is not None}
     if not overrides:
         return search
+    fixed = search.get("fix")
+    if fixed and fixed.get("text") is not None:
+        # a --from export: their file, with the lengths given on the command line written into it
+        from tuner.report import fix
+
+        names = set(length_fields(adapter(search["trainer"])))
+        for name, value in overrides.items():
+            if name not in names:
+                raise TunerError(f"{_flag(name)} {value}: {search['trainer']} has no {name} setting")
+        text = fix.edit_text(fixed["text"], {}, overrides)
+        return {**search, "fix": {**fixed, "text": text}, "trl_config": fix.load_text(text)}
     export = dict(search.get("export") or {})
     known = {x["name"]: x for x in export.get("lengths") or []}
     if not known:  # a search from before tuner measured lengths: every length of its trainer may be set
@@ -239,6 +250,14 @@ def render_export(search: SearchSummary, experiment: str, run_id: str, fmt: str 
     """The text `tuner export` writes: YAML with the header comment, or the bare config as JSON."""
     from tuner.verdicts import recommend
 
+    fixed = search.get("fix")
+    if fixed and fixed.get("text") is not None:
+        # a --from search: their own file with the fewest changes (tuner.report.fix), every other line as written
+        if fmt == "json":
+            return recommend.render(search["trl_config"], "json")
+        from tuner.report import fix
+
+        return fix.render_fix(fixed, experiment, run_id)
     config = {k: v for k, v in search["trl_config"].items() if k != "use_cpu"}  # searches before this rule
     return recommend.render(config, fmt, header=header({**search, "trl_config": config}, experiment, run_id)
                             if fmt == "yaml" else "")

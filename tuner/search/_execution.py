@@ -180,7 +180,7 @@ class Halving(ASHAScheduler):
 
     def on_trial_result(self, tune_controller, trial, result):
         extra = trial.config.get("extra", {})
-        if "confirms" in extra or "extends" in extra or trial.config.get("skip"):
+        if "confirms" in extra or "extends" in extra or trial.config.get("skip") or trial.config.get("keep"):
             return TrialScheduler.CONTINUE
         return super().on_trial_result(tune_controller, trial, result)
 
@@ -270,7 +270,8 @@ class OptunaSearcher(Searcher):
     """
 
     def __init__(self, proposer: sampling.Proposer, base_spec: dict[str, Any], timeout: float,
-                 n_search: int, then=None, done: list[TrialRecord] = (), fits=None, prune_slow: bool = False):
+                 n_search: int, then=None, done: list[TrialRecord] = (), fits=None, prune_slow: bool = False,
+                 keep_first: int = 0):
         super().__init__(metric=SEARCH_METRIC, mode="max")
         self.proposer, self.base_spec, self.timeout = proposer, base_spec, timeout
         self.n_search, self.then = n_search, then
@@ -280,12 +281,17 @@ class OptunaSearcher(Searcher):
         self.stopped_because: str | None = None  # a failure no config avoids (tuner.verdicts.diagnose): nothing more is run
         self.fits = fits  # params -> None, or why the config cannot fit (tuner.search._placement): then it is not run
         self.prune_slow = prune_slow  # stop a trial that runs past slow_limit() of the trials finished before it
+        # --from: trial 0 (the user's own config: its verdict is the news) and its single changes (the smallest fixes) run
+        # to the end: never pruned
+        self.keep_first = keep_first
 
     def suggest(self, trial_id: str):
         self.stopped_because = self.stopped_because or diagnose.systematic_failure(self.finished)
         if self.stopped_because:
             return None if self.asked else Searcher.FINISHED
         if self.suggested < self.n_search:
+            if self.keep_first and self.suggested and not any(r.get("number") == 0 for r in self.finished):
+                return None  # --from: trial 0 runs alone first; the changes tried next follow from its verdict
             with interrupts.deferred():  # the study never holds a trial handed out and not yet drawn
                 trial, params = self.proposer.ask()
                 self.asked[trial_id] = (trial, params)
@@ -293,6 +299,8 @@ class OptunaSearcher(Searcher):
             spec = {**self.base_spec, "params": params}
             job = TrialJob(spec=spec, number=trial.number, timeout=self.timeout)
             slow = slow_limit(self.finished) if self.prune_slow else None
+            if trial.number < self.keep_first:
+                job["keep"], slow = True, None
             if slow and slow[0] < self.timeout:
                 job["prune_after"] = slow
             too_big = self.fits(params) if self.fits else None

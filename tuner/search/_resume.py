@@ -38,10 +38,15 @@ def resume_options(options) -> tuple[Any, str]:
         raise TunerError(f"--resume {options.resume}: its latest search {run.info.run_name} already finished; "
                          "start a new one with tuner search")
     p = run.data.params
+    from_config = p.get("from_config")
+    from_config = None if from_config in (None, "None", "") else from_config
+    space = p["search_space"]
+    if from_config is not None:  # its space is derived from the file again; a --search-space narrowed it
+        space = None if space in ("None", "") else space
     resumed = dataclasses.replace(
         options,
         trainer=p["trainer"], model=p["model"], sampler=p["sampler"], trials=int(p["trials"]),
-        max_steps=int(p["max_steps"]), seed=int(p["seed"]), search_space=p["search_space"],
+        max_steps=int(p["max_steps"]), seed=int(p["seed"]), search_space=space, from_config=from_config,
         dataset=None if p.get("dataset", "builtin") == "builtin" else p["dataset"],
         reward_funcs=json.loads(p.get("reward_funcs", "null")),
         confirm_seeds=int(p.get("confirm_seeds", options.confirm_seeds)),

@@ -59,8 +59,9 @@ def make_sampler(name: str, seed: int, n_trials: int):
 
 
 def make_study(sampler_name: str, seed: int, n_trials: int, storage: str | None, study_name: str,
-               grid: list[dict[str, Any]] | None = None):
-    """A new study (grid points enqueued in order), or the existing one of that name (resume)."""
+               grid: list[dict[str, Any]] | None = None, first: list[dict[str, Any]] | None = None):
+    """A new study (``first`` enqueued in order from trial 0, then grid points in order), or the existing one of
+    that name (resume). ``first``: a ``--from`` search's own config and its single changes, in the space's terms."""
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -71,10 +72,22 @@ def make_study(sampler_name: str, seed: int, n_trials: int, storage: str | None,
         # Resumed: a sampler seeded as at the start would replay its first draws, proposing again the params
         # of trials the study already holds. Seeded from the seed and the study's size, it draws new ones.
         study.sampler = make_sampler(sampler_name, resumed_seed(seed, len(study.trials)), n_trials)
-    if grid is not None and not study.trials:
+    fresh = not study.trials
+    if first and fresh:
+        for point in first:
+            enqueue(study, point)
+    if grid is not None and fresh:
         for point in grid:
             study.enqueue_trial(point, skip_if_exists=False)
     return study
+
+
+def enqueue(study, point: dict[str, Any]) -> None:
+    """Ask the study for these params next (after those asked for before), in Optuna's terms (lists joined)."""
+    from tuner.config.space import _optuna_choices
+
+    study.enqueue_trial({k: _optuna_choices([v])[0] if isinstance(v, list) else v for k, v in point.items()},
+                        skip_if_exists=False)
 
 
 def resumed_seed(seed: int, trials_in_study: int) -> int:
@@ -137,7 +150,7 @@ class Proposer:
     """
 
     def __init__(self, study, space: SearchSpace, sampler: str, n_trials: int, done: list[dict[str, Any]] = (),
-                 device: str = "cpu", fits=None):
+                 device: str = "cpu", fits=None, after_first=None):
         from tuner.search._staging import Stages
 
         self.study, self.space = study, space
@@ -146,6 +159,8 @@ class Proposer:
         self.fits = fits  # params -> None, or why they cannot fit in memory (tuner.search._placement.Placement.check)
         self.finished: list[dict[str, Any]] = list(done)
         self.asked = len(self.finished)  # a resumed search goes on in the stage it had reached
+        # record -> params to ask for next: a --from search's single changes, chosen by what trial 0 (their config) did
+        self.after_first = after_first
 
     def ask(self):
         pins: dict[str, Any] = {}
@@ -174,6 +189,9 @@ class Proposer:
     def tell(self, trial, record: dict[str, Any]) -> None:
         tell(self.study, trial, record)
         self.finished.append(record)
+        if self.after_first is not None and record.get("number") == 0:
+            for point in self.after_first(record):
+                enqueue(self.study, point)
 
 
 def _ask_pinned(study, space: SearchSpace, grid: int | None, pins: dict[str, Any]):

@@ -53,6 +53,8 @@ class Prepared:
     dropped_precisions: list[str]
     warnings: list[str] = field(default_factory=list)
     resume_run_id: str | None = None
+    source: Any = None  # --from: the user's TRL config (tuner.config.trl_config.SourceConfig)
+    first: dict[str, Any] | None = None  # --from: trial 0, their config as written, in the space's params
 
 
 
@@ -114,8 +116,14 @@ def prepare(options: SearchOptions) -> Prepared:
 
     o = options
     check_options(o)  # choices and ranges, as the command line checks them
-    # A space's `trainer:` is the default trainer; an explicit --trainer must agree with it (load_space says so).
-    space = load_space(o.search_space, o.trainer or (None if o.search_space else trainers.DEFAULT_TRAINER))
+    source = None
+    if o.from_config:
+        source, space = _from_config(o)
+        o = dataclasses.replace(o, trainer=source.trainer, model=source.model or o.model,
+                                dataset=source.dataset or o.dataset, reward_funcs=source.reward_funcs or o.reward_funcs)
+    else:
+        # A space's `trainer:` is the default trainer; an explicit --trainer must agree with it (load_space says so).
+        space = load_space(o.search_space, o.trainer or (None if o.search_space else trainers.DEFAULT_TRAINER))
     o = dataclasses.replace(o, trainer=space.trainer)
     space = space.for_model(pretrained=o.model != models.TINY_MODEL)
     if o.reward_funcs and not o.entry.uses_reward_funcs:
@@ -146,9 +154,19 @@ def prepare(options: SearchOptions) -> Prepared:
     cannot = hardware_precisions(o.gpus_per_trial)
     dropped = [p for p in space.precisions() if p in cannot]
     warnings = [f"precision {p} dropped: {cannot[p]}" for p in dropped]
+    if source is not None and source.params["precision"] in dropped:
+        raise TunerError(f"{o.from_config}: precision: your config runs {source.params['precision']}, which "
+                         f"{cannot[source.params['precision']]}; run tuner on such a machine (or change the file)")
     space = space.without_precisions(dropped)
 
     grid = space.grid() if o.sampler == "grid" else None
+    first = None
+    if source is not None:
+        from tuner.config import trl_config
+
+        first = trl_config.trial0(space, source)
+        if grid is not None:  # trial 0 is the first grid point, and runs once
+            grid = [first, *(point for point in grid if point != first)]
     n_trials = o.trials or (len(grid) if grid is not None else DEFAULT_TRIALS)
 
     inputs = probe.check_user_inputs(
@@ -161,7 +179,8 @@ def prepare(options: SearchOptions) -> Prepared:
     # MLflow params, trial specs and trial.yaml files keep them absolute (so --resume works from anywhere).
     o = dataclasses.replace(
         o, model=inputs.model, dataset=inputs.dataset, reward_funcs=inputs.reward_funcs,
-        search_space=str(Path(o.search_space).resolve()) if o.search_space else None)
+        search_space=str(Path(o.search_space).resolve()) if o.search_space else None,
+        from_config=source.path if source is not None else None)
     space.source = o.search_space or space.source
 
     if not remote:
@@ -170,7 +189,19 @@ def prepare(options: SearchOptions) -> Prepared:
         # the local store folder is written with any tracking URI: the Optuna study (and a server's spool) live there
         tracking.check_tracking(tracking.default_tracking_uri(Path(o.store)), Path(o.store))
     experiment = o.experiment or f"{o.trainer}-{_model_label(o.model)}"
-    return Prepared(o, space, model_path, uri, experiment, n_trials, grid, dropped, warnings)
+    return Prepared(o, space, model_path, uri, experiment, n_trials, grid, dropped, warnings, source=source,
+                    first=first if grid is None else None)
+
+
+def _from_config(o: SearchOptions):
+    """--from FILE: their TRL config read and checked, and the space derived from it (narrowed by --search-space)."""
+    from tuner.config import trl_config
+
+    source = trl_config.read_config(o.from_config, o.trainer)
+    space = trl_config.derive_space(source)
+    if o.search_space:
+        space = trl_config.narrowed(space, load_space(o.search_space, source.trainer))
+    return source, space
 
 
 def _check_tracking_scheme(uri: str) -> None:
@@ -311,7 +342,8 @@ def _open_stores(prepared: Prepared):
     storage = _study_storage(o)
 
     def study_named(name: str):
-        return make_study(o.sampler, o.seed, prepared.n_trials, storage, name, prepared.grid)
+        return make_study(o.sampler, o.seed, prepared.n_trials, storage, name, prepared.grid,
+                          [prepared.first] if prepared.first else None)
 
     # Creating the SQLite tables of a fresh store is not safe from two processes at once.
     with tracking.store_lock(Path(o.store)):
@@ -375,11 +407,18 @@ def _start_run(prepared: Prepared, tracker, run_name: str, concurrency: int) -> 
     with tracking.store_lock(Path(o.store)):
         tracker.start(run_name, {
             "trainer": o.trainer, "model": o.model, "sampler": o.sampler, "trials": prepared.n_trials,
-            "max_steps": o.max_steps, "seed": o.seed, "search_space": prepared.space.source,
+            "max_steps": o.max_steps, "seed": o.seed,
+            "search_space": o.search_space if prepared.source is not None else prepared.space.source,
             "dataset": o.dataset or "builtin", "reward_funcs": o.reward_funcs, "concurrency": concurrency,
             "confirm_seeds": o.confirm_seeds, "confirm_top": o.confirm_top, "prune": prunes(o), "halving": halves(o),
-            "budget": o.budget,
+            "budget": o.budget, "from_config": o.from_config,
         }, {STUDY_TAG: run_name, STUDY_STORAGE_TAG: _study_storage(o)})
+    if prepared.source is not None:
+        from tuner.config import trl_config
+
+        # what the search started from, beside what it searched: their file as written, and the space around it
+        tracker.log_artifact_text(prepared.source.text, "source_config.yaml")
+        tracker.log_artifact_text(trl_config.space_yaml(prepared.space), "space.yaml")
 
 
 def _search(prepared, tracker, study, run_name, records, placement, progress, started) -> SearchOutcome:
@@ -396,6 +435,14 @@ def _search(prepared, tracker, study, run_name, records, placement, progress, st
     remaining = prepared.n_trials - len(records)
     echo(f"search {run_name}: {remaining} trials of {o.max_steps} steps, {o.trainer} on {o.model}, "
          f"{o.sampler} sampler, {placement.describe()} (experiment {prepared.experiment!r})")
+    if prepared.source is not None:
+        from tuner.config import trl_config
+
+        echo(f"from {prepared.source.path}: trial 0 runs it as written; the space around it:")
+        for line in trl_config.space_yaml(prepared.space).splitlines():
+            echo(f"  {line}")
+        for note in prepared.source.notes:
+            echo(f"note: {note}")
     confirmations: list[dict[str, Any]] = []
     extensions: list[dict[str, Any]] = []  # longer re-runs of the best stable trials, when none learned
 
@@ -412,10 +459,19 @@ def _search(prepared, tracker, study, run_name, records, placement, progress, st
             progress.total += 1
         return job
 
+    after_first = None
+    if prepared.first is not None:
+        from tuner.config import trl_config
+
+        def after_first(record):  # trial 0 done: its single changes next, in the order its verdict calls for
+            return trl_config.neighbours(prepared.space, prepared.first, record)[
+                :trl_config.neighbour_count(prepared.n_trials)]
     proposer = Proposer(study, prepared.space, o.sampler, prepared.n_trials, done=records,
-                        device=placement.device, fits=placement.check)
+                        device=placement.device, fits=placement.check, after_first=after_first)
+    keep = 1 + trl_config.neighbour_count(prepared.n_trials) if prepared.first is not None else 0
     searcher = execution.OptunaSearcher(proposer, base_spec, o.trial_timeout, n_search=remaining,
-                                        then=next_job, done=records, fits=placement.check, prune_slow=prunes(o))
+                                        then=next_job, done=records, fits=placement.check, prune_slow=prunes(o),
+                                        keep_first=keep)
     at_most = remaining + longer.most_runs + schedule.most_runs  # the searcher says FINISHED when it has fewer
     if at_most:
         execution.run_trials(name=f"{run_name}-{len(records)}", storage=ray_storage, per_trial=placement.resources,
@@ -461,11 +517,22 @@ def _finish(prepared: Prepared, tracker, records, cands, confirmations, started,
         config, export_info = export.build(o.entry, best["params"], prepared.model_path, space=prepared.space,
                                            dataset=o.dataset, hub_dataset=_hub_dataset(o.dataset),
                                            reward_funcs=_export_reward_funcs(o), on_cpu=use_cpu)
+    fixed = None
+    if prepared.source is not None:
+        from tuner.report import fix as fixes
+
+        # their file with the fewest changes: the search's answer, or theirs as it is when it was already healthy
+        fixed = fixes.answer(prepared.source, records, best, confirmations)
+        if fixed["healthy"] and best is None:
+            best = next(r for r in records if r.get("number") == 0)
+        if fixed["exportable"]:
+            config = fixes.load_text(fixed["text"])
     search = SearchSummary(trainer=o.trainer, model=o.model, model_path=prepared.model_path, use_cpu=use_cpu,
                            reward_funcs=_export_reward_funcs(o), dataset=o.dataset, rule=rec.RULE,
                            confirm_seeds=o.confirm_seeds, recommended=best, trl_config=config, export=export_info,
                            trials=records, extensions=list(extensions), confirmations=confirmations,
-                           candidates=verdicts, plan=placement.summary())
+                           candidates=verdicts, plan=placement.summary(),
+                           source=prepared.source.to_dict() if prepared.source is not None else None, fix=fixed)
     if best is not None:
         tracker.log_artifact_text(export.render_export(search, prepared.experiment, tracker.parent_id),
                                   "recommended.yaml")
@@ -511,6 +578,11 @@ def summary_text(outcome: SearchOutcome) -> str:
         lines.append(json.dumps(best["params"], sort_keys=True))
         if best.get("confirmation"):
             lines += confirm.describe([best["confirmation"]])
+    fixed = outcome.search.get("fix")
+    if fixed:
+        from tuner.report import fix as fixes
+
+        lines += ["", *fixes.diff_lines(fixed)]
     lines.append("review:  tuner ui          (MLflow UI on http://127.0.0.1:5000)")
     if outcome.recommended is not None:  # with nothing recommended, tuner export has nothing to write
         lines.append(f"export:  tuner export --experiment {outcome.experiment} -o recommended.yaml")

@@ -1,0 +1,451 @@
+"""A user's ``trl <trainer> --config`` file in tuner's terms: trial 0's params, and the search space around them.
+
+    source = read_config("my.yaml", trainer=None)   # TRL's own parser checks it: an unknown key -> TunerError
+    source.params           # trial 0: {"precision": "fp16-pure", "learning_rate": 0.3, "use_peft": True, ...}
+    space = derive_space(source)                    # fixed: their fields; params: the knobs around their values
+    trl_values(source.entry, params)                # the TRL keys and values a trial's params stand for
+
+``tuner search --from my.yaml`` reads the file with this module. The trainer is ``--trainer``, else the file's
+own word for it (a comment ``# trl dpo ...``), else the one trainer whose TRL parser knows every key. Their
+precision is one row of tuner.config.precision (the weights' ``dtype`` and the ``bf16``/``fp16`` flags as TRL
+reads them, TRL's "bf16 on when left out" included), their LoRA settings tuner's ``use_peft``/``lora_*``, their
+model, dataset and reward functions the search's ``--model``/``--dataset``/``--reward-func``; every other field
+of the trainer's TRL config is a fixed param of every trial, except the run's own plumbing (``HARNESS``: where
+it writes, how long, how it logs), which trials set themselves and the export passes through unchanged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import difflib
+import importlib
+import io
+import math
+import re
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tuner.config import precision as precisions
+from tuner.config import trainers
+from tuner.config.space import CategoricalParam, FloatParam, SearchSpace, load_yaml, parse_space
+from tuner.errors import TunerError
+from tuner.records import Status
+
+__all__ = ["HARNESS", "LR_DOWN", "LR_UP", "SPEED_KNOBS", "SourceConfig", "derive_space", "read_config",
+           "space_yaml", "trl_values", "trial0", "neighbours", "neighbour_count", "narrowed"]
+
+# The run's plumbing: a trial sets these itself (tuner.trial.trainer) and the export passes the user's through.
+HARNESS = frozenset({
+    "output_dir", "overwrite_output_dir", "max_steps", "num_train_epochs", "logging_steps", "logging_strategy",
+    "logging_first_step", "logging_dir", "logging_nan_inf_filter", "report_to", "run_name", "project",
+    "trackio_space_id", "save_strategy", "save_steps", "save_total_limit", "save_only_model", "save_safetensors",
+    "push_to_hub", "hub_model_id", "hub_strategy", "hub_token", "hub_private_repo", "hub_always_push",
+    "hub_revision", "eval_strategy", "eval_steps", "do_eval", "do_train", "do_predict", "eval_on_start",
+    "per_device_eval_batch_size", "eval_accumulation_steps", "seed", "data_seed", "use_cpu", "disable_tqdm",
+    "dataloader_num_workers", "resume_from_checkpoint", "load_best_model_at_end", "metric_for_best_model",
+    "greater_is_better", "log_level", "log_level_replica", "log_on_each_node", "log_completions",
+    "num_completions_to_print", "bf16", "fp16",  # the last two: tuner's precision
+})
+# ModelConfig fields that are tuner's own params (tuner.config.trainers.TUNER_PARAM_TYPES).
+LORA_KEYS = ("lora_r", "lora_alpha", "lora_dropout", "lora_target_modules")
+# The knobs that change tokens/s (tuner.search._staging.SPEED_PARAMS, as far as a derived space varies them): a
+# healthy config is changed only in these, and only when a trial measured them faster.
+SPEED_KNOBS = ("precision", "per_device_train_batch_size", "gradient_accumulation_steps", "use_peft", "lora_r")
+LR_DOWN, LR_UP = 10.0, 10.0  # the learning rate is searched from theirs / LR_DOWN to theirs x LR_UP
+_WEIGHTS = {"float16": "float16", "half": "float16", "bfloat16": "bfloat16", "float32": "float32",
+            "float": "float32", "auto": "float32", None: "float32"}
+
+
+@dataclass
+class SourceConfig:
+    """The user's TRL config file, read and checked; ``params`` is trial 0 (their run, in tuner's terms)."""
+
+    path: str  # absolute
+    text: str  # the file as written: the export edits it
+    raw: dict[str, Any]  # its mapping, in the file's order
+    trainer: str
+    params: dict[str, Any]
+    effective: dict[str, Any]  # every key TRL reads from it, as TRL reads it (bf16 left out -> true)
+    model: str | None = None
+    dataset: str | None = None
+    reward_funcs: list[str] | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def entry(self) -> trainers.Adapter:
+        return trainers.adapter(self.trainer)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "SourceConfig":
+        return cls(**data)
+
+
+def _parser(entry: trainers.Adapter):
+    return importlib.import_module(entry.script).make_parser()
+
+
+def _parser_fields(entry: trainers.Adapter) -> set[str]:
+    return {f.name for kind in _parser(entry).dataclass_types for f in dataclasses.fields(kind)} | {"env"}
+
+
+_NAMED = re.compile(r"\btrl\s+(" + "|".join(trainers.ADAPTERS) + r")\b")
+
+
+def _trainer_named(text: str) -> str | None:
+    """The trainer a comment of the file names (``# trl dpo --config this.yaml``), if any."""
+    for line in text.splitlines():
+        if line.lstrip().startswith("#"):
+            found = _NAMED.search(line)
+            if found:
+                return found.group(1)
+    return None
+
+
+def _which_trainer(where: str, raw: dict[str, Any], text: str, trainer: str | None) -> str:
+    named = _trainer_named(text)
+    if trainer is not None and named is not None and named != trainer:
+        raise TunerError(f"{where}: the file says it is for `trl {named}` but --trainer is {trainer}; pass "
+                         f"--trainer {named}, or the config you run with trl {trainer}")
+    chosen = trainer or named
+    if chosen is None:
+        fits = [name for name, entry in trainers.ADAPTERS.items() if set(raw) <= _parser_fields(entry)]
+        if len(fits) != 1:
+            among = ", ".join(fits) if fits else "none of " + ", ".join(trainers.ADAPTERS)
+            raise TunerError(f"{where}: cannot tell which trainer it is for (its keys fit {among}); pass --trainer "
+                             "NAME, or start the file with a comment such as `# trl dpo --config this.yaml`")
+        chosen = fits[0]
+    return trainers.adapter(chosen).name
+
+
+def _check_keys(where: str, raw: dict[str, Any], trainer: str) -> None:
+    known = _parser_fields(trainers.adapter(trainer))
+    for key in raw:
+        if key in known:
+            continue
+        others = [name for name, entry in trainers.ADAPTERS.items() if name != trainer and key in _parser_fields(entry)]
+        if others:
+            raise TunerError(f"{where}: {key}: not a setting of trl {trainer} (it is one of trl {others[0]}); the "
+                             f"file does not match --trainer {trainer}: pass --trainer {others[0]}, or remove {key}")
+        close = difflib.get_close_matches(str(key), sorted(known), n=1)
+        hint = f"did you mean {close[0]!r}?" if close else "remove it"
+        raise TunerError(f"{where}: {key}: unknown key; `trl {trainer} --config` would refuse it ({hint})")
+
+
+def _trl_parse(where: str, path: Path, trainer: str):
+    """The file through TRL's own parser, as `trl <trainer> --config` reads it: its objects by class name."""
+    import warnings
+
+    import torch
+
+    extra = [] if torch.cuda.is_available() else ["--use_cpu", "true"]  # TRL refuses bf16 on a CPU without it
+    with tempfile.TemporaryDirectory() as out, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        said = io.StringIO()
+        try:
+            with contextlib.redirect_stderr(said):
+                parsed = _parser(trainers.adapter(trainer)).parse_args_and_config(
+                    ["--config", str(path), "--output_dir", out, *extra])
+        except SystemExit:  # argparse: a value of the wrong type
+            message = (said.getvalue().strip().splitlines() or ["rejected"])[-1]
+            message = message.split("error: ", 1)[-1]
+            raise TunerError(f"{where}: `trl {trainer} --config` refuses it: {message}; fix that value") from None
+        except (ValueError, TypeError) as e:
+            message = " ".join(str(e).split())[:300]
+            raise TunerError(f"{where}: `trl {trainer} --config` refuses it: {message}") from None
+    return {type(obj).__name__: obj for obj in parsed if dataclasses.is_dataclass(obj)}
+
+
+def read_config(path: str | Path, trainer: str | None = None) -> SourceConfig:
+    """Read and check a `trl <trainer> --config` file; raises TunerError naming the file and key."""
+    where = str(path)
+    file = Path(path).expanduser()
+    try:
+        text = file.read_text()
+    except FileNotFoundError:
+        raise TunerError(f"{where}: config file not found; pass the YAML you give `trl <trainer> --config`") from None
+    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as e:
+        raise TunerError(f"{where}: cannot read it ({type(e).__name__}); pass a readable YAML file") from None
+    try:
+        raw = load_yaml(text)
+    except Exception as e:  # noqa: BLE001 - yaml's errors: one line with where
+        mark = getattr(e, "problem_mark", None)
+        at = f" at line {mark.line + 1}" if mark else ""
+        raise TunerError(f"{where}: malformed YAML{at}: {getattr(e, 'problem', None) or e}") from None
+    if not isinstance(raw, dict) or not raw:
+        raise TunerError(f"{where}: a TRL config must be a YAML mapping of settings (model_name_or_path: ..., "
+                         "learning_rate: ...)")
+    name = _which_trainer(where, raw, text, trainer)
+    _check_keys(where, raw, name)
+    parsed = _trl_parse(where, file, name)
+    entry = trainers.adapter(name)
+    config = parsed[entry.config_class]
+    model_args = parsed.get("ModelConfig")
+    effective: dict[str, Any] = {}
+    for obj in parsed.values():
+        effective.update({f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)})
+
+    notes: list[str] = []
+    params: dict[str, Any] = {"precision": _precision(where, raw, config, notes)}
+    if model_args is not None and model_args.use_peft:
+        params["use_peft"] = True
+        for key in LORA_KEYS:
+            if key in raw:
+                params[key] = raw[key]
+        targets = params.get("lora_target_modules")
+        if isinstance(targets, list) and len(targets) == 1:
+            params["lora_target_modules"] = targets[0]  # as TRL's ModelConfig reads [all-linear]: the one name
+        if "lora_target_modules" not in raw:
+            notes.append("lora_target_modules is not set: PEFT's default targets for the model in TRL; trials use "
+                         "all-linear")
+    fields = entry.config_fields()
+    for key, value in raw.items():
+        if key not in fields or key in HARNESS or key == "reward_funcs":  # reward_funcs: the search's --reward-func
+            continue
+        if isinstance(value, dict) or (isinstance(value, list) and not all(isinstance(v, str) for v in value)):
+            notes.append(f"{key}: passed to your run as written, not to the trials (a space holds no mappings)")
+            continue
+        params[key] = value
+    rewards = effective.get("reward_funcs") if entry.uses_reward_funcs else None
+    return SourceConfig(
+        path=str(file.resolve()), text=text, raw=raw, trainer=name, params=params,
+        effective={k: _plain(v) for k, v in effective.items()},
+        model=raw.get("model_name_or_path"), dataset=raw.get("dataset_name"),
+        reward_funcs=[str(r) for r in rewards] if rewards else None, notes=notes)
+
+
+def _plain(value: Any) -> Any:
+    """A parsed value as JSON keeps it (enums by their value, anything odd as text)."""
+    if isinstance(value, (bool, int, float, str)) or value is None:
+        return value
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    return getattr(value, "value", str(value))
+
+
+def _precision(where: str, raw: dict[str, Any], config, notes: list[str]) -> str:
+    """The precision row of their weights' dtype and TRL's bf16/fp16 flags (as TRL reads them)."""
+    dtype_key = "dtype" if "dtype" in raw else "torch_dtype" if "torch_dtype" in raw else None
+    written = raw.get(dtype_key) if dtype_key else None
+    weights = _WEIGHTS.get(str(written) if written is not None else None)
+    if weights is None:
+        raise TunerError(f"{where}: {dtype_key}: {written!r} is not a dtype tuner knows; use float32, bfloat16 or "
+                         "float16 (or auto)")
+    if written in (None, "auto"):
+        notes.append(f"dtype is {written or 'not set'}: trials load the weights in float32 (a checkpoint saved in "
+                     "bf16 loads in bf16 under auto: set dtype to say so)")
+    flags = {"bf16": bool(config.bf16), "fp16": bool(config.fp16)}
+    for row in precisions.PRECISIONS.values():
+        if row.weight_dtype == weights and row.flags == flags:
+            return row.name
+    if weights != "float32":
+        # half weights under autocast to a half dtype: the weights decide (autocast to their own dtype changes
+        # nothing; the GradScaler of fp16: true is a difference trials do not reproduce)
+        row = next(r for r in precisions.PRECISIONS.values() if r.weight_dtype == weights and r.autocast_dtype is None)
+        on = [k for k, v in flags.items() if v]
+        notes.append(f"{dtype_key}: {written} with {' and '.join(on)}: true: trials run {row.name} ({weights} weights, "
+                     "no autocast)")
+        return row.name
+    raise TunerError(f"{where}: bf16 and fp16 are both true; TRL runs one of them: set the other to false")
+
+
+def trl_values(entry: trainers.Adapter, params: dict[str, Any]) -> dict[str, Any]:
+    """The TRL config keys (and values) a trial's params stand for: precision as dtype, bf16 and fp16."""
+    out: dict[str, Any] = {}
+    for name, value in params.items():
+        if name == "precision":
+            row = precisions.precision(value)
+            out["dtype"] = row.weight_dtype
+            out.update(row.flags)
+        else:
+            out[name] = value
+    return out
+
+
+# -- the space around their values ----------------------------------------------------------------------------
+
+
+def _choices(*values) -> list:
+    seen = []
+    for v in values:
+        if v is not None and v not in seen:
+            seen.append(v)
+    return seen
+
+
+def _batch_choices(batch: int, effective: int) -> list[int]:
+    """Batch sizes from a quarter to 4x theirs that divide the effective batch (theirs first)."""
+    wanted = [batch, batch * 2, batch // 2, batch * 4, batch // 4]
+    return _choices(*[b for b in wanted if b >= 1 and effective % b == 0])
+
+
+def derive_space(source: SourceConfig) -> SearchSpace:
+    """The knobs that decide stability and speed, searched around the user's values; everything else of their
+    config fixed. Their own value is always one of the choices (or inside the range), so trial 0 is a point of it."""
+    entry = source.entry
+    eff = {**source.effective, **source.params}
+    fixed = {k: v for k, v in source.params.items() if k != "precision"}
+    if source.params.get("use_peft"):
+        fixed.pop("use_peft")  # searched below
+    params: dict[str, Any] = {}
+    mine = source.params["precision"]
+    params["precision"] = {"type": "categorical", "choices": _choices(mine, *precisions.NAMES)}
+    lr = float(eff.get("learning_rate") or 1e-5)
+    params["learning_rate"] = {"type": "float", "low": lr / LR_DOWN, "high": lr * LR_UP, "log": True}
+    clip = eff.get("max_grad_norm")
+    params["max_grad_norm"] = {"type": "categorical", "choices": _choices(clip, 0.3, 1.0)}
+    warm = eff.get("warmup_steps", 0) or 0
+    params["warmup_steps"] = {"type": "categorical", "choices": _choices(warm, 0, 0.1)}
+    batch = int(eff.get("per_device_train_batch_size") or 8)
+    accumulation = int(eff.get("gradient_accumulation_steps") or 1)
+    effective_batch = batch * accumulation
+    params["per_device_train_batch_size"] = {"type": "categorical",
+                                             "choices": _batch_choices(batch, effective_batch)}
+    if source.params.get("use_peft"):
+        # LoRA's rank and scale around theirs, and LoRA itself: on a small model a full fine-tune learns where
+        # LoRA does not move the reward
+        r, alpha = int(eff.get("lora_r") or 16), int(eff.get("lora_alpha") or 32)
+        params["use_peft"] = {"type": "categorical", "choices": [True, False]}
+        lora = {"use_peft": True}
+        params["lora_r"] = {"type": "categorical", "choices": _choices(r, max(1, r // 2), r * 2), "when": lora}
+        params["lora_alpha"] = {"type": "categorical", "choices": _choices(alpha, max(1, alpha // 2), alpha * 2),
+                                "when": lora}
+    if "loss_type" in entry.config_fields():
+        shipped = _shipped_choices(entry, "loss_type")
+        theirs = eff.get("loss_type")
+        if isinstance(theirs, str) and any(isinstance(c, list) for c in shipped):
+            theirs = [theirs]  # DPO's loss_type is a list of losses
+        params["loss_type"] = {"type": "categorical", "choices": _choices(theirs, *shipped)}
+    if entry.uses_reward_funcs and eff.get("temperature") is not None:
+        # GRPO learns from the reward's spread within a group: sampling temperature is what makes one
+        params["temperature"] = {"type": "categorical", "choices": _choices(float(eff["temperature"]), 1.0)}
+    for name in params:
+        fixed.pop(name, None)
+    fixed.pop("gradient_accumulation_steps", None)  # follows from the batch size: the same effective batch
+    raw = {"trainer": entry.name, "description": f"derived from {source.path}", "fixed": fixed, "params": params,
+           "effective_batch": effective_batch}
+    return parse_space(raw, f"{source.path} (derived space)")
+
+
+def _shipped_choices(entry: trainers.Adapter, name: str) -> list:
+    from tuner.config.space import load_space
+
+    param = load_space(None, entry.name).params.get(name)
+    return list(param.choices) if isinstance(param, CategoricalParam) else []
+
+
+def narrowed(derived: SearchSpace, space: SearchSpace) -> SearchSpace:
+    """The derived space with a ``--search-space`` file's params and fixed values put over it."""
+    params = {**derived.params, **space.params}
+    fixed = {k: v for k, v in {**derived.fixed, **space.fixed}.items() if k not in params}
+    for name in space.fixed:
+        params.pop(name, None)
+    effective_batch = derived.effective_batch
+    if "gradient_accumulation_steps" in params or "gradient_accumulation_steps" in space.fixed:
+        effective_batch = None  # the file decides the accumulation itself
+    elif "per_device_train_batch_size" in space.fixed or "per_device_train_batch_size" in space.params:
+        fixed_batch = fixed.get("per_device_train_batch_size")
+        choices = [fixed_batch] if fixed_batch is not None else list(getattr(params["per_device_train_batch_size"],
+                                                                             "choices", []))
+        if any(not isinstance(b, int) or effective_batch % b for b in choices):
+            raise TunerError(f"{space.source}: per_device_train_batch_size: each value must divide the effective "
+                             f"batch {effective_batch} of the --from config, or set gradient_accumulation_steps too")
+        if fixed_batch is not None:
+            fixed["gradient_accumulation_steps"] = effective_batch // fixed_batch
+            effective_batch = None
+    raw = {"trainer": derived.trainer, "description": f"{derived.description}, narrowed by {space.source}",
+           "fixed": fixed, "params": {k: p.model_dump(exclude_none=True) for k, p in params.items()},
+           "effective_batch": effective_batch}
+    result = parse_space(raw, f"{space.source} over {derived.source}")
+    return result
+
+
+def space_yaml(space: SearchSpace) -> str:
+    """The space as a YAML file `--search-space` reads back."""
+    import yaml
+
+    data = space.model_dump(exclude_none=True, exclude_defaults=True)
+    head = {"trainer": space.trainer, **{k: v for k, v in data.items() if k not in ("trainer", "params")}}
+    lines = [yaml.safe_dump(head, sort_keys=False, default_flow_style=None, width=110).rstrip(), "params:"]
+    for name, param in data["params"].items():  # one line per param: what is searched reads at a glance
+        lines.append(f"  {name}: " + yaml.safe_dump(param, sort_keys=False, default_flow_style=True,
+                                                    width=10**6).strip())
+    return "\n".join(lines) + "\n"
+
+
+# The order single changes are tried in, by what trial 0 (their config) did. Unstable: the precision and the step
+# size downwards first (the commonest causes of a config that breaks outright), then GRPO's sampling temperature,
+# the loss variant, clipping, warm-up, the batch split, LoRA. Stable but not learning: the step size upwards first.
+# Stable and learning: only the knobs that change tokens/s.
+UNSTABLE_ORDER = ("precision", "learning_rate", "temperature", "loss_type", "max_grad_norm", "warmup_steps",
+                  "per_device_train_batch_size", "lora_r", "lora_alpha", "use_peft")
+NOT_LEARNING_ORDER = ("learning_rate", "use_peft", "temperature", "loss_type", "lora_alpha", "lora_r", "warmup_steps",
+                      "max_grad_norm", "precision", "per_device_train_batch_size")
+NEIGHBOUR_SHARE = 2 / 3  # of the trials after trial 0 spent on single changes; the sampler draws the rest
+
+
+def _sig(value: float) -> float:
+    return float(f"{value:.2g}")
+
+
+def neighbours(space: SearchSpace, first: dict[str, Any], record: dict[str, Any]) -> list[dict[str, Any]]:
+    """Trial 0 with one searched param changed, each alternative once, taken round-robin (the first alternative of
+    every param, then the second ...) in the order trial 0's ``record`` calls for: the smallest changes, tried
+    before any combination of them."""
+    ok, learned = record.get("status") == Status.OK, bool(record.get("learned"))
+    if ok and learned:
+        order, factors = SPEED_KNOBS, ()
+    elif ok or record.get("status") == Status.COLLAPSED:
+        order, factors = NOT_LEARNING_ORDER, (LR_UP, 3.0, 1 / 3)
+    else:
+        order, factors = UNSTABLE_ORDER, (1 / LR_DOWN, 1 / 3, 3.0)
+    options: list[list[dict[str, Any]]] = []
+    for name in order:
+        if name not in space.params or name not in first:
+            continue
+        param, mine = space.params[name], first[name]
+        if isinstance(param, FloatParam):
+            values = [v for v in (_sig(mine * f) for f in factors) if param.low <= v <= param.high and v != mine]
+        elif isinstance(param, CategoricalParam):
+            values = [c for c in param.choices if c != mine]
+        else:
+            values = []
+        options.append([{**first, name: v} for v in values])
+    out = []
+    for round_ in range(max((len(o) for o in options), default=0)):
+        out += [o[round_] for o in options if round_ < len(o)]
+    return out
+
+
+def neighbour_count(n_trials: int) -> int:
+    """How many of a search's trials after trial 0 are single changes (NEIGHBOUR_SHARE of them)."""
+    return math.ceil((n_trials - 1) * NEIGHBOUR_SHARE)
+
+
+def trial0(space: SearchSpace, source: SourceConfig) -> dict[str, Any]:
+    """Trial 0's values of the space's searched params (what the study is given first)."""
+    values = {}
+    for name, param in space.params.items():
+        if name in source.params:
+            value = source.params[name]
+        elif name in source.effective:
+            value = source.effective[name]
+        else:
+            continue
+        if isinstance(param, FloatParam):
+            value = float(value)
+            if not (param.low <= value <= param.high) or not math.isfinite(value):
+                continue
+        elif isinstance(param, CategoricalParam) and value not in param.choices:
+            if [value] not in param.choices:
+                continue
+            value = [value]  # DPO's loss_type written as one name
+        values[name] = value
+    return values
