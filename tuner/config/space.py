@@ -303,20 +303,18 @@ def shipped_space_path(trainer: str) -> Path:
     return trainers.adapter(trainer).default_space
 
 
-def load_space(path: str | Path | None = None, trainer: str | None = None) -> SearchSpace:
-    """Read and validate a space file; ``None`` means the shipped space for ``trainer``."""
-    if path is None:
-        path = shipped_space_path(trainer)
-    path = Path(path)
-    where = str(path)
+def read_yaml_file(path: Path, where: str, what: str, missing: str) -> tuple[Any, str]:
+    """A YAML file's data and text, read as tuner reads every file a user writes (``load_yaml``: 2e-4 is a number,
+    a key written twice is an error). Anything wrong is one TunerError naming ``where``; ``missing`` says how to
+    fix a file that is not there."""
     try:
         text = path.read_text()
     except FileNotFoundError:
-        raise TunerError(f"{where}: search space file not found; pass an existing YAML file to --search-space") from None
+        raise TunerError(f"{where}: {what} not found; {missing}") from None
     except (IsADirectoryError, PermissionError, UnicodeDecodeError) as e:
-        raise TunerError(f"{where}: cannot read the search space file ({type(e).__name__}); pass a readable YAML file") from None
+        raise TunerError(f"{where}: cannot read the {what} ({type(e).__name__}); pass a readable YAML file") from None
     try:
-        raw = load_yaml(text)
+        return load_yaml(text), text
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -324,6 +322,15 @@ def load_space(path: str | Path | None = None, trainer: str | None = None) -> Se
         if problem.startswith("duplicate key"):
             raise TunerError(f"{where}: {problem}{at}; keep only one of them") from None
         raise TunerError(f"{where}: malformed YAML{at}: {problem}") from None
+
+
+def load_space(path: str | Path | None = None, trainer: str | None = None) -> SearchSpace:
+    """Read and validate a space file; ``None`` means the shipped space for ``trainer``."""
+    if path is None:
+        path = shipped_space_path(trainer)
+    path = Path(path)
+    where = str(path)
+    raw, _ = read_yaml_file(path, where, "search space file", "pass an existing YAML file to --search-space")
     space = parse_space(raw, where)
     if trainer is not None and space.trainer != trainer:
         raise TunerError(

@@ -30,7 +30,7 @@ from typing import Any
 
 from tuner.config import precision as precisions
 from tuner.config import trainers
-from tuner.config.space import CategoricalParam, FloatParam, SearchSpace, load_yaml, parse_space
+from tuner.config.space import CategoricalParam, FloatParam, SearchSpace, parse_space, read_yaml_file
 from tuner.errors import TunerError
 from tuner.records import Status
 
@@ -165,18 +165,7 @@ def read_config(path: str | Path, trainer: str | None = None) -> SourceConfig:
     """Read and check a `trl <trainer> --config` file; raises TunerError naming the file and key."""
     where = str(path)
     file = Path(path).expanduser()
-    try:
-        text = file.read_text()
-    except FileNotFoundError:
-        raise TunerError(f"{where}: config file not found; pass the YAML you give `trl <trainer> --config`") from None
-    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as e:
-        raise TunerError(f"{where}: cannot read it ({type(e).__name__}); pass a readable YAML file") from None
-    try:
-        raw = load_yaml(text)
-    except Exception as e:  # noqa: BLE001 - yaml's errors: one line with where
-        mark = getattr(e, "problem_mark", None)
-        at = f" at line {mark.line + 1}" if mark else ""
-        raise TunerError(f"{where}: malformed YAML{at}: {getattr(e, 'problem', None) or e}") from None
+    raw, text = read_yaml_file(file, where, "config file", "pass the YAML you give `trl <trainer> --config`")
     if not isinstance(raw, dict) or not raw:
         raise TunerError(f"{where}: a TRL config must be a YAML mapping of settings (model_name_or_path: ..., "
                          "learning_rate: ...)")
