@@ -39,10 +39,10 @@ def resume_options(options) -> tuple[Any, str]:
                          "start a new one with tuner search")
     p = run.data.params
     from_config = p.get("from_config")
-    from_config = None if from_config in (None, "None", "") else from_config
+    from_config = None if from_config in (None, "None", "null", "") else from_config  # how a None param is logged
     space = p["search_space"]
     if from_config is not None:  # its space is derived from the file again; a --search-space narrowed it
-        space = None if space in ("None", "") else space
+        space = None if space in ("None", "null", "") else space
     resumed = dataclasses.replace(
         options,
         trainer=p["trainer"], model=p["model"], sampler=p["sampler"], trials=int(p["trials"]),
