@@ -18,7 +18,7 @@ from tuner.errors import describe_exception, quiet_libraries
 from tuner.records import NO_STOP_STEP, Status, TrialResult
 from tuner.trial._faults import fault_hook
 from tuner.trial._spec import TrialSpec
-from tuner.trial.measure import is_oom, peak_memory_mb, samples_per_step, throughput
+from tuner.trial.measure import is_oom, peak_memory_mb, reset_peak_memory, samples_per_step, throughput
 from tuner.verdicts.learning import judge_learning
 
 _NON_FINITE_SAMPLING = "probability tensor contains either `inf`, `nan` or element < 0"
@@ -42,6 +42,7 @@ def _run_in(spec: TrialSpec, workdir: Path, metrics_path) -> TrialResult:
     from tuner.trial.trainer import build_trainer
 
     started = time.perf_counter()
+    reset_peak_memory()
     try:
         quiet_libraries()
         workdir.mkdir(parents=True, exist_ok=True)

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from tuner.config.trainers import Adapter
@@ -37,7 +38,22 @@ def peak_memory_mb() -> float:
 
     if torch.cuda.is_available() and torch.cuda.max_memory_allocated() > 0:
         return torch.cuda.max_memory_allocated() / 2**20
+    try:  # the peak since reset_peak_memory(): ru_maxrss keeps the forking parent's peak, even across exec
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024  # KiB
+    except OSError:
+        pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
+
+
+def reset_peak_memory() -> None:
+    """Start this process's peak resident set afresh (Linux: VmHWM, by /proc/self/clear_refs), so a trial run in a
+    process that was larger before (a test runner, a forked launcher) reports its own peak."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        pass
 
 
 def is_oom(error: BaseException) -> bool:
