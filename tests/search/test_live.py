@@ -28,7 +28,7 @@ import pytest
 from tuner.records import Status
 from tuner.report.progress import Progress, resume_command
 from tuner.stores import tracking
-from tuner.trial._isolation import MetricsTail
+from tuner.trial._files import MetricsTail
 
 # The cheapest real trials (tests/search/test_reliability.py's space): SFT on the tiny model, batch 2, 32 tokens.
 SPACE = """trainer: sft

@@ -16,7 +16,7 @@ from tuner.errors import TunerError
 # The trial's own process then dies (or raises) at the end of that optimizer step; "nan" instead
 # poisons the trainable weights, a real divergence for the guard to catch on the next step; "slow" makes every
 # step from that one on take SLOW_STEP_S longer (a trial that must still be running when the driver decides).
-# TUNER_FAULT_WHEN="key=value[,key=value]" limits it to trials whose params (or seed) match.
+# TUNER_FAULT_WHEN="key=value[,key=value]" limits it to trials whose params (or seed, or rank) match.
 FAULT_ENV = "TUNER_FAULT"
 FAULT_WHEN_ENV = "TUNER_FAULT_WHEN"
 _FAULTS = {"sigfpe": signal.SIGFPE, "sigsegv": signal.SIGSEGV, "sigkill": signal.SIGKILL}
@@ -33,7 +33,8 @@ def parse_fault(fault: str, where: str) -> tuple[str, int]:
 
 
 def _fault_applies(spec, when: str) -> bool:
-    values = {**spec.params, "seed": spec.seed, "trainer": spec.trainer}
+    # rank: the process's rank in a distributed trial (tuner.trial.ranks), 0 in a one-process trial
+    values = {**spec.params, "seed": spec.seed, "trainer": spec.trainer, "rank": int(os.environ.get("RANK") or 0)}
     for condition in filter(None, when.split(",")):
         key, _, expected = condition.partition("=")
         if key.strip() not in values or values[key.strip()] != yaml.safe_load(expected):

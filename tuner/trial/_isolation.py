@@ -10,13 +10,13 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sys
 import time
 from pathlib import Path
 from typing import Any, Callable
 
 from tuner.errors import describe_exception
 from tuner.records import Status, TrialResult
+from tuner.trial._files import MetricsTail, output_tail, output_to, read_metrics
 from tuner.trial._run import run_trial
 from tuner.trial._spec import TrialSpec
 from tuner.trial.launcher import LOG_NAME
@@ -34,7 +34,7 @@ def _child(spec_dict: dict, workdir: str, environment: dict[str, str] | None = N
         for key in [key for key in os.environ if key.startswith("TUNER_") and key not in environment]:
             del os.environ[key]
         os.environ.update(environment)
-        _output_to(Path(workdir) / LOG_NAME)  # as the launcher's children do: a crash's last words are kept
+        output_to(Path(workdir) / LOG_NAME)  # as the launcher's children do: a crash's last words are kept
     started = time.perf_counter()
     try:
         spec = TrialSpec(**spec_dict)
@@ -42,35 +42,10 @@ def _child(spec_dict: dict, workdir: str, environment: dict[str, str] | None = N
     except (Exception, SystemExit) as error:  # noqa: BLE001 - told as the trial's reason, not lost in Ray's logs
         result = TrialResult.crashed(describe_exception(error),
                              wall_seconds=time.perf_counter() - started)
-    (Path(workdir) / "result.json").write_text(json.dumps(result.summary(), allow_nan=True))
-
-
-def _output_to(log: Path) -> None:
-    """This process's stdout and stderr (its C libraries' too: file descriptors 1 and 2) appended to ``log``."""
-    log.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    for stream in (sys.stdout, sys.stderr):
-        stream.flush()
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
-    os.close(fd)
-
-
-# What is kept of a dead process's output: its last lines, enough for a traceback or a CUDA error's context.
-OUTPUT_TAIL_LINES = 60
-OUTPUT_TAIL_CHARS = 8000
-
-
-def output_tail(log: Path) -> str:
-    """The end of a trial process's output (``LOG_NAME`` in its workdir): its last lines, "" when it printed none."""
-    try:
-        with log.open("rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - 4 * OUTPUT_TAIL_CHARS))
-            data = f.read().decode("utf-8", errors="replace")
-    except OSError:
-        return ""
-    return "\n".join(data.splitlines()[-OUTPUT_TAIL_LINES:])[-OUTPUT_TAIL_CHARS:]
+    summary = result.summary()
+    if result.output:  # a distributed trial's dead rank: its last words (a one-process trial's are read by the parent)
+        summary["output"] = result.output
+    (Path(workdir) / "result.json").write_text(json.dumps(summary, allow_nan=True))
 
 
 _context = None
@@ -186,42 +161,3 @@ def _follow(process, tail: "MetricsTail", on_rows, poll: float, deadline: float 
     rows = tail.read()  # also when it had ended before the first look
     if rows:
         on_rows(rows)
-
-
-class MetricsTail:
-    """The rows appended to a metrics.jsonl since the last ``read()``: whole lines only (a line the child is
-    still writing waits for the next read), each row once."""
-
-    def __init__(self, path: Path):
-        self.path, self.offset = Path(path), 0
-
-    def read(self) -> list[dict[str, Any]]:
-        try:
-            with self.path.open("rb") as f:
-                f.seek(self.offset)
-                data = f.read()
-        except FileNotFoundError:
-            return []
-        end = data.rfind(b"\n") + 1
-        rows = []
-        for line in data[:end].splitlines():
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                break  # cannot happen for whole lines the monitor wrote; never hand on a bad row
-        self.offset += end
-        return rows
-
-
-def read_metrics(path: Path) -> list[dict[str, Any]]:
-    if not path.exists():
-        return []
-    rows = []
-    for line in path.read_text().splitlines():
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            break  # a line cut short by the process dying mid-write
-    return rows
-
-

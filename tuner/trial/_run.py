@@ -22,12 +22,21 @@ from tuner.trial.measure import is_oom, peak_memory_mb, reset_peak_memory, sampl
 from tuner.verdicts.learning import judge_learning
 
 _NON_FINITE_SAMPLING = "probability tensor contains either `inf`, `nan` or element < 0"
+_SAMPLING_DIVERGED = "sampling from the policy hit non-finite probabilities"
 
 
 def run_trial(spec: TrialSpec, workdir: str | os.PathLike | None = None, metrics_path=None) -> TrialResult:
     """Train one trial in this process and classify it. Bad configs come back as ``invalid``,
     exceptions as ``crashed``/``oom``; only a dying process escapes (see run_trial_isolated).
-    Without ``workdir``, TRL's output folder is a temporary one, removed when the trial ends."""
+    Without ``workdir``, TRL's output folder is a temporary one, removed when the trial ends. A spec of
+    several ``ranks`` runs as that many processes (tuner.trial.ranks), this one their agent."""
+    if spec.ranks > 1:
+        from tuner.trial.ranks import run_ranks
+
+        if workdir is not None:
+            return run_ranks(spec, workdir, metrics_path)
+        with tempfile.TemporaryDirectory(prefix="tuner-trial-", ignore_cleanup_errors=True) as scratch:
+            return run_ranks(spec, scratch, metrics_path)
     if workdir is not None:
         return _run_in(spec, Path(workdir), metrics_path)
     with tempfile.TemporaryDirectory(prefix="tuner-trial-", ignore_cleanup_errors=True) as scratch:
@@ -72,6 +81,9 @@ def _run_in(spec: TrialSpec, workdir: Path, metrics_path) -> TrialResult:
             result.status, result.reason = Status.INVALID, f"{type(e).__name__}: {_first_line(e)}"
             return result
         monitor.trainer = trainer
+        if int(os.environ.get("WORLD_SIZE") or 1) > 1:  # a rank's log says what kind of job it is part of
+            print(f"rank {os.environ.get('RANK')} of {os.environ['WORLD_SIZE']}: "
+                  f"{trainer.accelerator.distributed_type.value}, fsdp: {trainer.is_fsdp_enabled}", flush=True)
         trainer.train()
     except Exception as e:  # noqa: BLE001 - any training failure is this trial's outcome, not the search's
         result.status = Status.OOM if is_oom(e) else Status.CRASHED
@@ -80,7 +92,7 @@ def _run_in(spec: TrialSpec, workdir: Path, metrics_path) -> TrialResult:
             # GRPO samples from the policy: once its weights are NaN, sampling raises before any
             # loss is logged. That is the trial diverging, not the process crashing.
             result.status, result.guard_signal = Status.DIVERGED, "non_finite"
-            result.reason = f"sampling from the policy hit non-finite probabilities ({result.reason})"
+            result.reason = f"{_SAMPLING_DIVERGED} ({result.reason})"
     finally:
         monitor.close()
         result.history = monitor.history
@@ -100,13 +112,20 @@ def _run_in(spec: TrialSpec, workdir: Path, metrics_path) -> TrialResult:
         result.stopped_at_step = monitor.step_times[-1][0]
     elif result.status == Status.DIVERGED and monitor.verdict is None:  # failed inside the step after the last one
         result.stopped_at_step = (monitor.step_times[-1][0] if monitor.step_times else 0) + 1
-    result.tokens_per_second, result.samples_per_second = throughput(
-        monitor.history, monitor.step_times, spec.warmup_steps, samples_per_step(spec.params))
+    ranks = int(os.environ.get("WORLD_SIZE") or 1)  # a rank of a data-parallel job: every rank takes a batch
+    result.tokens_per_second, result.samples_per_second = throughput(  # num_tokens: TRL counts every rank's
+        monitor.history, monitor.step_times, spec.warmup_steps, samples_per_step(spec.params) * ranks)
     learning = judge_learning(entry, monitor.history)
     result.progress, result.progress_p_value, result.learned = learning.effect, learning.p_value, learning.learned
     if result.status == Status.OK and monitor.guard.notes:
         result.reason = "; ".join(monitor.guard.notes)  # e.g. the reward saturated: worth saying, not a failure
     return result
+
+
+def broke_off(result: TrialResult) -> bool:
+    """Whether training ended by an exception rather than at its last step or the guard's: in a distributed
+    trial (tuner.trial.ranks) such a rank must fail, or the others would wait for it in their next collective."""
+    return result.status in (Status.CRASHED, Status.OOM) or result.reason.startswith(_SAMPLING_DIVERGED)
 
 
 def _memory_estimate_mb(spec: TrialSpec, model_path: str, device: str) -> float | None:

@@ -34,6 +34,7 @@ class TrialSpec:
     seed: int = 0
     warmup_steps: int = 2  # steps excluded from speed figures: first steps pay for allocation and caching
     fault: str | None = None  # see FAULT_ENV
+    ranks: int = 1  # processes of one data-parallel job (tuner.trial.ranks): one per GPU, or gloo processes on a CPU
 
     @property
     def entry(self) -> trainers.Adapter:
@@ -70,6 +71,7 @@ class _TrialConfig(BaseModel):
     seed: StrictInt = Field(_DEFAULTS["seed"], ge=0)
     warmup_steps: StrictInt = Field(_DEFAULTS["warmup_steps"], ge=0)
     fault: StrictStr | None = _DEFAULTS["fault"]
+    ranks: StrictInt = Field(_DEFAULTS["ranks"], ge=1)
 
     @field_validator("trainer")
     @classmethod
@@ -102,8 +104,8 @@ def _describe(error) -> str:
         return f"trainer: unknown trainer {got!r}; choose one of {', '.join(trainers.ADAPTERS)}"
     if loc == ["params"]:
         return f"params: must be a mapping of parameter names to values (got {got!r})"
-    if loc[0] in ("max_steps", "seed", "warmup_steps"):
-        low = 1 if loc[0] == "max_steps" else 0
+    if loc[0] in ("max_steps", "seed", "warmup_steps", "ranks"):
+        low = 1 if loc[0] in ("max_steps", "ranks") else 0
         return f"{key}: must be a whole number >= {low}, got {got!r}"
     if loc[0] == "reward_funcs":
         return f"{key}: must be a list of reward function names (got {got!r})"
