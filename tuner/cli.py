@@ -185,7 +185,6 @@ def _write(path: str, text: str) -> None:
 
 
 def cmd_search(args) -> int:
-    from tuner.report import export
     from tuner.search import driver as search
 
     _check_output(args.output)
@@ -195,8 +194,8 @@ def cmd_search(args) -> int:
     print(search.results_table([*outcome.records, *outcome.search.get("extensions", [])]))
     print(search.summary_text(outcome))
     if args.output and outcome.trl_config:
-        _write(args.output, export.render_export(outcome.search, outcome.experiment, outcome.parent_run_id))
-        print(f"wrote {args.output}")
+        for path in _write_export(args.output, outcome.search, outcome.experiment, outcome.parent_run_id):
+            print(f"wrote {path}")
     return search_exit_code(outcome.records, outcome.recommended)
 
 
@@ -245,13 +244,25 @@ def cmd_export(args) -> int:
     best = search["recommended"]
     search = export.with_overrides(search, {"max_length": args.max_length,
                                             "max_completion_length": args.max_completion_length})
-    text = export.render_export(search, args.experiment, run.info.run_id, args.format)
     if args.output:
-        _write(args.output, text)
-        print(f"wrote {args.output} (trial {best['number']} of run {run.info.run_id})", file=sys.stderr)
+        for path in _write_export(args.output, search, args.experiment, run.info.run_id, args.format):
+            print(f"wrote {path} (trial {best['number']} of run {run.info.run_id})", file=sys.stderr)
     else:
-        sys.stdout.write(text)
+        sys.stdout.write(export.render_export(search, args.experiment, run.info.run_id, args.format))
     return 0
+
+
+def _write_export(output: str, search, experiment: str, run_id: str, fmt: str = "yaml") -> list[str]:
+    """The exported TRL config, and beside it the accelerate config of a search whose trials had several ranks."""
+    from tuner.report import export
+
+    launch = export.render_launch(search)
+    beside = export.launch_path(output) if launch is not None else None
+    _write(output, export.render_export(search, experiment, run_id, fmt, beside.name if beside else None))
+    if beside is None:
+        return [output]
+    _write(str(beside), launch)
+    return [output, str(beside)]
 
 
 def cmd_ui(args) -> int:

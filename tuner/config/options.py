@@ -124,6 +124,14 @@ class SearchOptions:
                   "default_help": "packed by memory: the share of a GPU the largest config of the space needs "
                   "(tuner.trial.memory); CPU trials on a machine without GPUs", "rule": NOT_NEGATIVE},
     )
+    processes_per_trial: int | None = field(
+        default=None,
+        metadata={"help": "processes per trial: each trial is one data-parallel training job (DDP; FSDP with the "
+                  "space's sharding: fsdp), started by torch's elastic launcher (torchrun's engine); on GPUs one "
+                  "process per GPU, on a CPU gloo processes sharing the trial's CPUs",
+                  "default_help": "--gpus-per-trial when it is 2 or more, else 1; more when the memory plan finds "
+                  "that a config fits no single GPU", "rule": AT_LEAST_1, "metavar": "N"},
+    )
     ray_address: str | None = field(
         default=None,
         metadata={"help": "join an existing Ray cluster", "default_help": "start Ray locally"},

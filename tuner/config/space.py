@@ -258,6 +258,12 @@ class SearchSpace(BaseModel):
             return [self.fixed.get("precision", precision.DEFAULT)]
         return list(_values(p))
 
+    def values_of(self, name: str) -> list[Any]:
+        """The values a categorical or fixed param takes ([] when the space does not set it)."""
+        if name in self.params and not isinstance(self.params[name], (FloatParam, IntParam)):
+            return list(_values(self.params[name]))
+        return [self.fixed[name]] if name in self.fixed else []
+
     def without_precisions(self, dropped: list[str]) -> "SearchSpace":
         """A copy whose precision choices exclude ``dropped`` (the hardware cannot run them)."""
         p = self.params.get("precision")

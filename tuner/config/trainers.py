@@ -29,7 +29,13 @@ TUNER_PARAM_TYPES: dict[str, Any] = {
     "lora_alpha": int,
     "lora_dropout": float,
     "lora_target_modules": Union[str, list[str]],
+    # How a trial of several ranks (tuner.trial.ranks) holds the model: "none" (DDP: every rank a whole copy) or
+    # "fsdp" (FSDP2 full sharding: weights, gradients and optimizer state split over the ranks). One rank: no effect.
+    "sharding": Literal["none", "fsdp"],
 }
+# What "sharding: fsdp" sets in TrainingArguments: FSDP2, full shard, each decoder layer (the model's
+# _no_split_modules) its own unit. The export says the same in an accelerate config file (tuner.report.export).
+FSDP_ARGS: dict[str, Any] = {"fsdp": "full_shard auto_wrap", "fsdp_config": {"fsdp_version": 2}}
 LORA_PARAMS = tuple(name for name in TUNER_PARAM_TYPES if name.startswith("lora_"))
 SPACES_DIR = Path(str(importlib.resources.files("tuner.search_spaces")))  # search_spaces/, also in a wheel
 
@@ -123,6 +129,7 @@ class SplitParams:
     use_peft: bool
     lora: dict[str, Any]
     config: dict[str, Any]  # TRL config fields
+    sharding: str = "none"  # "fsdp": FSDP_ARGS go to TrainingArguments when the trial has several ranks
 
 
 def split_params(params: dict[str, Any]) -> SplitParams:
@@ -130,7 +137,8 @@ def split_params(params: dict[str, Any]) -> SplitParams:
     precision = precisions.precision(params.pop("precision", precisions.DEFAULT)).name
     use_peft = bool(params.pop("use_peft", False))
     lora = {k: params.pop(k) for k in LORA_PARAMS if k in params}
-    return SplitParams(precision, use_peft, lora, params)
+    sharding = str(params.pop("sharding", "none"))
+    return SplitParams(precision, use_peft, lora, params, sharding)
 
 
 def lora_config_kwargs(entry: Adapter, lora: dict[str, Any]) -> dict[str, Any]:

@@ -32,8 +32,8 @@ from tuner.config.trainers import Adapter, adapter
 from tuner.errors import TunerError
 from tuner.records import SearchSummary
 
-__all__ = ["LENGTH_FIELDS", "MEASURE_ROWS", "PERCENTILE", "build", "harness_lengths", "measure_max_length",
-           "render_export", "with_overrides"]
+__all__ = ["LENGTH_FIELDS", "MEASURE_ROWS", "PERCENTILE", "build", "harness_lengths", "launch_config",
+           "launch_path", "measure_max_length", "render_export", "render_launch", "with_overrides"]
 
 # The sequence-length settings of TRL's configs (TRL 1.16: max_length for dpo/kto/reward/sft,
 # max_completion_length for grpo); max_prompt_length is listed for TRL versions that have it.
@@ -229,7 +229,53 @@ def with_overrides(search: SearchSummary, overrides: dict[str, int | None]) -> S
     return {**search, "export": export, "trl_config": _apply_lengths(search["trl_config"], lengths)}
 
 
-def header(search: SearchSummary, experiment: str, run_id: str) -> str:
+# -- a trial of several processes: how to launch it ---------------------------------------------------------
+
+
+def launch_config(search: SearchSummary) -> dict[str, Any] | None:
+    """The accelerate config that launches the recommended run as its trials ran, one process per GPU (DDP, or
+    FSDP2 full sharding when the trial had ``sharding: fsdp``); None for a one-process search. TRL's CLI takes
+    it as ``--accelerate_config FILE`` (it is ``accelerate launch`` underneath)."""
+    from tuner.config import precision as precisions
+
+    ranks = int((search.get("plan") or {}).get("ranks") or 1)
+    if ranks <= 1 or not search.get("recommended"):
+        return None
+    params = search["recommended"]["params"]
+    mixed = {"bf16-mixed": "bf16", "fp16-mixed": "fp16"}.get(params.get("precision", precisions.DEFAULT), "no")
+    config: dict[str, Any] = {
+        "compute_environment": "LOCAL_MACHINE", "distributed_type": "MULTI_GPU", "num_machines": 1,
+        "num_processes": ranks, "machine_rank": 0, "mixed_precision": mixed, "gpu_ids": "all",
+        "rdzv_backend": "static", "same_network": True, "use_cpu": False, "main_training_function": "main"}
+    if params.get("sharding") == "fsdp":  # as TRL's own accelerate_configs/fsdp2.yaml, for the trial's ranks
+        config["distributed_type"] = "FSDP"
+        config["fsdp_config"] = {
+            "fsdp_version": 2, "fsdp_auto_wrap_policy": "TRANSFORMER_BASED_WRAP", "fsdp_reshard_after_forward": True,
+            "fsdp_state_dict_type": "FULL_STATE_DICT", "fsdp_cpu_ram_efficient_loading": True,
+            "fsdp_offload_params": False, "fsdp_activation_checkpointing": False}
+    return config
+
+
+def launch_path(output: str | Path) -> Path:
+    """Where the accelerate config goes beside an exported file: recommended.yaml -> recommended.accelerate.yaml."""
+    output = Path(output)
+    return output.with_name(f"{output.stem}.accelerate.yaml")
+
+
+def render_launch(search: SearchSummary) -> str | None:
+    import yaml
+
+    config = launch_config(search)
+    if config is None:
+        return None
+    ranks = config["num_processes"]
+    how = "FSDP2, full shard" if config["distributed_type"] == "FSDP" else "DDP"
+    return (f"# accelerate config written by tuner export: {ranks} processes ({how}), as the search's trials ran.\n"
+            f"# On a CPU (gloo processes): add --use_cpu true to the trl command.\n"
+            + yaml.safe_dump(config, sort_keys=False))
+
+
+def header(search: SearchSummary, experiment: str, run_id: str, launch: str | None = None) -> str:
     """The comment at the top of the exported YAML: where it comes from, the rule, each length and why."""
     best = search["recommended"]
     config = search["trl_config"]
@@ -241,13 +287,23 @@ def header(search: SearchSummary, experiment: str, run_id: str) -> str:
         value = length["value"] if length["value"] is not None else "not set"
         lines.append(f"{length['name']}: {value}: {length['why']}.")
     lines += export.get("notes") or []
-    lines.append(f"Run: trl {search['trainer']} --config THIS_FILE"
-                 + ("" if "dataset_name" in config else " --dataset_name YOUR_DATASET"))
+    dataset = "" if "dataset_name" in config else " --dataset_name YOUR_DATASET"
+    if launch_config(search) is None:
+        lines.append(f"Run: trl {search['trainer']} --config THIS_FILE{dataset}")
+    else:
+        ranks = launch_config(search)["num_processes"]
+        lines.append(f"The trials ran as {ranks} processes, one per GPU; "
+                     + (f"{launch} holds how to launch them." if launch else
+                        "export with -o FILE to get the accelerate config that launches them beside it."))
+        lines.append(f"Run: trl {search['trainer']} --config THIS_FILE --accelerate_config {launch or 'ACCELERATE.yaml'}"
+                     f"{dataset}")
     return "\n".join(lines)
 
 
-def render_export(search: SearchSummary, experiment: str, run_id: str, fmt: str = "yaml") -> str:
-    """The text `tuner export` writes: YAML with the header comment, or the bare config as JSON."""
+def render_export(search: SearchSummary, experiment: str, run_id: str, fmt: str = "yaml",
+                  launch: str | None = None) -> str:
+    """The text `tuner export` writes: YAML with the header comment, or the bare config as JSON. ``launch``: the
+    name of the accelerate config written beside it (render_launch), for a search whose trials had several ranks."""
     from tuner.verdicts import recommend
 
     fixed = search.get("fix")
@@ -259,5 +315,5 @@ def render_export(search: SearchSummary, experiment: str, run_id: str, fmt: str 
 
         return fix.render_fix(fixed, experiment, run_id)
     config = {k: v for k, v in search["trl_config"].items() if k != "use_cpu"}  # searches before this rule
-    return recommend.render(config, fmt, header=header({**search, "trl_config": config}, experiment, run_id)
+    return recommend.render(config, fmt, header=header({**search, "trl_config": config}, experiment, run_id, launch)
                             if fmt == "yaml" else "")

@@ -14,6 +14,7 @@ import concurrent.futures
 import dataclasses
 import datetime as dt
 import json
+import math
 import socket
 import time
 from dataclasses import dataclass, field
@@ -82,9 +83,32 @@ def hardware_precisions(gpus_per_trial: float | None) -> dict[str, str]:
 
     from tuner.config import precision
 
-    on_gpu = torch.cuda.device_count() > 0 if gpus_per_trial is None else gpus_per_trial > 0
+    on_gpu = _on_gpu(gpus_per_trial)
     bf16 = torch.cuda.is_bf16_supported() if on_gpu and torch.cuda.is_available() else True
     return precision.unsupported(on_gpu, bf16_supported=bf16)
+
+
+def _on_gpu(gpus_per_trial: float | None) -> bool:
+    import torch
+
+    return torch.cuda.device_count() > 0 if gpus_per_trial is None else gpus_per_trial > 0
+
+
+def trial_ranks(o: SearchOptions) -> int:
+    """Processes per trial the options ask for: --processes-per-trial, else --gpus-per-trial when it is 2 or more
+    (one process per GPU), else 1 (the memory plan may raise it for a config that fits no single GPU)."""
+    gpus = o.gpus_per_trial or 0
+    if gpus > 1 and not float(gpus).is_integer():
+        raise TunerError(f"--gpus-per-trial {gpus:g}: a trial on more than one GPU takes whole GPUs (one process "
+                         f"each); use {math.floor(gpus)} or {math.ceil(gpus)}")
+    if o.processes_per_trial and gpus >= 1 and o.processes_per_trial != int(gpus):
+        raise TunerError(f"--processes-per-trial {o.processes_per_trial} with --gpus-per-trial {gpus:g}: a GPU "
+                         f"trial runs one process per GPU; drop --processes-per-trial or make it {int(gpus)}")
+    if o.processes_per_trial and 0 < gpus < 1 and o.processes_per_trial > 1:
+        raise TunerError(f"--processes-per-trial {o.processes_per_trial} with --gpus-per-trial {gpus:g}: the "
+                         "processes of one trial each need a whole GPU; give --gpus-per-trial "
+                         f"{o.processes_per_trial}")
+    return o.processes_per_trial or (int(gpus) if gpus >= 2 else 1)
 
 
 def _check_ray_address(address: str) -> None:
@@ -148,9 +172,13 @@ def prepare(options: SearchOptions) -> Prepared:
         if torch.cuda.device_count() == 0:
             raise TunerError(f"--gpus-per-trial {o.gpus_per_trial}: this machine has no CUDA GPU; drop the flag "
                              "to run on the CPU, or pass --ray-address of a cluster with GPUs")
+    trial_ranks(o)  # --gpus-per-trial 1.5 or --processes-per-trial that disagrees: said before the slow checks
     check_param_names(space, o.entry.config_fields())
     values.check_space_values(space)  # 2e-4 is a number; a value of the wrong type is refused here
 
+    if "fsdp" in space.values_of("sharding") and not _on_gpu(o.gpus_per_trial):
+        raise TunerError(f"{space.source}: sharding: fsdp needs GPUs (accelerate shards a model over GPU ranks only); "
+                         "on a CPU a trial of several processes runs DDP: remove fsdp from sharding")
     cannot = hardware_precisions(o.gpus_per_trial)
     dropped = [p for p in space.precisions() if p in cannot]
     warnings = [f"precision {p} dropped: {cannot[p]}" for p in dropped]
@@ -361,7 +389,8 @@ def _place(prepared: Prepared, ray):
     o = prepared.options
     cluster = placement.Cluster.of_ray(ray)
     return placement.place(o.entry, prepared.model_path, prepared.space, cluster, cpus_per_trial=o.cpus_per_trial,
-                           gpus_per_trial=o.gpus_per_trial, concurrency=o.concurrency)
+                           gpus_per_trial=o.gpus_per_trial, concurrency=o.concurrency,
+                           processes_per_trial=trial_ranks(o))
 
 
 def _run(prepared, ray, tracker, run_name, study, records, started, echo) -> SearchOutcome:
@@ -429,7 +458,8 @@ def _search(prepared, tracker, study, run_name, records, placement, progress, st
 
     o = prepared.options
     base_spec = TrialSpec(trainer=o.trainer, params={}, model=prepared.model_path, dataset=o.dataset,
-                          reward_funcs=o.reward_funcs, max_steps=o.max_steps, seed=o.seed).to_dict()
+                          reward_funcs=o.reward_funcs, max_steps=o.max_steps, seed=o.seed,
+                          ranks=placement.ranks).to_dict()
     ray_storage = Path(o.store) / "ray"
     echo = progress.say  # a line of its own clears the live status line from a terminal first
     remaining = prepared.n_trials - len(records)

@@ -5,10 +5,11 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from tuner.config import precision as precisions
-from tuner.config.trainers import Adapter, lora_config_kwargs, split_params
+from tuner.config.trainers import FSDP_ARGS, Adapter, lora_config_kwargs, split_params
 from tuner.trial import weights
 
 
@@ -31,8 +32,10 @@ def build_trainer(entry: Adapter, model_path: str, params: dict[str, Any], datas
     )
 
     split = split_params(params)
+    several = int(os.environ.get("WORLD_SIZE") or 1) > 1  # a rank of a distributed trial (tuner.trial.ranks)
     args = {
         **split.config,
+        **(FSDP_ARGS if split.sharding == "fsdp" and several else {}),
         **precisions.PRECISIONS[split.precision].flags,
         **run,
         "logging_steps": 1,
