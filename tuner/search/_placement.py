@@ -13,6 +13,17 @@ estimate is over its per-trial share is reported as ``too_big`` with its numbers
 
 ``--gpus-per-trial`` left out means: on a cluster with GPUs, the plan's share (e.g. 0.2: five trials per GPU);
 with no GPU, CPU trials. Given, it is used as written and the plan only checks it and caps concurrency.
+
+A space whose largest corner fits no single GPU spreads every trial over the fewest GPUs of a node whose FSDP
+shards fit (tuner.trial.memory.gpus_needed), one rank per GPU:
+
+    placement = place(trainer, "Qwen2.5-7B", space, cluster=Cluster(gpus=8, gpu_memory_bytes=80 * 2**30, ...), ...)
+    placement.ranks, placement.sharding     # 4, "fsdp": a trial is 4 processes, one per GPU
+    placement.resources                     # {"cpu": 1, "gpu": 4.0}
+    placement.notes                         # ["a trial spans 4 GPUs (FSDP full shard): ~48.3 GiB per rank; ..."]
+
+``--gpus-per-trial`` of 2 or more is whole GPUs, one rank each; sharded ("fsdp") when the largest corner does not
+fit one GPU under DDP, unless the space's ``sharding`` param says. On CPUs, ``processes_per_trial`` ranks.
 """
 
 from __future__ import annotations
@@ -30,7 +41,7 @@ from tuner.trial import memory
 MEMORY_PARAMS = ("precision", "use_peft", "lora_r", "lora_target_modules", "per_device_train_batch_size",
                  "gradient_checkpointing", "activation_checkpointing", "optim", "max_length",
                  "max_completion_length", "num_generations", "beta", "gradient_accumulation_steps",
-                 "steps_per_generation", "generation_batch_size")
+                 "steps_per_generation", "generation_batch_size", "sharding")
 MAX_CORNERS = 4096  # beyond this many combinations, each param's largest value alone is kept (a bound still)
 
 
@@ -42,6 +53,16 @@ class Cluster:
     gpu_memory_bytes: int
     host_memory_bytes: int
     cpus: int
+    gpus_per_node: int | None = None  # None: one node holds all ``gpus``; a multi-GPU trial stays on one node
+
+    @property
+    def node_gpus(self) -> int:
+        return self.gpus_per_node or self.gpus
+
+    def whole_gpu_trials(self, gpus_per_trial: int) -> int:
+        """How many trials of that many GPUs fit at once, each on one node."""
+        nodes, rest = divmod(self.gpus, self.node_gpus)
+        return nodes * (self.node_gpus // gpus_per_trial) + rest // gpus_per_trial
 
     @classmethod
     def of_ray(cls, ray) -> "Cluster":
@@ -49,7 +70,8 @@ class Cluster:
         resources = ray.cluster_resources()
         gpus = int(resources.get("GPU", 0))
         return cls(gpus=gpus, gpu_memory_bytes=_gpu_memory(ray) if gpus else 0,
-                   host_memory_bytes=_host_memory(ray), cpus=int(resources.get("CPU", 1)))
+                   host_memory_bytes=_host_memory(ray), cpus=int(resources.get("CPU", 1)),
+                   gpus_per_node=_gpus_per_node(ray) if gpus else None)
 
 
 def _gpu_memory(ray) -> int:
@@ -65,6 +87,13 @@ def _gpu_memory(ray) -> int:
         return torch.cuda.get_device_properties(0).total_memory
 
     return int(ray.get(total_memory.remote(), timeout=120))
+
+
+def _gpus_per_node(ray) -> int | None:
+    """The fewest GPUs on any node that has some (a bound for unequal nodes); None for a single node."""
+    counts = [int(n["Resources"].get("GPU", 0)) for n in ray.nodes() if n.get("Alive")]
+    counts = [c for c in counts if c]
+    return min(counts) if len(counts) > 1 else None
 
 
 def _host_memory(ray) -> int:
@@ -84,33 +113,50 @@ class Placement:
     plan: memory.Plan
     resources: dict[str, float]  # Ray's per-trial request
     concurrency: int
-    budget_bytes: int  # device memory one trial may use: its GPU share, or its share of host RAM on a CPU
-    estimate_of: Callable[[dict[str, Any]], memory.MemoryEstimate] = field(repr=False)
+    budget_bytes: int  # device memory one rank may use: its GPU share (a whole GPU with ranks), or host RAM on a CPU
+    estimate_of: Callable[[dict[str, Any]], memory.MemoryEstimate] = field(repr=False)  # per rank
     notes: list[str] = field(default_factory=list)  # what the plan changed of the user's options
+    ranks: int = 1  # processes per trial: one per GPU, or CPU processes (gloo)
+    sharding: str | None = None  # of trials whose params name none: "fsdp", or None (DDP, or a single process)
 
     def check(self, params: dict[str, Any]) -> str | None:
         """Why this config cannot run within its share, with the numbers; None when it fits."""
         need = self.estimate_of(params)
         if need.total <= self.budget_bytes:
             return None
-        share = f"its share of the GPU ({self.resources['gpu']:g})" if self.device == "cuda" else "its share of host RAM"
+        if self.device == "cuda":
+            share = (f"one GPU of its {self.ranks}" if self.ranks > 1
+                     else f"its share of the GPU ({self.resources['gpu']:g})")
+        else:
+            share = "its share of host RAM" + (f" per process ({self.ranks} each)" if self.ranks > 1 else "")
         return (f"not run: tuner.trial.memory estimates {need.describe()}, over {share}: "
                 f"{self.budget_bytes / memory.GiB:.1f} GiB; try LoRA, a smaller batch or activation checkpointing")
 
     def largest_bytes(self) -> int:
+        """The largest fitting corner's need: per rank when a trial has several."""
         return max(f.needs for f in self.plan.fits if f.fits)
+
+    def _ranks_text(self) -> str:
+        unit = "GPUs" if self.device == "cuda" else "processes"
+        return f"{self.ranks} {unit} each ({self.ranks} ranks, {self.sharding or 'ddp'})"
 
     def describe(self) -> str:
         share = f", {self.resources['gpu']:g} GPU each" if self.device == "cuda" else ""
+        if self.ranks > 1:
+            share = f", {self._ranks_text()}"
+        per = "rank" if self.ranks > 1 else "trial"
         return (f"{self.concurrency} at a time{share} (memory plan: up to ~{self.largest_bytes() / memory.GiB:.1f} "
-                f"GiB per trial, bounded by {self.plan.limit})")
+                f"GiB per {per}, bounded by {self.plan.limit})")
 
     def summary(self) -> dict[str, Any]:
-        """What search.json and the parent run record of the plan."""
-        return {"device": self.device, "concurrent": self.concurrency, "gpus_per_trial": self.resources["gpu"],
-                "cpus_per_trial": self.resources["cpu"], "limit": self.plan.limit,
-                "per_trial_mb": round(self.largest_bytes() / memory.MiB),
-                "budget_mb": round(self.budget_bytes / memory.MiB)}
+        """What search.json and the parent run record of the plan (per_trial_mb is per rank with ranks)."""
+        summary = {"device": self.device, "concurrent": self.concurrency, "gpus_per_trial": self.resources["gpu"],
+                   "cpus_per_trial": self.resources["cpu"], "limit": self.plan.limit,
+                   "per_trial_mb": round(self.largest_bytes() / memory.MiB),
+                   "budget_mb": round(self.budget_bytes / memory.MiB)}
+        if self.ranks > 1:
+            summary.update(ranks=self.ranks, sharding=self.sharding or "none")
+        return summary
 
 
 def memory_corners(space, limit: int = MAX_CORNERS) -> list[dict[str, Any]]:
@@ -136,38 +182,95 @@ def memory_corners(space, limit: int = MAX_CORNERS) -> list[dict[str, Any]]:
 
 
 def place(entry: Adapter, model_path: str, space, cluster: Cluster, *, cpus_per_trial: float,
-          gpus_per_trial: float | None, concurrency: int | None, headroom: float = 0.85) -> Placement:
-    """How many trials at once and what each asks of Ray, from the memory every config of ``space`` needs."""
+          gpus_per_trial: float | None, concurrency: int | None, headroom: float = 0.85,
+          processes_per_trial: int = 1) -> Placement:
+    """How many trials at once and what each asks of Ray, from the memory every config of ``space`` needs.
+    ``gpus_per_trial`` of 2 or more: whole GPUs, a rank on each. ``processes_per_trial``: ranks of a CPU trial."""
     from transformers import AutoConfig
 
     on_gpu = cluster.gpus > 0 if gpus_per_trial is None else gpus_per_trial > 0
     device = "cuda" if on_gpu else "cpu"
+    if processes_per_trial < 1 or (on_gpu and processes_per_trial != 1):
+        raise TunerError(f"processes_per_trial={processes_per_trial}: at least 1, and for CPU trials only (a GPU "
+                         "trial has one process per GPU: --gpus-per-trial)")
     model_config = AutoConfig.from_pretrained(model_path)
+    corners = memory_corners(space)
+    gpu_usable = cluster.gpu_memory_bytes * headroom
 
-    def estimate_of(params: dict[str, Any]) -> memory.MemoryEstimate:
-        return memory.estimate_trial(entry, model_config, {**space.fixed, **params}, device=device)
+    def estimator(ranks: int, sharding: str | None, force: bool = False):
+        """Per-rank estimates at ``ranks``; ``sharding`` for params that name none (for all of them: ``force``)."""
+        def estimate_of(params: dict[str, Any]) -> memory.MemoryEstimate:
+            merged = {**space.fixed, **params}
+            chosen = sharding if force else merged.get("sharding", sharding)
+            return memory.estimate_trial(entry, model_config, merged, device=device, ranks=ranks,
+                                         sharding=chosen or "none")
+        return estimate_of
 
-    corners = [estimate_of(c) for c in memory_corners(space)]
-    cpus = max(1, int(cluster.cpus // cpus_per_trial))
-    plan = memory.plan(corners, gpus=cluster.gpus if on_gpu else 0, gpu_memory_bytes=cluster.gpu_memory_bytes,
-                       host_memory_bytes=cluster.host_memory_bytes, cpus=cpus, headroom=headroom)
-    if not plan.concurrent:
-        raise TunerError(f"--model {model_path}: no config of the space fits this machine: "
-                         f"{next(f.reason for f in plan.fits if f.reason)}")
+    def largest(ranks: int, sharding: str | None, force: bool = False) -> memory.MemoryEstimate:
+        estimate_of = estimator(ranks, sharding, force)
+        return max((estimate_of(c) for c in corners), key=lambda e: e.total)
+
     notes: list[str] = []
-    if on_gpu:
+    ranks, sharding, whole, spread = 1, None, None, None
+    if not on_gpu:
+        ranks = processes_per_trial
+    elif gpus_per_trial is not None and gpus_per_trial > 1:
+        if gpus_per_trial != int(gpus_per_trial):
+            raise TunerError(f"--gpus-per-trial {gpus_per_trial}: above 1, a trial takes whole GPUs (one process "
+                             "each): 2, 4, 8, ...")
+        whole = ranks = int(gpus_per_trial)
+        if ranks > cluster.node_gpus:
+            raise TunerError(f"--gpus-per-trial {ranks}: a trial's GPUs share one node, which has {cluster.node_gpus}")
+        # DDP is the faster where every rank holds the model; else FSDP's shards.
+        ddp = largest(ranks, None)
+        if ddp.total > gpu_usable:
+            sharding = "fsdp"
+            notes.append(f"--gpus-per-trial {ranks}: trials shard the model (FSDP full shard); under DDP every "
+                         f"rank would need ~{ddp.total / memory.GiB:.1f} GiB ({gpu_usable / memory.GiB:.1f} GiB usable)")
+    elif gpus_per_trial is None and cluster.node_gpus > 1:
+        if largest(1, None).total > gpu_usable:
+            spread = memory.gpus_needed(lambda n: largest(n, "fsdp" if n > 1 else None, force=True),
+                                        gpus_per_node=cluster.node_gpus, gpu_memory_bytes=cluster.gpu_memory_bytes,
+                                        headroom=headroom)
+            if spread.gpus is not None:
+                whole = ranks = spread.gpus
+                sharding = "fsdp"
+                notes.append(f"a trial spans {ranks} GPUs (FSDP full shard): ~{spread.per_rank / memory.GiB:.1f} GiB "
+                             f"per rank; one GPU would need ~{spread.one_gpu / memory.GiB:.1f} GiB "
+                             f"({gpu_usable / memory.GiB:.1f} GiB usable)")
+            else:
+                notes.append(f"the space's largest configs fit no GPU, nor a node's GPUs together (they are "
+                             f"recorded as too_big): {spread.reason}")
+
+    estimate_of = estimator(ranks, sharding)
+    # Ray holds cpus_per_trial CPUs for a trial, and each of its processes needs a CPU of its own.
+    slots = max(1, int(cluster.cpus // (max(cpus_per_trial, ranks) if ranks > 1 else cpus_per_trial)))
+    plan = memory.plan([estimate_of(c) for c in corners], gpus=cluster.gpus if on_gpu else 0,
+                       gpu_memory_bytes=cluster.gpu_memory_bytes, host_memory_bytes=cluster.host_memory_bytes,
+                       cpus=slots * ranks, headroom=headroom, gpus_per_trial=whole)
+    if not plan.concurrent:
+        reason = next(f.reason for f in plan.fits if f.reason)
+        if spread is not None and spread.gpus is None:
+            reason = spread.reason  # what a node's GPUs together would hold says more than one GPU alone
+        raise TunerError(f"--model {model_path}: no config of the space fits this machine: {reason}")
+    if on_gpu and whole:
+        share = float(whole)
+        bound = min(plan.concurrent, cluster.whole_gpu_trials(whole))
+        budget = int(gpu_usable)  # a whole GPU per rank
+    elif on_gpu:
         share = plan.gpus_per_trial if gpus_per_trial is None else gpus_per_trial
         bound = min(plan.concurrent if gpus_per_trial is None else plan.concurrent * 10**6,
-                    int(cluster.gpus / share + 1e-9), cpus)
-        budget = int(cluster.gpu_memory_bytes * headroom * share)
+                    int(cluster.gpus / share + 1e-9), slots)
+        budget = int(gpu_usable * share)
         if gpus_per_trial is not None:  # the user's share: the host memory bound still holds
             bound = min(bound, int(cluster.host_memory_bytes * headroom // max(f.host for f in plan.fits if f.fits)))
     else:
         share = 0.0
         bound = plan.concurrent
-        budget = int(cluster.host_memory_bytes * headroom // bound)
+        budget = int(cluster.host_memory_bytes * headroom // (bound * ranks))  # per process
     wanted = concurrency or bound
     if concurrency and concurrency > bound:
         notes.append(f"--concurrency {concurrency} lowered to {bound}: more trials at once do not fit ({plan.limit})")
     return Placement(device=device, plan=plan, resources={"cpu": cpus_per_trial, "gpu": share},
-                     concurrency=max(1, min(wanted, bound)), budget_bytes=budget, estimate_of=estimate_of, notes=notes)
+                     concurrency=max(1, min(wanted, bound)), budget_bytes=budget, estimate_of=estimate_of, notes=notes,
+                     ranks=ranks, sharding=sharding)

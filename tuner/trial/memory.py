@@ -11,6 +11,10 @@
                        # -> Plan(concurrent=5, gpus_per_trial=0.2, limit="gpu memory", ...)
                        #    .resources() -> {"cpu": 3, "gpu": 0.2}: tune.with_resources(trainable, that)
 
+    # a 7B full fine-tune fits no 80 GiB GPU: the fewest GPUs whose FSDP shards do
+    gpus_needed(lambda n: estimate_trial(adapter("sft"), config_7b, params, ranks=n, sharding="fsdp" if n > 1 else None),
+                gpus_per_node=8, gpu_memory_bytes=80 * 2**30)       # -> Spread(gpus=4, per_rank=..., ...)
+
 ``estimate`` is the rule itself (the trainer's shape given as keywords); ``estimate_trial`` fills those in
 from the trainer name and the installed TRL's config defaults. Both are arithmetic on the model's config:
 no model is built and nothing is allocated.
@@ -47,10 +51,18 @@ batch 8 x 512 tokens, SFT) the estimate was 0.98x (fp32), 0.89x (fp32, checkpoin
 1.16x (bf16-mixed), 0.80x (LoRA) and 1.00x (batch 16) of the peak; tests/trial/test_memory.py checks one such
 comparison with a factor-of-3 margin. GPU figures are not measured here.
 
+**Several ranks** (``ranks``: processes of one data-parallel trial, one per GPU; the estimate is then per rank):
+under ``sharding="fsdp"`` (FSDP FULL_SHARD, ZeRO-3) the weights, gradients, optimizer state and reference model
+are divided over the ranks, plus the largest FSDP unit (a decoder layer, or the embeddings and lm_head) gathered
+unsharded in the compute dtype, twice (the unit at work and the one prefetched); under DDP (``sharding`` None or
+"none") every rank holds everything, plus DDP's gradient buckets. Activations, logits, generation and overhead are
+per rank either way (the per-device batch is a rank's). The host holds each rank's process.
+
 **The plan** packs trials by the estimate: per GPU, as many as fit in ``headroom`` (85%: the caching
 allocator's fragmentation and unmodelled buffers live in the rest) of its memory; overall no more than
 the host's memory (at the same headroom) and its CPUs allow. A config that fits nowhere gets a one-line
-reason with its numbers.
+reason with its numbers. With whole GPUs per trial (``gpus_per_trial``, one rank per GPU) a config fits when its
+per-rank estimate fits one GPU, and ``gpus // gpus_per_trial`` trials run at once at most.
 """
 
 from __future__ import annotations
@@ -60,7 +72,7 @@ import math
 import re
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from types import SimpleNamespace
 from typing import Any, ClassVar
@@ -76,9 +88,12 @@ __all__ = [
     "Fit",
     "MemoryEstimate",
     "Plan",
+    "SHARDINGS",
+    "Spread",
     "count_parameters",
     "estimate",
     "estimate_trial",
+    "gpus_needed",
     "lora_parameters",
     "measure_process_baseline",
     "needs_reference",
@@ -140,6 +155,10 @@ CPU_TRAINER_RUNTIME = 50 * MiB
 # Host memory a GPU trial's process takes beyond CPU_PROCESS_BASELINE: the CUDA libraries (cuBLAS, cuDNN,
 # NCCL) mapped into it. An assumption (no GPU was at hand to measure it), ~1 GiB with lazy module loading.
 CUDA_HOST_LIBRARIES = 1 * GiB
+
+# How a multi-rank trial splits its model: "none" is DDP (every rank holds everything), "fsdp" FSDP FULL_SHARD
+# (ZeRO-3: parameters, gradients and optimizer state divided over the ranks). A search param of this name picks one.
+SHARDINGS = ("none", "fsdp")
 
 # TRL's defaults where a trial's params do not say (TRL 1.16's configs; estimate_trial reads the installed ones).
 DEFAULT_BATCH = 8
@@ -234,13 +253,22 @@ def count_parameters(model_config, *, sequence_classifier: bool = False) -> int:
     """Parameters of the model the config describes (tied embeddings counted once), as
     ``sum(p.numel() for p in model.parameters())`` counts them; a sequence classifier has a 1-output score head."""
     s = _shape(model_config)
+    return s.layers * _layer_parameters(s) + _outer_parameters(s, sequence_classifier)
+
+
+def _layer_parameters(s: _Shape) -> int:
+    """Parameters of one decoder layer."""
     per_layer = sum(fan_in * fan_out for _, fan_in, fan_out in s.linear_layers(False)[:len(_MODULE_NAMES)])
     per_layer += (s.q_width + 2 * s.kv_width) * s.qkv_bias + s.hidden * s.o_bias
     per_layer += (2 * s.intermediate + s.hidden) * s.mlp_bias
     per_layer += s.hidden * (4 if s.model_type in _FOUR_NORMS else 2)
-    per_layer += 2 * s.head_dim * (s.model_type in _QK_NORM)
+    return per_layer + 2 * s.head_dim * (s.model_type in _QK_NORM)
+
+
+def _outer_parameters(s: _Shape, sequence_classifier: bool) -> int:
+    """Parameters outside the decoder layers: embeddings, final norm, and an untied lm_head or a score head."""
     head = s.hidden if sequence_classifier else (0 if s.tied else s.vocab * s.hidden)
-    return s.vocab * s.hidden + s.layers * per_layer + s.hidden + head
+    return s.vocab * s.hidden + s.hidden + head
 
 
 def _targeted(name: str, targets) -> bool:
@@ -272,7 +300,8 @@ def lora_parameters(model_config, *, r: int = DEFAULT_LORA_R, target_modules=DEF
 @dataclass(frozen=True)
 class MemoryEstimate:
     """Expected peak memory of one trial, by term, in bytes. ``total`` is what the trial needs of its device
-    (the GPU, or the host for a CPU trial); ``host`` what its process needs of the host's RAM."""
+    (the GPU, or the host for a CPU trial); ``host`` what its process needs of the host's RAM. With several
+    ``ranks`` every figure is one rank's (one process, one GPU)."""
 
     device: str
     weights: int
@@ -286,9 +315,14 @@ class MemoryEstimate:
     host: int
     parameters: int  # of the model, adapters not included
     trainable: int
+    gathered: int = 0  # FSDP: the unsharded units all-gathered for forward and backward
+    buckets: int = 0  # DDP: the gradient buckets of the all-reduce
+    ranks: int = 1  # processes of the trial (data parallel, one per GPU)
+    sharding: str | None = None  # None: every rank holds everything (DDP with ranks > 1); "fsdp": full shard
 
-    TERMS: ClassVar[tuple[str, ...]] = ("weights", "gradients", "optimizer", "reference", "activations", "logits",
-                                        "generation", "overhead")
+    TERMS: ClassVar[tuple[str, ...]] = ("weights", "gradients", "optimizer", "reference", "gathered", "buckets",
+                                        "activations", "logits", "generation", "overhead")
+    _LABELS: ClassVar[dict[str, str]] = {"gathered": "FSDP gathered", "buckets": "DDP buckets"}
 
     @property
     def total(self) -> int:
@@ -303,12 +337,13 @@ class MemoryEstimate:
         return {term: getattr(self, term) for term in self.TERMS}
 
     def describe(self) -> str:
-        """One line, e.g. '~11.7 GiB: weights 1.8, gradients 1.8, optimizer 3.7, ... (GiB)' (MiB under 1 GiB)."""
+        """One line, e.g. '~11.7 GiB: weights 1.8, gradients 1.8, optimizer 3.7, ... (GiB)' (MiB under 1 GiB);
+        with several ranks '~47.0 GiB per rank, 4 ranks, fsdp: weights 7.1, ... (GiB)'."""
         unit, size, digits = ("GiB", GiB, 1) if self.total >= GiB else ("MiB", MiB, 0)
-        overhead = "CUDA context" if self.device == "cuda" else "process"
-        parts = [f"{overhead if term == 'overhead' else term} {value / size:.{digits}f}"
-                 for term, value in self.breakdown().items() if value]
-        return f"~{self.total / size:.{digits}f} {unit}: {', '.join(parts)} ({unit})"
+        labels = {**self._LABELS, "overhead": "CUDA context" if self.device == "cuda" else "process"}
+        parts = [f"{labels.get(term, term)} {value / size:.{digits}f}" for term, value in self.breakdown().items() if value]
+        ranks = f" per rank, {self.ranks} ranks, {self.sharding or 'ddp'}" if self.ranks > 1 else ""
+        return f"~{self.total / size:.{digits}f} {unit}{ranks}: {', '.join(parts)} ({unit})"
 
 
 def precision_bytes(name: str) -> tuple[int, int]:
@@ -353,17 +388,25 @@ def _installed_fused_tile() -> tuple[int, int] | None:
 
 def estimate(model_config, *, trainer_needs_reference: bool, sequence_classifier: bool, params: dict,
              max_length: int, completion_length: int = 0, generations: int = 1, device: str = "cuda",
-             paired: bool = False, fused_lm_head: bool | None = None, overhead: int | None = None) -> MemoryEstimate:
+             paired: bool = False, fused_lm_head: bool | None = None, overhead: int | None = None,
+             ranks: int = 1, sharding: str | None = None) -> MemoryEstimate:
     """Expected peak memory of one trial of ``params`` (tuner's precision/use_peft/lora_* and TRL's
     per_device_train_batch_size, gradient_checkpointing, optim, ...; TRL's defaults where absent).
 
     ``max_length``: tokens per sequence (prompt and completion). ``completion_length``/``generations``:
     GRPO's max_completion_length and num_generations (0: no generation). ``paired``: chosen and rejected
     run together (DPO, reward models). ``fused_lm_head``: None = as the installed TRL does. ``overhead``:
-    replaces the device's fixed cost (e.g. a measured CPU process baseline).
+    replaces the device's fixed cost (e.g. a measured CPU process baseline). ``ranks``: data-parallel processes
+    of the trial, and ``sharding`` how they split the model (None or "none": DDP; "fsdp": full shard); the
+    estimate is then one rank's.
     """
     if device not in ("cuda", "cpu"):
         raise TunerError(f"device must be 'cuda' or 'cpu', got {device!r}")
+    if ranks < 1:
+        raise TunerError(f"ranks must be at least 1, got {ranks}")
+    if sharding not in (None, *SHARDINGS):
+        raise TunerError(f"sharding must be one of {', '.join(SHARDINGS)}, got {sharding!r}")
+    fsdp = sharding == "fsdp"
     from tuner.config.precision import DEFAULT
 
     weight_bytes, compute_bytes = precision_bytes(params.get("precision", DEFAULT))
@@ -384,6 +427,26 @@ def estimate(model_config, *, trainer_needs_reference: bool, sequence_classifier
     gradients = trainable * trainable_bytes
     optimizer = trainable * _optimizer_state_bytes(params.get("optim"), trainable_bytes)
     reference = total * weight_bytes if trainer_needs_reference and not lora else 0
+    # Every rank loads the whole checkpoint on the host before FSDP shards it (a bound: accelerate's
+    # cpu_ram_efficient_loading leaves that to rank 0).
+    loaded = weights + reference
+    gathered = buckets = 0
+    if fsdp:
+        # FULL_SHARD keeps 1/ranks of every parameter, its gradient and its optimizer state on each rank (rounded
+        # up: FSDP pads its flat parameters to a multiple of ranks); TRL wraps the reference model the same way.
+        weights, gradients, optimizer, reference = (math.ceil(x / ranks)
+                                                    for x in (weights, gradients, optimizer, reference))
+        # Each unit's parameters are all-gathered unsharded, in the compute dtype (FSDP's mixed-precision
+        # param_dtype), for its forward and again for its backward. Counted twice: the unit at work and the next
+        # one, prefetched. The largest unit: one decoder layer (transformers' auto-wrap unit) or the root module's
+        # own parameters (embeddings, final norm, an untied lm_head), whichever is larger. LoRA's adapters add
+        # under 1% to a layer and are left out.
+        unit = max(_layer_parameters(s), _outer_parameters(s, sequence_classifier))
+        gathered = 2 * unit * compute_bytes
+    elif ranks > 1:
+        # DDP all-reduces gradients through buckets that copy them: at most one more copy of the trainable
+        # gradients (a bound; gradient_as_bucket_view=True shares the memory instead).
+        buckets = gradients
 
     # Activations of one micro-batch.
     rows = batch * (2 if paired else 1)
@@ -426,11 +489,12 @@ def estimate(model_config, *, trainer_needs_reference: bool, sequence_classifier
         overhead = CUDA_CONTEXT if device == "cuda" else CPU_PROCESS_BASELINE + CPU_TRAINER_RUNTIME
     need = MemoryEstimate(device=device, weights=weights, gradients=gradients, optimizer=optimizer,
                           reference=reference, activations=activations, logits=logits, generation=generation,
-                          overhead=overhead, host=0, parameters=total, trainable=trainable)
+                          overhead=overhead, host=0, parameters=total, trainable=trainable, gathered=gathered,
+                          buckets=buckets, ranks=ranks, sharding=sharding if fsdp else None)
     # A CPU trial holds everything in host RAM; a GPU trial's process loads its weights (and the reference
-    # copy) on the host before moving them.
+    # copy) on the host before moving them. Both per rank: every rank is a process.
     host = (need.total if device == "cpu"
-            else CPU_PROCESS_BASELINE + CPU_TRAINER_RUNTIME + CUDA_HOST_LIBRARIES + weights + reference)
+            else CPU_PROCESS_BASELINE + CPU_TRAINER_RUNTIME + CUDA_HOST_LIBRARIES + loaded)
     return replace(need, host=host)
 
 
@@ -453,12 +517,14 @@ def needs_reference(entry: Adapter, params: Mapping[str, Any]) -> bool:
 
 
 def estimate_trial(entry: Adapter, model_config, params: dict, *, device: str = "cuda",
-                   prompt_length: int | None = None, **keywords) -> MemoryEstimate:
+                   prompt_length: int | None = None, ranks: int = 1, sharding: str | None = None,
+                   **keywords) -> MemoryEstimate:
     """``estimate`` for one of tuner's trainers, its shape read from the trainer's entry in tuner.config.trainers and
     its TRL config's defaults: batch size, max_length, checkpointing; a trainer that generates (its config
     has num_generations) trains on ``prompt_length`` (default GENERATION_PROMPT_TOKENS) plus
     max_completion_length tokens; one whose every column set holds chosen and rejected runs them as a pair.
-    Other keywords go to ``estimate``."""
+    ``sharding`` None: the params' "sharding" ("none" or "fsdp"; DDP when absent). Other keywords go to
+    ``estimate``."""
     defaults = _config_defaults(entry)
     used = ("per_device_train_batch_size", "optim", "max_length", "max_completion_length", "num_generations",
             "beta", "gradient_accumulation_steps", "steps_per_generation", "generation_batch_size")
@@ -477,7 +543,8 @@ def estimate_trial(entry: Adapter, model_config, params: dict, *, device: str = 
     return estimate(model_config, trainer_needs_reference=needs_reference(entry, merged),
                     sequence_classifier=entry.sequence_classifier, params=merged, max_length=max_length,
                     completion_length=completion, generations=int(merged.get("num_generations") or 1),
-                    device=device, paired=paired, **keywords)
+                    device=device, paired=paired, ranks=ranks,
+                    sharding=params.get("sharding") if sharding is None else sharding, **keywords)
 
 
 # -- measured: the CPU process baseline -------------------------------------------------------------
@@ -514,12 +581,13 @@ def measure_process_baseline(modules: tuple[str, ...] = ("torch", "transformers"
 class Fit:
     """One config's verdict."""
 
-    needs: int  # bytes of the device (GPU, or host RAM for a CPU trial)
-    host: int  # bytes of host RAM its process needs
+    needs: int  # bytes of the device (GPU, or host RAM for a CPU trial); one rank's when ranks > 1
+    host: int  # bytes of host RAM its processes need, all ranks together
     fits: bool
-    per_gpu: int  # how many such trials fit on one GPU (0 without GPUs)
+    per_gpu: int  # how many such trials fit on one GPU (0 without GPUs; 1 with whole GPUs per trial)
     gpus_per_trial: float  # for this config alone, e.g. with tune.with_resources(..., lambda config: ...)
     reason: str = ""  # why it cannot run, with the numbers; "" when it fits
+    ranks: int = 1  # processes of the trial: one per GPU, or CPU processes
 
 
 @dataclass(frozen=True)
@@ -527,10 +595,11 @@ class Plan:
     """How many trials run at once and what each asks Ray for."""
 
     concurrent: int  # trials at once (0: none of the configs fits)
-    gpus_per_trial: float  # Ray's fractional GPU share, the same for every trial (0 without GPUs)
+    gpus_per_trial: float  # Ray's GPU share, the same for every trial: a fraction, or whole GPUs (0 without GPUs)
     cpus_per_trial: int
-    limit: str  # what bounds ``concurrent``: "gpu memory", "host memory", "cpus" or "nothing fits"
+    limit: str  # what bounds ``concurrent``: "gpu memory", "gpus", "host memory", "cpus" or "nothing fits"
     fits: list[Fit]
+    ranks: int = 1  # processes per trial
 
     def resources(self) -> dict[str, float]:
         """Ray's per-trial resources, e.g. {"cpu": 4, "gpu": 0.25} for tune.with_resources."""
@@ -540,6 +609,8 @@ class Plan:
         if not self.concurrent:
             return f"no config fits: {next((f.reason for f in self.fits if f.reason), '')}"
         share = f", {self.gpus_per_trial:g} GPU each" if self.gpus_per_trial else ""
+        if self.ranks > 1:
+            share = f", {self.ranks} {'GPUs' if self.gpus_per_trial else 'processes'} each"
         return f"{self.concurrent} trial(s) at once{share} (bounded by {self.limit})"
 
 
@@ -549,49 +620,132 @@ def _share(per_gpu: int) -> float:
 
 
 def plan(estimate_bytes: int | MemoryEstimate | Sequence[int | MemoryEstimate], *, gpus: int,
-         gpu_memory_bytes: int, host_memory_bytes: int, cpus: int, headroom: float = 0.85) -> Plan:
+         gpu_memory_bytes: int, host_memory_bytes: int, cpus: int, headroom: float = 0.85,
+         gpus_per_trial: int | None = None) -> Plan:
     """How many trials of these configs run at once. ``estimate_bytes``: one estimate per config (bytes, or
     ``MemoryEstimate``s, which also carry their host RAM need; plain bytes assume a GPU trial's process takes
     CPU_PROCESS_BASELINE + CPU_TRAINER_RUNTIME + CUDA_HOST_LIBRARIES of host RAM, a CPU trial the bytes
-    themselves). Each trial gets at least one CPU; ``headroom`` of each GPU's and of the host's memory is used."""
+    themselves). Each trial gets at least one CPU per process; ``headroom`` of each GPU's and of the host's
+    memory is used.
+
+    ``gpus_per_trial``: whole GPUs per trial, one rank on each (None: a fraction of one GPU, packed by memory;
+    the estimates' ``ranks`` when above 1). A config then fits when its per-rank estimate fits one GPU, and at
+    most ``gpus // gpus_per_trial`` trials run at once. The estimates must be for that many ranks.
+    """
     if not 0 < headroom <= 1:
         raise TunerError(f"plan: headroom must be in (0, 1], got {headroom}")
     items = [estimate_bytes] if isinstance(estimate_bytes, (int, MemoryEstimate)) else list(estimate_bytes)
     if not items:
         raise TunerError("plan: no estimates given")
+    item_ranks = {item.ranks for item in items if isinstance(item, MemoryEstimate)}
+    whole = gpus_per_trial
+    if gpus > 0:
+        if whole is None and max(item_ranks, default=1) > 1:
+            whole = max(item_ranks)  # a multi-rank estimate means a GPU per rank
+        if whole is not None:
+            if whole != int(whole) or whole < 1:
+                raise TunerError(f"plan: gpus_per_trial counts whole GPUs (one rank each), got {whole}")
+            whole = int(whole)
+            if whole > gpus:
+                raise TunerError(f"plan: {whole} GPUs per trial, the machine has {gpus}")
+            if item_ranks - {whole}:
+                raise TunerError(f"plan: estimates for {sorted(item_ranks)} ranks, but {whole} GPUs per trial "
+                                 f"(one rank per GPU): estimate with ranks={whole}")
+    elif whole:
+        raise TunerError(f"plan: gpus_per_trial={whole} without GPUs")
     gpu_usable = gpu_memory_bytes * headroom
     host_usable = host_memory_bytes * headroom
     fits: list[Fit] = []
     for item in items:
         if isinstance(item, MemoryEstimate):
-            needs, host = item.total, item.host
+            needs, host, ranks = item.total, item.host, item.ranks
         else:
             needs = int(item)
             host = needs if gpus <= 0 else CPU_PROCESS_BASELINE + CPU_TRAINER_RUNTIME + CUDA_HOST_LIBRARIES
+            ranks = whole or 1
+        host *= ranks  # every rank is a process of its own on the host
+        per_rank = f" per rank ({ranks} ranks)" if ranks > 1 else ""
         reason, per_gpu = "", 0
         if gpus > 0:
             per_gpu = int(gpu_usable // needs) if needs > 0 else 1
+            if whole:
+                per_gpu = min(per_gpu, 1)  # a rank has its GPU to itself
             if per_gpu == 0:
-                reason = (f"needs ~{needs / GiB:.1f} GiB, the GPU has {gpu_memory_bytes / GiB:.1f} GiB "
+                reason = (f"needs ~{needs / GiB:.1f} GiB{per_rank}, the GPU has {gpu_memory_bytes / GiB:.1f} GiB "
                           f"({headroom:.0%} usable: {gpu_usable / GiB:.1f} GiB): try LoRA, a smaller batch, "
-                          "activation checkpointing")
+                          "activation checkpointing" + (", more GPUs per trial" if whole else ""))
         if not reason and host > host_usable:
-            reason = (f"needs ~{host / GiB:.1f} GiB of host memory, the machine has {host_memory_bytes / GiB:.1f} "
-                      f"GiB ({headroom:.0%} usable: {host_usable / GiB:.1f} GiB): try LoRA, a smaller batch, "
+            processes = f" for its {ranks} processes" if ranks > 1 else ""
+            reason = (f"needs ~{host / GiB:.1f} GiB of host memory{processes}, the machine has "
+                      f"{host_memory_bytes / GiB:.1f} GiB ({headroom:.0%} usable: {host_usable / GiB:.1f} GiB): "
+                      "try LoRA, a smaller batch, "
                       "activation checkpointing" + (", a smaller model" if gpus <= 0 else ""))
-        fits.append(Fit(needs=needs, host=host, fits=not reason, per_gpu=per_gpu,
-                        gpus_per_trial=_share(per_gpu) if per_gpu else (1.0 if gpus > 0 else 0.0), reason=reason))
+        share = float(whole) if whole else (_share(per_gpu) if per_gpu else (1.0 if gpus > 0 else 0.0))
+        fits.append(Fit(needs=needs, host=host, fits=not reason, per_gpu=per_gpu, gpus_per_trial=share,
+                        reason=reason, ranks=ranks))
 
+    ranks = max(f.ranks for f in fits)
     fitting = [f for f in fits if f.fits]
     if not fitting:
-        return Plan(concurrent=0, gpus_per_trial=1.0 if gpus > 0 else 0.0, cpus_per_trial=max(1, cpus),
-                    limit="nothing fits", fits=fits)
+        return Plan(concurrent=0, gpus_per_trial=float(whole or 1) if gpus > 0 else 0.0, cpus_per_trial=max(1, cpus),
+                    limit="nothing fits", fits=fits, ranks=ranks)
     # Every trial gets the share of the largest fitting config, so any mix of them fits.
-    bounds = {"host memory": int(host_usable // max(f.host for f in fitting)), "cpus": max(1, cpus)}
+    bounds = {"host memory": int(host_usable // max(f.host for f in fitting)), "cpus": max(1, cpus // ranks)}
+    device_bound = "gpus" if whole else "gpu memory"
     if gpus > 0:
-        bounds["gpu memory"] = gpus * min(f.per_gpu for f in fitting)
-    limit = min(bounds, key=lambda k: (bounds[k], k != "gpu memory"))
+        bounds[device_bound] = gpus // whole if whole else gpus * min(f.per_gpu for f in fitting)
+    limit = min(bounds, key=lambda k: (bounds[k], k != device_bound))
     concurrent = bounds[limit]
-    gpus_per_trial = _share(math.ceil(concurrent / gpus)) if gpus > 0 else 0.0
-    return Plan(concurrent=concurrent, gpus_per_trial=gpus_per_trial, cpus_per_trial=max(1, cpus // concurrent),
-                limit=limit, fits=fits)
+    if whole:
+        gpus_per_trial_out = float(whole)
+    else:
+        gpus_per_trial_out = _share(math.ceil(concurrent / gpus)) if gpus > 0 else 0.0
+    return Plan(concurrent=concurrent, gpus_per_trial=gpus_per_trial_out, cpus_per_trial=max(1, cpus // concurrent),
+                limit=limit, fits=fits, ranks=ranks)
+
+
+@dataclass(frozen=True)
+class Spread:
+    """How many GPUs of one node a trial needs (``gpus_needed``)."""
+
+    gpus: int | None  # the fewest that fit, one rank each; None when all of a node's do not
+    per_rank: int  # bytes per rank at ``gpus`` (at the most GPUs tried when None)
+    one_gpu: int  # bytes the trial needs on a single GPU
+    reason: str = ""  # why no count fits, with the numbers; "" when one does
+
+
+def _rank_counts(gpus_per_node: int) -> list[int]:
+    """1, 2, 4, 8, ... up to the node's GPUs, and the node's count itself when it is no power of two."""
+    counts = [2**k for k in range(gpus_per_node.bit_length()) if 2**k <= gpus_per_node]
+    return counts + ([gpus_per_node] if counts[-1] != gpus_per_node else [])
+
+
+def gpus_needed(estimate_for_ranks: Callable[[int], int | MemoryEstimate], *, gpus_per_node: int,
+                gpu_memory_bytes: int, headroom: float = 0.85) -> Spread:
+    """The fewest GPUs of one node whose per-rank estimate fits ``headroom`` of one GPU's memory.
+    ``estimate_for_ranks(n)``: the per-rank need at n ranks, e.g. FSDP-sharded above 1
+    (``lambda n: estimate_trial(..., ranks=n, sharding="fsdp" if n > 1 else None)``).
+
+    Counts tried: powers of two (then the node's own count). A trial's batch is per_device x ranks, so trials on
+    2, 4, 8 GPUs stay comparable by halving or doubling; they tile an 8-GPU node with no GPU left idle (3 would
+    leave 2 of 8 unused); and FSDP's flat parameters split evenly. One node only: ranks talk over NVLink, not the
+    network.
+    """
+    if gpus_per_node < 1:
+        raise TunerError(f"gpus_needed: gpus_per_node must be at least 1, got {gpus_per_node}")
+    usable = gpu_memory_bytes * headroom
+
+    def need(n: int) -> int:
+        got = estimate_for_ranks(n)
+        return got.total if isinstance(got, MemoryEstimate) else int(got)
+
+    one_gpu = need(1)
+    per_rank = one_gpu
+    for n in _rank_counts(gpus_per_node):
+        per_rank = one_gpu if n == 1 else need(n)
+        if per_rank <= usable:
+            return Spread(gpus=n, per_rank=per_rank, one_gpu=one_gpu)
+    return Spread(gpus=None, per_rank=per_rank, one_gpu=one_gpu, reason=(
+        f"needs ~{one_gpu / GiB:.1f} GiB on one GPU and ~{per_rank / GiB:.1f} GiB per rank even sharded over all "
+        f"{gpus_per_node} GPUs of a node; a GPU has {gpu_memory_bytes / GiB:.1f} GiB ({headroom:.0%} usable: "
+        f"{usable / GiB:.1f} GiB): try LoRA, a smaller batch, activation checkpointing"))
