@@ -388,9 +388,12 @@ def _place(prepared: Prepared, ray):
 
     o = prepared.options
     cluster = placement.Cluster.of_ray(ray)
+    ranks, gpus = trial_ranks(o), o.gpus_per_trial
+    if gpus is None and cluster.gpus > 0 and ranks > 1:
+        gpus = ranks  # --processes-per-trial N on GPUs: a process per GPU
+    on_gpu = cluster.gpus > 0 if gpus is None else gpus > 0
     return placement.place(o.entry, prepared.model_path, prepared.space, cluster, cpus_per_trial=o.cpus_per_trial,
-                           gpus_per_trial=o.gpus_per_trial, concurrency=o.concurrency,
-                           processes_per_trial=trial_ranks(o))
+                           gpus_per_trial=gpus, concurrency=o.concurrency, processes_per_trial=1 if on_gpu else ranks)
 
 
 def _run(prepared, ray, tracker, run_name, study, records, started, echo) -> SearchOutcome:
