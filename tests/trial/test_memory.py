@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from tuner.config.trainers import adapter
+from tuner.errors import TunerError
 from tuner.trial import memory
 from tuner.trial.memory import GiB, MiB, count_parameters, estimate, lora_parameters, plan
 
@@ -248,3 +249,108 @@ def test_every_trial_records_its_estimate_beside_its_measured_peak(tiny_model, t
     assert result.status == "ok", result.reason
     assert result.memory_estimate_mb is not None and result.peak_memory_mb is not None
     assert 0.3 < result.memory_estimate_mb / result.peak_memory_mb < 3.0  # a rule with margins, not a figure
+
+
+# -- several ranks: data parallel, FSDP-sharded or not ----------------------------------------------
+
+# Qwen/Qwen2.5-7B's published config.json numbers.
+QWEN_7B = dict(hidden_size=3584, intermediate_size=18944, num_hidden_layers=28, num_attention_heads=28,
+               num_key_value_heads=4, vocab_size=152064, max_position_embeddings=32768, rope_theta=1000000.0,
+               rms_norm_eps=1e-6, tie_word_embeddings=False, torch_dtype="bfloat16")
+FULL_FT = {"precision": "bf16-mixed", "use_peft": False, "per_device_train_batch_size": 8}  # fp32 weights, AdamW
+
+
+def qwen7b_config():
+    from transformers import AutoConfig
+
+    return AutoConfig.for_model("qwen2", **QWEN_7B)
+
+
+def test_the_7b_parameter_count_the_estimate_uses_is_the_real_models():
+    config = qwen7b_config()
+    real = numel(meta_model(config))
+    assert 7.5e9 < real < 7.7e9
+    assert memory.estimate_trial(adapter("sft"), config, FULL_FT).parameters == count_parameters(config) == real
+    assert memory.estimate_trial(adapter("sft"), config, FULL_FT, ranks=4, sharding="fsdp").parameters == real
+
+
+def test_one_rank_is_todays_estimate_and_ddp_adds_its_gradient_buckets():
+    config = qwen7b_config()
+    today = memory.estimate_trial(adapter("sft"), config, FULL_FT)
+    assert memory.estimate_trial(adapter("sft"), config, FULL_FT, ranks=1, sharding=None) == today
+    assert memory.estimate_trial(adapter("sft"), config, {**FULL_FT, "sharding": "none"}) == today
+    assert (today.ranks, today.sharding, today.gathered, today.buckets) == (1, None, 0, 0)
+    ddp = memory.estimate_trial(adapter("sft"), config, FULL_FT, ranks=4)
+    # every rank holds everything, plus about one more copy of the gradients in DDP's buckets
+    assert ddp.buckets == ddp.gradients == today.gradients and ddp.weights == today.weights
+    assert ddp.total == today.total + today.gradients and ddp.host == today.host
+    assert "per rank, 4 ranks, ddp" in ddp.describe() and "DDP buckets" in ddp.describe()
+
+
+def test_fsdp_divides_the_model_state_over_the_ranks_and_gathers_one_unit():
+    config = qwen7b_config()
+    one = memory.estimate_trial(adapter("dpo"), config, FULL_FT)
+    four = memory.estimate_trial(adapter("dpo"), config, FULL_FT, ranks=4, sharding="fsdp")
+    assert one.reference > 0
+    for term in ("weights", "gradients", "optimizer", "reference"):
+        assert getattr(four, term) == -(-getattr(one, term) // 4), term  # a quarter each, rounded up
+    for term in ("activations", "logits", "generation", "overhead"):
+        assert getattr(four, term) == getattr(one, term), term  # per rank: the per-device batch is a rank's
+    # The largest FSDP unit of an untied 7B: embeddings + lm_head + final norm (more than a decoder layer),
+    # gathered in bf16 (the compute dtype of bf16-mixed), twice for prefetch.
+    root = 2 * QWEN_7B["vocab_size"] * QWEN_7B["hidden_size"] + QWEN_7B["hidden_size"]
+    assert four.gathered == 2 * root * 2 and four.buckets == 0
+    assert four.host == one.host  # every rank loads the whole checkpoint on the host first
+    assert re.match(r"~\d+\.\d GiB per rank, 4 ranks, fsdp: .*FSDP gathered", four.describe())
+    # the search param picks it when the keyword does not; the keyword wins
+    assert memory.estimate_trial(adapter("dpo"), config, {**FULL_FT, "sharding": "fsdp"}, ranks=4) == four
+    assert memory.estimate_trial(adapter("dpo"), config, {**FULL_FT, "sharding": "fsdp"}, ranks=4,
+                                 sharding="none").gathered == 0
+    with pytest.raises(TunerError, match="sharding must be one of"):
+        memory.estimate_trial(adapter("sft"), config, FULL_FT, ranks=2, sharding="zero2")
+
+
+def _sharded(trainer, params, config=None):
+    config = config or qwen7b_config()
+    return lambda n: memory.estimate_trial(adapter(trainer), config, params, ranks=n,
+                                           sharding="fsdp" if n > 1 else None)
+
+
+def test_gpus_needed_is_the_fewest_gpus_whose_shards_fit():
+    usable = 0.85 * 80 * GiB
+    sft = _sharded("sft", FULL_FT)
+    assert sft(1).total > 80 * GiB  # a 7B full fine-tune fits no single 80 GiB GPU
+    spread = memory.gpus_needed(sft, gpus_per_node=8, gpu_memory_bytes=80 * GiB)
+    n = spread.gpus
+    assert n in (2, 4, 8) and spread.per_rank == sft(n).total <= usable
+    assert sft(n // 2).total > usable  # half as many do not fit: the fewest
+    assert spread.one_gpu == sft(1).total and not spread.reason
+    # DPO's frozen reference is sharded too, but still adds to every rank at the same count
+    dpo = _sharded("dpo", FULL_FT)
+    assert dpo(n).total > sft(n).total and dpo(n).reference <= dpo(1).reference / n + 1
+    assert memory.gpus_needed(dpo, gpus_per_node=8, gpu_memory_bytes=80 * GiB).gpus >= n
+    none = memory.gpus_needed(sft, gpus_per_node=8, gpu_memory_bytes=16 * GiB)
+    assert none.gpus is None and "all 8 GPUs" in none.reason and "16.0 GiB" in none.reason
+    assert f"~{sft(8).total / GiB:.1f} GiB per rank" in none.reason
+    # counts tried: powers of two, then the node's own
+    assert memory._rank_counts(8) == [1, 2, 4, 8] and memory._rank_counts(6) == [1, 2, 4, 6]
+    assert memory.gpus_needed(lambda n: 100 * GB // n, gpus_per_node=6, gpu_memory_bytes=20 * GB).gpus == 6
+
+
+def test_plan_with_whole_gpus_per_trial_checks_one_rank_against_one_gpu():
+    p = plan(60 * GB, gpus=8, gpu_memory_bytes=80 * GB, host_memory_bytes=2048 * GB, cpus=64, gpus_per_trial=2)
+    assert (p.concurrent, p.gpus_per_trial, p.limit, p.ranks) == (4, 2.0, "gpus", 2)
+    assert p.resources()["gpu"] == 2.0 and "2 GPUs each" in p.describe()
+    too_big = plan(70 * GB, gpus=8, gpu_memory_bytes=80 * GB, host_memory_bytes=2048 * GB, cpus=64, gpus_per_trial=4)
+    assert too_big.concurrent == 0 and "per rank (4 ranks)" in too_big.fits[0].reason
+    # each rank is a process on the host: its host need counts once per rank
+    need = memory.estimate_trial(adapter("sft"), qwen7b_config(), FULL_FT, ranks=4, sharding="fsdp")
+    host = int(need.host * 4 * 1.5 / 0.85)  # room for one 4-rank trial, not two
+    hosted = plan(need, gpus=8, gpu_memory_bytes=80 * GiB, host_memory_bytes=host, cpus=64)
+    assert (hosted.concurrent, hosted.limit, hosted.gpus_per_trial) == (1, "host memory", 4.0)  # ranks read from it
+    assert hosted.fits[0].host == 4 * need.host
+    assert plan(need, gpus=8, gpu_memory_bytes=80 * GiB, host_memory_bytes=2**50, cpus=6).concurrent == 1  # a CPU a rank
+    with pytest.raises(TunerError, match="estimate with ranks=2"):
+        plan(need, gpus=8, gpu_memory_bytes=80 * GiB, host_memory_bytes=2**50, cpus=64, gpus_per_trial=2)
+    with pytest.raises(TunerError, match="the machine has 2"):
+        plan(60 * GB, gpus=2, gpu_memory_bytes=80 * GB, host_memory_bytes=2**50, cpus=64, gpus_per_trial=4)

@@ -221,7 +221,7 @@ def place(entry: Adapter, model_path: str, space, cluster: Cluster, *, cpus_per_
         whole = ranks = int(gpus_per_trial)
         if ranks > cluster.node_gpus:
             raise TunerError(f"--gpus-per-trial {ranks}: a trial's GPUs share one node, which has {cluster.node_gpus}")
-        # DDP is the faster where every rank holds the model; else FSDP's shards.
+        # DDP where every rank holds the whole model (no all-gathers: the faster), else FSDP's shards.
         ddp = largest(ranks, None)
         if ddp.total > gpu_usable:
             sharding = "fsdp"
