@@ -224,7 +224,7 @@ def test_whole_gpus_per_trial_given_are_used_and_checked_per_rank(tmp_path):
 def test_cpu_trials_with_several_processes(tiny_model):
     two = placement.place(adapter("sft"), tiny_model, load_space(None, "sft"), LAPTOP, cpus_per_trial=1,
                           gpus_per_trial=None, concurrency=None, processes_per_trial=2)
-    assert (two.device, two.ranks, two.resources) == ("cpu", 2, {"cpu": 1, "gpu": 0.0})
+    assert (two.device, two.ranks, two.resources) == ("cpu", 2, {"cpu": 2, "gpu": 0.0})  # a CPU per process
     assert two.concurrency == 1  # two CPUs: one per process
     assert two.budget_bytes * 2 <= 0.85 * LAPTOP.host_memory_bytes  # a share of host RAM per process
     assert "2 processes each" in two.describe() and two.summary()["ranks"] == 2

@@ -31,8 +31,9 @@ TUNER_PARAM_TYPES: dict[str, Any] = {
     "lora_target_modules": Union[str, list[str]],
     # How a trial of several ranks (tuner.trial.ranks) holds the model: "none" (DDP: every rank a whole copy) or
     # "fsdp" (FSDP2 full sharding: weights, gradients and optimizer state split over the ranks). One rank: no effect.
-    "sharding": Literal["none", "fsdp"],
+    "sharding": Literal["none", "fsdp"],  # SHARDINGS
 }
+SHARDINGS = ("none", "fsdp")
 # What "sharding: fsdp" sets in TrainingArguments: FSDP2, full shard, each decoder layer (the model's
 # _no_split_modules) its own unit. The export says the same in an accelerate config file (tuner.report.export).
 FSDP_ARGS: dict[str, Any] = {"fsdp": "full_shard auto_wrap", "fsdp_config": {"fsdp_version": 2}}

@@ -271,6 +271,8 @@ def place(entry: Adapter, model_path: str, space, cluster: Cluster, *, cpus_per_
     wanted = concurrency or bound
     if concurrency and concurrency > bound:
         notes.append(f"--concurrency {concurrency} lowered to {bound}: more trials at once do not fit ({plan.limit})")
-    return Placement(device=device, plan=plan, resources={"cpu": cpus_per_trial, "gpu": share},
+    # A CPU trial's ranks each want a CPU: Ray holds them for it, or two such trials would share the same cores.
+    cpus = min(max(cpus_per_trial, ranks), max(1, cluster.cpus)) if not on_gpu and ranks > 1 else cpus_per_trial
+    return Placement(device=device, plan=plan, resources={"cpu": cpus, "gpu": share},
                      concurrency=max(1, min(wanted, bound)), budget_bytes=budget, estimate_of=estimate_of, notes=notes,
                      ranks=ranks, sharding=sharding)

@@ -460,6 +460,9 @@ def _search(prepared, tracker, study, run_name, records, placement, progress, st
     from tuner.search import _extend as extend
 
     o = prepared.options
+    space = prepared.space
+    if placement.sharding and not space.values_of("sharding"):
+        space.fixed["sharding"] = placement.sharding  # the plan sharded every trial: each trial's params say so
     base_spec = TrialSpec(trainer=o.trainer, params={}, model=prepared.model_path, dataset=o.dataset,
                           reward_funcs=o.reward_funcs, max_steps=o.max_steps, seed=o.seed,
                           ranks=placement.ranks).to_dict()

@@ -77,7 +77,7 @@ from dataclasses import dataclass, replace
 from types import SimpleNamespace
 from typing import Any, ClassVar
 
-from tuner.config.trainers import Adapter
+from tuner.config.trainers import SHARDINGS, Adapter
 from tuner.errors import TunerError
 
 __all__ = [
@@ -156,9 +156,8 @@ CPU_TRAINER_RUNTIME = 50 * MiB
 # NCCL) mapped into it. An assumption (no GPU was at hand to measure it), ~1 GiB with lazy module loading.
 CUDA_HOST_LIBRARIES = 1 * GiB
 
-# How a multi-rank trial splits its model: "none" is DDP (every rank holds everything), "fsdp" FSDP FULL_SHARD
-# (ZeRO-3: parameters, gradients and optimizer state divided over the ranks). A search param of this name picks one.
-SHARDINGS = ("none", "fsdp")
+# How a multi-rank trial splits its model (tuner.config.trainers.SHARDINGS): "none" is DDP (every rank holds
+# everything), "fsdp" FSDP FULL_SHARD (ZeRO-3: parameters, gradients and optimizer state divided over the ranks).
 
 # TRL's defaults where a trial's params do not say (TRL 1.16's configs; estimate_trial reads the installed ones).
 DEFAULT_BATCH = 8
