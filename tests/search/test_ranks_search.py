@@ -1,0 +1,108 @@
+"""A search whose trials span 2 processes (--processes-per-trial 2: gloo ranks on this CPU, the code path GPU
+trials take): verdicts, MLflow, the export with its accelerate config and the trl command that launches it, and a
+killed driver leaving no rank behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+import yaml
+from test_reliability import kill_session, wait_for
+from test_reliability import spawn as spawn  # noqa: F401 - the fixture, used by name
+
+from tuner import cli
+
+pytestmark = pytest.mark.slow
+
+# The tiny reward model learns in 20 fp32 steps at these rates (the anchor grid's fp32 cell), here with 2 ranks.
+SPACE = {"trainer": "reward", "fixed": {"precision": "fp32", "use_peft": False, "per_device_train_batch_size": 8,
+                                       "max_length": 64},
+         "params": {"learning_rate": {"type": "categorical", "choices": [1e-3, 2e-3]}}}
+
+
+def test_a_two_process_search_judges_records_and_exports_a_launchable_config(tmp_path, tiny_model, monkeypatch):
+    from test_export import preference_rows
+
+    from tuner.stores import tracking
+
+    rows = preference_rows(96)
+    (tmp_path / "prefs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "space.yaml").write_text(yaml.safe_dump(SPACE))
+    monkeypatch.chdir(tmp_path)
+    code = cli.main(["search", "--search-space", "space.yaml", "--dataset", "prefs.jsonl", "--sampler", "grid",
+                     "--max-steps", "20", "--confirm-seeds", "0", "--processes-per-trial", "2",
+                     "--experiment", "ranks", "-o", "recommended.yaml"])
+    run, search = tracking.load_search(tracking.default_tracking_uri(Path("mlflow")), "ranks")
+    records = search["trials"]
+    assert code == 0 and search["recommended"] is not None, records
+    assert sorted(r["params"]["learning_rate"] for r in records) == [1e-3, 2e-3]
+    assert {r["status"] for r in records} == {"ok"} and all(r["learned"] for r in records), records
+    assert search["plan"]["ranks"] == 2 and search["plan"]["cpus_per_trial"] == 2
+    # Each trial's MLflow run has every step (rank 0's rows, averaged over both ranks by Trainer).
+    client = tracking.client(tracking.default_tracking_uri(Path("mlflow")))
+    trials = client.search_runs([run.info.experiment_id], f"tags.mlflow.parentRunId = '{run.info.run_id}'")
+    assert len(trials) == 2
+    for trial in trials:
+        assert [m.step for m in client.get_metric_history(trial.info.run_id, "loss")] == list(range(1, 21))
+
+    # The export: the TRL file, its accelerate config beside it, and the command that launches them together.
+    launch = yaml.safe_load((tmp_path / "recommended.accelerate.yaml").read_text())
+    assert (launch["num_processes"], launch["distributed_type"]) == (2, "MULTI_GPU")
+    text = (tmp_path / "recommended.yaml").read_text()
+    command = next(line for line in text.splitlines() if line.startswith("# Run: "))
+    assert command == ("# Run: trl reward --config THIS_FILE --accelerate_config recommended.accelerate.yaml "
+                       "--dataset_name YOUR_DATASET")
+    # ... which trains, with 2 CPU processes: the command as written, with a dataset, 2 steps and --use_cpu.
+    (tmp_path / "prefs_data").mkdir()
+    (tmp_path / "prefs_data" / "train.jsonl").write_text((tmp_path / "prefs.jsonl").read_text())
+    args = command.removeprefix("# Run: ").replace("THIS_FILE", "recommended.yaml").replace(
+        "YOUR_DATASET", "./prefs_data").split()
+    trl = Path(sys.executable).with_name("trl")
+    done = subprocess.run([str(trl), *args[1:], "--max_steps", "2", "--use_cpu", "true", "--output_dir", "out",
+                           "--save_strategy", "no"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    # Two processes trained: each loaded the model (one process prints this once).
+    assert (done.stderr + done.stdout).count("Loading weights") >= 2, done.stderr[-3000:]
+    assert "'train_runtime'" in done.stdout + done.stderr
+
+
+def _marked_ranks(mark: str) -> list[int]:
+    """Live rank processes (tuner.trial._rank) whose environment carries ``mark``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if b"tuner.trial._rank" not in (entry / "cmdline").read_bytes():
+                continue
+            if mark.encode() not in (entry / "environ").read_bytes():
+                continue
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z":
+            found.append(int(entry.name))
+    return found
+
+
+def test_a_killed_driver_leaves_no_rank_running(tmp_path, tiny_model, spawn):  # noqa: F811
+    mark = f"ranks-{uuid.uuid4().hex}"
+    tuner = str(Path(sys.executable).with_name("tuner"))
+    # every step slow: the trial's ranks are mid-training when the driver dies
+    search = spawn.start([tuner, "search", "--trainer", "sft", "--trials", "2", "--max-steps", "200",
+                          "--processes-per-trial", "2", "--store", str(tmp_path / "mlflow")], "search",
+                         env={"TUNER_FAULT": "slow@1", "TUNER_TEST_MARK": mark})
+    ranks = wait_for(lambda: len(_marked_ranks(mark)) >= 2 and _marked_ranks(mark), "2 ranks training",
+                     process=search)
+    os.kill(search.pid, signal.SIGKILL)  # the driver only: its launcher, trial and ranks must follow by themselves
+    search.wait(30)
+    wait_for(lambda: not _marked_ranks(mark), "every rank to end", timeout=60)
+    assert not any(Path(f"/proc/{pid}").exists() and pid in _marked_ranks(mark) for pid in ranks)
+    kill_session(search.pid)
