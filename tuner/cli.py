@@ -34,6 +34,8 @@ SEARCH_EXAMPLES = """examples:
   tuner search --from my_dpo.yaml                      # your `trl dpo --config` file: trial 0 runs it, the export fixes it
   tuner search --model Qwen2.5-0.5B --budget 2000       # longer rungs (60, 180 steps) if 20 show no learning
   tuner search --ray-address 10.0.0.1:6379 --gpus-per-trial 1 --tracking-uri http://mlflow:5000
+  tuner search --model Qwen2.5-7B --trainer dpo --gpus-per-trial 4   # a trial on 4 GPUs, one process each
+  tuner search --processes-per-trial 2                 # each trial 2 gloo processes on this CPU (data parallel)
 """
 
 MAIN_EXAMPLES = """examples:

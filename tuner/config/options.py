@@ -120,7 +120,8 @@ class SearchOptions:
     )
     gpus_per_trial: float | None = field(
         default=None,
-        metadata={"help": "GPUs per trial, e.g. 0.25 for four trials on one GPU",
+        metadata={"help": "GPUs per trial, e.g. 0.25 for four trials on one GPU, or 2 or more whole GPUs: a trial of "
+                  "one process per GPU (see --processes-per-trial)",
                   "default_help": "packed by memory: the share of a GPU the largest config of the space needs "
                   "(tuner.trial.memory); CPU trials on a machine without GPUs", "rule": NOT_NEGATIVE},
     )

@@ -292,7 +292,7 @@ def header(search: SearchSummary, experiment: str, run_id: str, launch: str | No
         lines.append(f"Run: trl {search['trainer']} --config THIS_FILE{dataset}")
     else:
         ranks = launch_config(search)["num_processes"]
-        lines.append(f"The trials ran as {ranks} processes, one per GPU; "
+        lines.append(f"The trials ran as {ranks} processes (data parallel, a GPU each on GPUs); "
                      + (f"{launch} holds how to launch them." if launch else
                         "export with -o FILE to get the accelerate config that launches them beside it."))
         lines.append(f"Run: trl {search['trainer']} --config THIS_FILE --accelerate_config {launch or 'ACCELERATE.yaml'}"
