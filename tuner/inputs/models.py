@@ -43,6 +43,8 @@ ALIASES: dict[str, str] = {
     "Qwen2.5-0.5B-Instruct": "Qwen/Qwen2.5-0.5B-Instruct",
     "Qwen2.5-1.5B": "Qwen/Qwen2.5-1.5B",
     "Qwen2.5-1.5B-Instruct": "Qwen/Qwen2.5-1.5B-Instruct",
+    "Qwen2.5-7B": "Qwen/Qwen2.5-7B",
+    "Qwen2.5-7B-Instruct": "Qwen/Qwen2.5-7B-Instruct",
     "Llama-3.2-1B": "meta-llama/Llama-3.2-1B",
     "SmolLM2-135M": "HuggingFaceTB/SmolLM2-135M",
 }
