@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from test_ranks import rank_processes
 from test_reliability import kill_session, wait_for
 from test_reliability import spawn as spawn  # noqa: F401 - the fixture, used by name
 
@@ -74,22 +75,7 @@ def test_a_two_process_search_judges_records_and_exports_a_launchable_config(tmp
 
 
 def _marked_ranks(mark: str) -> list[int]:
-    """Live rank processes (tuner.trial._rank) whose environment carries ``mark``."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            if b"tuner.trial._rank" not in (entry / "cmdline").read_bytes():
-                continue
-            if mark.encode() not in (entry / "environ").read_bytes():
-                continue
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if state != "Z":
-            found.append(int(entry.name))
-    return found
+    return rank_processes(mark.encode(), where="environ")
 
 
 def test_a_killed_driver_leaves_no_rank_running(tmp_path, tiny_model, spawn):  # noqa: F811

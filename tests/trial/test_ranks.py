@@ -24,19 +24,25 @@ def _rank_results(workdir: Path) -> dict[int, dict]:
     return {int(p.stem[4:]): json.loads(p.read_text())["result"] for p in workdir.glob("rank[0-9]*.json")}
 
 
-def _rank_pids(workdir: Path) -> list[int]:
-    """The live processes that are ranks of the trial in ``workdir``."""
+def rank_processes(marker: bytes, where: str = "cmdline") -> list[int]:
+    """Live rank processes (tuner.trial._rank) whose command line (or ``where="environ"``: environment) holds
+    ``marker``; a zombie has ended and is not counted."""
     pids = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
-            cmdline = (entry / "cmdline").read_bytes().split(b"\0")
+            if b"tuner.trial._rank" not in (entry / "cmdline").read_bytes() or marker not in (entry / where).read_bytes():
+                continue
+            if (entry / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+                pids.append(int(entry.name))
         except OSError:
             continue
-        if b"tuner.trial._rank" in cmdline and str(workdir).encode() in cmdline:
-            pids.append(int(entry.name))
     return pids
+
+
+def _rank_pids(workdir: Path) -> list[int]:
+    return rank_processes(str(workdir).encode())
 
 
 def test_a_two_rank_trial_trains_as_one_job_and_gets_its_verdict(tiny_model, tmp_path):
@@ -99,14 +105,6 @@ def test_no_rank_outlives_its_trial_process(tiny_model, tmp_path, monkeypatch):
     os.kill(process.pid, signal.SIGKILL)
     process.join(30)
     deadline = time.monotonic() + 30
-    while any(_alive(pid) for pid in ranks) and time.monotonic() < deadline:
+    while set(ranks) & set(_rank_pids(workdir)) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert not any(_alive(pid) for pid in ranks), "a rank outlived its trial's process"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"  # a zombie has ended; its parent (also gone) will not reap it
+    assert not set(ranks) & set(_rank_pids(workdir)), "a rank outlived its trial's process"

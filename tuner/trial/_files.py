@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,15 @@ def output_to(log: Path) -> None:
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     os.close(fd)
+
+
+def death(exitcode: int) -> str:
+    """How a process that reported no result ended, in words (``exitcode`` < 0: killed by that signal)."""
+    if exitcode >= 0:
+        return f"process exited with code {exitcode} before reporting a result"
+    sig = signal.Signals(-exitcode)
+    said = f"process killed by {sig.name} ({signal.strsignal(sig)})"
+    return said + ("; the kernel's out-of-memory killer sends this" if sig == signal.SIGKILL else "")
 
 
 # What is kept of a dead process's output: its last lines, enough for a traceback or a CUDA error's context.

@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import time
 from pathlib import Path
 from typing import Any, Callable
 
 from tuner.errors import describe_exception
 from tuner.records import Status, TrialResult
-from tuner.trial._files import MetricsTail, output_tail, output_to, read_metrics
+from tuner.trial._files import MetricsTail, death, output_tail, output_to, read_metrics
 from tuner.trial._run import run_trial
 from tuner.trial._spec import TrialSpec
 from tuner.trial.launcher import LOG_NAME
@@ -135,13 +134,8 @@ def run_trial_isolated(spec: TrialSpec, workdir: str | os.PathLike, timeout: flo
     result.stopped_at_step = history[-1]["step"] if history else 0
     if timed_out:
         result.reason = f"timed out after {timeout:.0f} s (--trial-timeout)"
-    elif process.exitcode is not None and process.exitcode < 0:
-        sig = signal.Signals(-process.exitcode)
-        result.reason = f"process killed by {sig.name} ({signal.strsignal(sig)})"
-        if sig == signal.SIGKILL:
-            result.reason += "; the kernel's out-of-memory killer sends this"
     else:
-        result.reason = f"process exited with code {process.exitcode} before reporting a result"
+        result.reason = death(process.exitcode if process.exitcode is not None else 1)
     result.output = output_tail(workdir / LOG_NAME)  # its last words: MLflow keeps them with the trial (process.log)
     result.guard_signal = "process_died"
     return result

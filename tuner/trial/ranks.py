@@ -36,7 +36,7 @@ from pathlib import Path
 
 from tuner.errors import describe_exception
 from tuner.records import Status, TrialResult
-from tuner.trial._files import output_tail, read_metrics
+from tuner.trial._files import death, output_tail, read_metrics
 from tuner.trial._spec import TrialSpec
 
 MONITOR_S = 0.5  # how often the agent checks its ranks: a dead rank ends the job within this
@@ -140,13 +140,7 @@ def _failed(spec: TrialSpec, workdir: Path, metrics_path: Path, error, started: 
     result = TrialResult.crashed("", history=history, steps_run=len(history),
                                  wall_seconds=time.perf_counter() - started)
     result.stopped_at_step = history[-1]["step"] if history else 0
-    if failure.exitcode < 0:
-        sig = signal.Signals(-failure.exitcode)
-        result.reason = f"rank {rank} of {spec.ranks}: process killed by {sig.name} ({signal.strsignal(sig)})"
-        if sig == signal.SIGKILL:
-            result.reason += "; the kernel's out-of-memory killer sends this"
-    else:
-        result.reason = f"rank {rank} of {spec.ranks}: process exited with code {failure.exitcode}"
+    result.reason = f"rank {rank} of {spec.ranks}: {death(failure.exitcode)}"
     result.output = output_tail(rank_log(workdir, rank))
     result.guard_signal = "process_died"
     return result
