@@ -51,24 +51,33 @@ def stop(reaper: subprocess.Popen, timeout: float = 30.0) -> None:
 
 
 def _collect(parent: int, known: set[int], seen: dict[int, float]) -> None:
+    """Record the children ``parent`` started (but ``known``) and every descendant of a recorded process, each by
+    PID and start time. One pass over the process table per call: psutil's ``children()`` reads the whole table
+    on every call, and this ran it once per recorded process (Ray's dozen or two), twice a second, for the whole
+    search."""
     import psutil
 
-    try:
-        for child in psutil.Process(parent).children():
-            if child.pid not in known and child.pid != os.getpid():
-                seen.setdefault(child.pid, child.create_time())
-    except psutil.Error:
-        pass  # the parent is gone: what it started is recorded already
-    for pid in list(seen):
-        try:
-            process = psutil.Process(pid)
-            started = process.create_time()
-            if seen.setdefault(pid, started) != started:
-                continue  # the PID was reused by a process that is not ours
-            for child in process.children(recursive=True):
-                seen.setdefault(child.pid, child.create_time())
-        except psutil.Error:
-            continue
+    table: dict[int, tuple[int, float]] = {}  # pid -> (parent pid, start time)
+    for process in psutil.process_iter(["ppid", "create_time"]):
+        ppid, started = process.info["ppid"], process.info["create_time"]
+        if ppid is not None and started is not None:
+            table[process.pid] = (ppid, started)
+    below: dict[int, list[int]] = {}
+    for pid, (ppid, _) in table.items():
+        if pid != ppid:
+            below.setdefault(ppid, []).append(pid)
+    for pid in below.get(parent, []):
+        if pid not in known and pid != os.getpid():
+            seen.setdefault(pid, table[pid][1])
+    # The descendants of each recorded process that is still the one recorded (a reused PID is not ours).
+    stack = [pid for pid, started in seen.items() if pid in table and table[pid][1] == started]
+    visited = set(stack)
+    while stack:
+        for child in below.get(stack.pop(), []):
+            seen.setdefault(child, table[child][1])
+            if child not in visited:
+                visited.add(child)
+                stack.append(child)
 
 
 def _kill(seen: dict[int, float], timeout: float = 10.0) -> None:
