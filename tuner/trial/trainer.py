@@ -32,10 +32,10 @@ def build_trainer(entry: Adapter, model_path: str, params: dict[str, Any], datas
     )
 
     split = split_params(params)
-    several = int(os.environ.get("WORLD_SIZE") or 1) > 1  # a rank of a distributed trial (tuner.trial.ranks)
+    rank = "RANK" in os.environ  # a rank of a distributed trial (tuner.trial.ranks: torch's elastic launcher)
     args = {
         **split.config,
-        **(FSDP_ARGS if split.sharding == "fsdp" and several else {}),
+        **(FSDP_ARGS if split.sharding == "fsdp" and rank else {}),
         **precisions.PRECISIONS[split.precision].flags,
         **run,
         "logging_steps": 1,
