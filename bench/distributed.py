@@ -35,12 +35,13 @@ PARAMS = {"learning_rate": 1e-5, "per_device_train_batch_size": 8, "max_length":
 
 
 def _run(spec, label: str, distributed: bool) -> dict:
-    from tuner.trial import run_trial
+    from tuner.trial import run_trial_isolated
     from tuner.trial.ranks import run_ranks
 
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="tuner-bench-ranks-") as workdir:
-        result = run_ranks(spec, workdir) if distributed else run_trial(spec, workdir)
+        # each in a fresh process (a trial's own, or the ranks'): none starts with a warm CUDA context or allocator
+        result = run_ranks(spec, workdir) if distributed else run_trial_isolated(spec, workdir, timeout=1800)
         log = Path(workdir) / "rank0.log"
         # what rank 0 says it was part of: "rank 0 of 2: MULTI_GPU, fsdp: False" (tuner.trial._run)
         job = next((line for line in log.read_text().splitlines() if line.startswith("rank 0 of ")), None) \

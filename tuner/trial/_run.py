@@ -81,7 +81,7 @@ def _run_in(spec: TrialSpec, workdir: Path, metrics_path) -> TrialResult:
             result.status, result.reason = Status.INVALID, f"{type(e).__name__}: {_first_line(e)}"
             return result
         monitor.trainer = trainer
-        if int(os.environ.get("WORLD_SIZE") or 1) > 1:  # a rank's log says what kind of job it is part of
+        if "RANK" in os.environ:  # a rank (tuner.trial.ranks): its log says what kind of job it is part of
             print(f"rank {os.environ.get('RANK')} of {os.environ['WORLD_SIZE']}: "
                   f"{trainer.accelerator.distributed_type.value}, fsdp: {trainer.is_fsdp_enabled}", flush=True)
         trainer.train()
