@@ -21,11 +21,13 @@ from __future__ import annotations
 import argparse
 import ast
 import hashlib
+import io
 import json
 import os
 import sys
 import tempfile
 import time
+import tokenize
 from pathlib import Path
 from typing import Any
 
@@ -53,17 +55,35 @@ GAIN_AT_LEAST = 0.1  # measured on seeds 0-2: last third +0.29, +0.30, +0.23 abo
 
 
 def recipe_fingerprint(root: Path = REPO) -> str:
-    """sha256 of the recipe files' code (their AST without docstrings): a comment or docstring edit keeps it."""
+    """sha256 of the recipe files' code: their text without docstrings, comments and blank lines, so an edit of
+    those keeps it. (The text, not ``ast.dump``, whose output differs between Python versions.)"""
     digest = hashlib.sha256()
     for name in RECIPE:
-        tree = ast.parse((root / name).read_text())
-        for node in ast.walk(tree):
-            body = getattr(node, "body", None)
-            if (isinstance(body, list) and body and isinstance(body[0], ast.Expr)
-                    and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str)):
-                node.body = body[1:] or [ast.Pass()]
-        digest.update(name.encode() + b"\0" + ast.dump(tree).encode() + b"\0")
+        digest.update(name.encode() + b"\0" + _code_only((root / name).read_text()).encode() + b"\0")
     return digest.hexdigest()
+
+
+def _code_only(text: str) -> str:
+    lines = [line.encode() for line in text.splitlines()]  # ast's columns count UTF-8 bytes
+    spans = []  # (first line, its column, last line, its end column): 1-based lines, byte columns
+    for node in ast.walk(ast.parse(text)):
+        body = getattr(node, "body", None)
+        if (isinstance(body, list) and body and isinstance(body[0], ast.Expr)
+                and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str)):
+            doc = body[0]
+            spans.append((doc.lineno, doc.col_offset, doc.end_lineno, doc.end_col_offset))
+    for token in tokenize.generate_tokens(io.StringIO(text).readline):
+        if token.type == tokenize.COMMENT:
+            (row, col), line = token.start, token.line.splitlines()[0] if token.line else ""
+            spans.append((row, len(line[:col].encode()), row, len(lines[row - 1])))
+    rows = [bytearray(line) for line in lines]
+    for first, start, last, end in spans:
+        for number in range(first, last + 1):
+            row = rows[number - 1]
+            cut_from, cut_to = (start if number == first else 0), (end if number == last else len(row))
+            row[cut_from:cut_to] = b" " * (min(cut_to, len(row)) - cut_from)
+    kept = (bytes(row).decode().rstrip() for row in rows)
+    return "\n".join(line for line in kept if line)
 
 
 def measure(path: str | os.PathLike, model: str, grpo_steps: int = GRPO_STEPS) -> dict[str, Any]:
