@@ -53,9 +53,15 @@ def resume_options(options) -> tuple[Any, str]:
         confirm_top=int(p.get("confirm_top", options.confirm_top)),
         prune=p["prune"] == "True" if "prune" in p else options.prune,
         budget=json.loads(p.get("budget", "null")),
+        # a trial's processes are what it is (one rank or a data-parallel job): kept unless given again
+        processes_per_trial=options.processes_per_trial or _ranks(p.get("processes_per_trial")),
         experiment=options.resume,
     )
     return resumed, run.info.run_id
+
+
+def _ranks(logged: str | None) -> int | None:
+    return int(logged) if logged and logged.isdigit() and int(logged) > 1 else None
 
 
 def reattach(tracker, parent_id: str, make_study) -> tuple[str, Any, list[TrialRecord]]:

@@ -443,7 +443,7 @@ def _start_run(prepared: Prepared, tracker, run_name: str, concurrency: int) -> 
             "search_space": o.search_space if prepared.source is not None else prepared.space.source,
             "dataset": o.dataset or "builtin", "reward_funcs": o.reward_funcs, "concurrency": concurrency,
             "confirm_seeds": o.confirm_seeds, "confirm_top": o.confirm_top, "prune": prunes(o), "halving": halves(o),
-            "budget": o.budget, "from_config": o.from_config,
+            "budget": o.budget, "from_config": o.from_config, "processes_per_trial": trial_ranks(o),
         }, {STUDY_TAG: run_name, STUDY_STORAGE_TAG: _study_storage(o)})
     if prepared.source is not None:
         from tuner.config import trl_config

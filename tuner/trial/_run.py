@@ -136,7 +136,8 @@ def _memory_estimate_mb(spec: TrialSpec, model_path: str, device: str) -> float 
 
     try:
         config = AutoConfig.from_pretrained(model_path)
-        return memory.estimate_trial(spec.entry, config, spec.params, device=device).total / 2**20
+        ranks = int(os.environ.get("WORLD_SIZE") or 1)  # a rank's own share (tuner.trial.ranks)
+        return memory.estimate_trial(spec.entry, config, spec.params, device=device, ranks=ranks).total / 2**20
     except Exception:  # noqa: BLE001 - an estimate is a figure to compare, not a reason to lose the trial
         return None
 
