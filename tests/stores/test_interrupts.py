@@ -25,8 +25,12 @@ from tuner.stores import interrupts, tracking
 @pytest.fixture
 def sigterm_interrupts():  # as tuner's CLI does: SIGTERM raises KeyboardInterrupt
     previous = signal.signal(signal.SIGTERM, _interrupt)
+    # SIGINT as Python sets it up in a process started in the foreground: a test runner started in the background
+    # by a non-interactive shell inherits SIGINT ignored, and Python then leaves it so (Ctrl-C could not reach it)
+    previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
     yield
     signal.signal(signal.SIGTERM, previous)
+    signal.signal(signal.SIGINT, previous_int)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
