@@ -32,7 +32,7 @@ bf16: false
 use_peft: true
 lora_target_modules: [all-linear]
 learning_rate: 0.3
-per_device_train_batch_size: 4
+per_device_train_batch_size: 2
 gradient_accumulation_steps: 32
 max_length: 64
 output_dir: out/reward-half
