@@ -4,6 +4,7 @@ killed driver leaving no rank behind."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -79,6 +80,10 @@ def test_a_two_process_search_judges_records_and_exports_a_launchable_config(tmp
         assert job.poll() in (None, 0), log.read_text(errors="replace")[-3000:]
     finally:
         kill_session(job.pid)
+        for entry in Path("/proc").iterdir():  # its ranks run in sessions of their own (torch's launcher)
+            with contextlib.suppress(OSError, ValueError):
+                if entry.name.isdigit() and int(entry.name) != os.getpid() and Path(os.readlink(entry / "cwd")) == tmp_path:
+                    os.kill(int(entry.name), signal.SIGKILL)
     text = log.read_text(errors="replace")
     # Two processes trained: each loaded the model (one process prints this once).
     assert text.count("Loading weights") >= 2, text[-3000:]
