@@ -363,6 +363,10 @@ def init_ray(ray_address: str | None, gpus_per_trial: float | None):
     if ray_address:
         kwargs["address"] = ray_address
     else:
+        # "local": a Ray of this search's own. Without an address Ray joins the cluster that `ray start` last
+        # recorded on this machine (/tmp/ray/ray_current_cluster) or that RAY_ADDRESS names, and then refuses
+        # num_cpus (ValueError): a search beside anyone's `ray start` failed with a traceback.
+        kwargs["address"] = "local"
         kwargs["num_cpus"] = os.cpu_count()
     # Before ray.init: what it starts is killed however the driver ends, even in the middle of ray.init (Ray ends
     # the driver itself when a raylet a signal killed fails its registration).
