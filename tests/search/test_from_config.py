@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from test_export import trl_parse
+from test_export import cpu_flag, trl_parse
 from test_search import run_search_in
 
 from tuner.config import trl_config
@@ -124,7 +124,7 @@ def check_export(finished, tmp_path: Path, max_steps: int):
     assert fixed["exportable"], fixed
     path = tmp_path / "fixed.yaml"
     path.write_text(export.render_export(search, finished.experiment, finished.outcome.parent_run_id))
-    trl_parse(search["trainer"], path, tmp_path / "out")
+    trl_parse(search["trainer"], path, tmp_path / "out", *cpu_flag(load_yaml(path.read_text())))
 
     before, after = load_yaml((tmp_path / "my.yaml").read_text()), load_yaml(path.read_text())
     changed = {k for k in set(before) | set(after) if before.get(k) != after.get(k)}
