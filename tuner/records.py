@@ -89,6 +89,8 @@ class TrialRecord(TypedDict, total=False):
     max_steps: int
     seed: int
     confirms: int  # set on confirmation re-runs: the candidate trial's number
+    remeasures: int  # set on a --from search's speed re-runs (tuner.search._remeasure): the trial measured again
+    pair: int  # ... and which pair of runs side by side it belongs to
     # TrialResult's summary fields:
     status: Status
     reason: str
@@ -115,7 +117,8 @@ class TrialJob(TypedDict, total=False):
     number: int  # the Optuna trial number (a re-run has the number of the trial it re-runs)
     timeout: float  # seconds before the trial is killed as crashed
     tags: dict[str, str]  # MLflow tags of its run beyond the usual ones (tuner.stores.tags: confirmation, extension)
-    extra: dict[str, int]  # kept on its record: {"confirms": n} on a confirmation, {"extends": n} on a longer rung
+    extra: dict[str, int]  # kept on its record: {"confirms": n} on a confirmation, {"extends": n} on a longer rung,
+    #                        {"remeasures": n, "pair": k} on a speed re-run
     prune_after: tuple[float, str]  # (seconds, why): stopped as pruned if still running then (too slow to win)
     keep: bool  # never stopped early by successive halving or as too slow (trial 0 of a --from search)
     skip: str  # why it is not run at all (the memory plan says it does not fit): recorded as too_big
@@ -139,6 +142,7 @@ class SearchSummary(TypedDict, total=False):
     trials: list[TrialRecord]  # the search's own trials
     extensions: list[TrialRecord]  # longer rungs' re-runs
     confirmations: list[TrialRecord]  # confirmation re-runs
+    remeasures: list[TrialRecord]  # --from: speed re-runs side by side with trial 0 (tuner.search._remeasure)
     candidates: list[dict[str, Any]]  # each candidate's confirmation verdict
     plan: dict[str, Any]  # the memory plan (tuner.search's placement)
     source: dict[str, Any] | None  # --from: the user's TRL config (tuner.config.trl_config.SourceConfig as a mapping)

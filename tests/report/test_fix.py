@@ -48,18 +48,48 @@ def test_the_fewest_changes_win_and_each_carries_its_evidence(tmp_path):
     assert fix.diff_lines(answer)[2].startswith("  dtype: float16 -> float32    (fp16-pure diverged")
 
 
-@pytest.mark.parametrize(("faster", "changed"), [(1.1, False), (1.5, True)])
-def test_a_healthy_config_is_changed_only_for_a_measured_speed_up(tmp_path, faster, changed):
+def side_by_side(*ratios, theirs=1000.0, status="ok"):
+    """Speed re-runs (tuner.search._remeasure): per pair, trial 1 at ``ratio`` x trial 0's tokens/s."""
+    runs = []
+    for pair, ratio in enumerate(ratios):
+        runs += [dict(record(1, status, speed=theirs * ratio, precision="fp32"), remeasures=1, pair=pair),
+                 dict(record(0, speed=theirs, precision="fp16-pure"), remeasures=0, pair=pair)]
+    return runs
+
+
+@pytest.mark.parametrize(("faster", "again", "changed"), [
+    (1.1, (), False),  # not measurably faster: nothing re-run, nothing changed
+    (1.5, (1.4, 1.3), True),  # faster in the search and in both pairs side by side
+    (1.5, (1.4, 0.8), False),  # one pair side by side says otherwise: the search's lone figures were the load
+    (1.5, (1.4,), False),  # a pair missing (an interrupted search): not shown
+    (1.5, (), False),
+])
+def test_a_healthy_config_is_changed_only_for_a_speed_up_measured_again_side_by_side(tmp_path, faster, again, changed):
     source = read(tmp_path, REWARD_HALF)
     records = [record(0, speed=1000.0, precision="fp16-pure"),
                record(1, speed=1000.0 * faster, precision="fp32", learning_rate=1e-3)]
-    answer = fix.answer(source, records, best=records[1])
+    answer = fix.answer(source, records, best=records[1], remeasures=side_by_side(*again))
     assert answer["healthy"] and answer["summary"].startswith("already stable")
     assert bool(answer["changes"]) is changed
     # the learning rate is a learning knob: never changed for speed
     assert all(c["param"] in ("precision",) for c in answer["changes"])
-    if not changed:
+    if changed:
+        assert answer["changes"][0]["evidence"].endswith("side by side with yours again: 1.40x, 1.30x")
+    else:
         assert answer["text"] == REWARD_HALF  # their file as it is
+    if not changed and faster >= fix.SPEEDUP:
+        assert "looked 1.5x as fast, but not again side by side with yours" in answer["summary"]
+
+
+def test_a_speed_re_run_that_broke_does_not_count_for_the_change(tmp_path):
+    source = read(tmp_path, REWARD_HALF)
+    records = [record(0, speed=1000.0, precision="fp16-pure"), record(1, speed=1500.0, precision="fp32")]
+    runs = side_by_side(1.4, 1.4)
+    runs[2]["status"] = "diverged"  # pair 1's run of trial 1
+    answer = fix.answer(source, records, best=records[1], remeasures=runs)
+    assert not answer["changes"] and "(1.40x, not measured)" in answer["summary"]
+    assert fix.pair_ratios(1, runs) == [pytest.approx(1.4), None]
+    assert answer["text"] == REWARD_HALF  # their file as it is
 
 
 def test_export_length_flags_are_written_into_their_file(tmp_path):

@@ -8,7 +8,8 @@
 
 Trial 0 of such a search is their config as written. When it was stable and learned, the answer says so and
 changes only the speed knobs (tuner.config.trl_config.SPEED_KNOBS) of a trial measured at least SPEEDUP times
-faster; otherwise the answer is the recommended trial, written as the fewest keys that differ from their file,
+faster, in the search and again in every pair of runs side by side with theirs (tuner.search._remeasure);
+otherwise the answer is the recommended trial, written as the fewest keys that differ from their file,
 each tied to the trials that point to it.
 """
 
@@ -24,9 +25,10 @@ from tuner.config import precision as precisions
 from tuner.config import trl_config
 from tuner.records import Status, is_ok
 
-__all__ = ["SPEEDUP", "answer", "cause_of", "diff_lines", "edit_text", "load_text", "render_fix", "trial0_line"]
+__all__ = ["PAIRS", "SPEEDUP", "answer", "pair_ratios", "speed_candidate", "cause_of", "diff_lines", "edit_text", "load_text", "render_fix", "trial0_line"]
 
 SPEEDUP = 1.2  # a healthy config is changed for speed only when a trial ran at least this much faster
+PAIRS = 2  # ... and again in each of this many pairs of runs side by side with theirs (tuner.search._remeasure)
 
 
 def _precision_words(name: str) -> str:
@@ -217,8 +219,33 @@ def smallest_fix(source, records: list[dict[str, Any]], confirmations=()) -> dic
     return min(good, key=lambda r: (changes_count(source, r["params"]), -recommend.objective(r)))
 
 
+def speed_candidate(first: dict[str, Any] | None, records: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The fastest trial that stayed ok and learned at least SPEEDUP times trial 0's tokens/s, when trial 0 itself
+    stayed ok and learned; None otherwise."""
+    if first is None or not is_ok(first) or not first.get("learned") or not first.get("tokens_per_second"):
+        return None
+    fast = [r for r in records if is_ok(r) and r.get("learned") and r is not first
+            and (r.get("tokens_per_second") or 0) >= SPEEDUP * first["tokens_per_second"]]
+    return max(fast, key=lambda r: r["tokens_per_second"]) if fast else None
+
+
+def pair_ratios(number: int, remeasures: list[dict[str, Any]]) -> list[float | None]:
+    """Per pair of speed re-runs (tuner.search._remeasure): trial ``number``'s tokens/s over trial 0's, None where
+    either run was not ok or measured no speed."""
+    pairs: dict[int, dict[int, dict[str, Any]]] = {}
+    for run in remeasures:
+        pairs.setdefault(run.get("pair", 0), {})[run["remeasures"]] = run
+    ratios = []
+    for _, runs in sorted(pairs.items()):
+        theirs, ours = runs.get(0), runs.get(number)
+        ok = theirs and ours and is_ok(theirs) and is_ok(ours) and theirs.get("tokens_per_second") \
+            and ours.get("tokens_per_second")
+        ratios.append(ours["tokens_per_second"] / theirs["tokens_per_second"] if ok else None)
+    return ratios
+
+
 def answer(source, records: list[dict[str, Any]], best: dict[str, Any] | None,
-           confirmations: list[dict[str, Any]] = ()) -> dict[str, Any]:
+           confirmations: list[dict[str, Any]] = (), remeasures: list[dict[str, Any]] = ()) -> dict[str, Any]:
     """What to change in their file and why (see the module docstring)."""
     first = next((r for r in records if r.get("number") == 0), None)
     healthy = first is not None and is_ok(first) and bool(first.get("learned"))
@@ -226,12 +253,16 @@ def answer(source, records: list[dict[str, Any]], best: dict[str, Any] | None,
                            "notes": list(source.notes), "changes": [], "from_trial": None}
     chosen = None
     keys = None
+    unconfirmed = ""
     if healthy:
-        fast = [r for r in records if is_ok(r) and r.get("learned") and r is not first
-                and (r.get("tokens_per_second") or 0) >= SPEEDUP * (first.get("tokens_per_second") or math.inf)]
-        if fast:
-            chosen = max(fast, key=lambda r: r.get("tokens_per_second") or 0)
-            keys = trl_config.SPEED_KNOBS
+        faster = speed_candidate(first, records)
+        ratios = pair_ratios(faster["number"], remeasures) if faster else []
+        if faster and len(ratios) >= PAIRS and all(r is not None and r >= SPEEDUP for r in ratios):
+            chosen, keys = faster, trl_config.SPEED_KNOBS
+        elif faster:
+            said = ", ".join("not measured" if r is None else f"{r:.2f}x" for r in ratios) or "not run"
+            unconfirmed = (f"; trial {faster['number']} looked {faster['tokens_per_second'] / first['tokens_per_second']:.1f}x "
+                           f"as fast, but not again side by side with yours ({said})")
     else:
         chosen = smallest_fix(source, records, confirmations) or best
     if chosen is not None:
@@ -240,14 +271,15 @@ def answer(source, records: list[dict[str, Any]], best: dict[str, Any] | None,
             if healthy:
                 why = (f"trial {chosen['number']} ran at {chosen['tokens_per_second']:.0f} tokens/s, "
                        f"{chosen['tokens_per_second'] / first['tokens_per_second']:.1f}x your config's "
-                       f"{first['tokens_per_second']:.0f}, and stayed ok and learning")
+                       f"{first['tokens_per_second']:.0f}, and stayed ok and learning; side by side with yours "
+                       f"again: {', '.join(f'{r:.2f}x' for r in ratios)}")
             else:
                 why = evidence(name, source.params.get(name, source.effective.get(name)), chosen["params"][name],
                                records)
             fix["changes"].append({"param": name, "key": key, "old": old, "new": new, "evidence": why})
     if healthy and not fix["changes"]:
         fix["summary"] = ("already stable: your config stayed ok and learned; no trial was measurably faster "
-                          f"(at least {SPEEDUP:g}x its tokens/s) while ok and learning: nothing to change")
+                          f"(at least {SPEEDUP:g}x its tokens/s) while ok and learning{unconfirmed}: nothing to change")
     elif healthy:
         fix["summary"] = "already stable: your config stayed ok and learned; changed only what ran measurably faster"
     elif chosen is not None:

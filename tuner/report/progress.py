@@ -123,8 +123,8 @@ class Progress:
         self.running = max(0, self.running - 1)
         self.trials.pop(key if key is not None else record["number"], None)
         self.counts[record["status"]] += 1
-        # Confirmation re-runs judge a candidate; they do not compete with the search's own trials.
-        best = rec.recommend([r for r in (self.best, record) if r and "confirms" not in r])
+        # Confirmation and speed re-runs judge a trial; they do not compete with the search's own trials.
+        best = rec.recommend([r for r in (self.best, record) if r and "confirms" not in r and "remeasures" not in r])
         if best is not None:
             self.best = best
         done = sum(self.counts.values())
@@ -140,7 +140,8 @@ class Progress:
                 f"{self.best['progress']:+.3f})" if self.best else "none yet")
         elapsed = time.perf_counter() - self.started_at
         label = (f"trial {record['number']:3d}" + (f" seed {record['seed']}" if "confirms" in record else "")
-                 + (f" x{record['max_steps']} steps" if "extends" in record else ""))
+                 + (f" x{record['max_steps']} steps" if "extends" in record else "")
+                 + (f" speed pair {record['pair']}" if "remeasures" in record else ""))
         self.say(f"[{done:3d}/{self.total}] {label} {record['status']:<9}{where:<12} {speed_text}  "
                  f"{progress_text}  {describe_params(record['params'])}")
         self.say(f"          running {self.running} | {counts} | best: {best} | {elapsed:.0f}s")

@@ -6,6 +6,7 @@
     _staging.py     speed knobs first, then learning knobs on the fastest stable system configs
     _confirm.py     the best candidates re-run on other seeds
     _extend.py      longer rungs when no stable trial learned within --max-steps
+    _remeasure.py   a --from search's speed re-runs: the faster trial and theirs again, side by side
     _placement.py   how many trials at once and what each asks of Ray, from the memory plan
     _resume.py      an interrupted search continued in the same run
 

@@ -192,10 +192,12 @@ class DriverCallback(Callback):
     ends; the progress shows the running trials' latest step."""
 
     def __init__(self, tracker, progress: Progress, records: list[TrialRecord],
-                 confirmations: list[TrialRecord] | None = None, extensions: list[TrialRecord] | None = None):
+                 confirmations: list[TrialRecord] | None = None, extensions: list[TrialRecord] | None = None,
+                 remeasures: list[TrialRecord] | None = None):
         self.tracker, self.progress, self.records = tracker, progress, records
         self.confirmations = records if confirmations is None else confirmations
         self.extensions = records if extensions is None else extensions  # longer re-runs (tuner.search._extend)
+        self.remeasures = records if remeasures is None else remeasures  # speed re-runs (tuner.search._remeasure)
         self.running: dict[str, dict[str, Any]] = {}  # Ray trial id -> its tracker key, run id, rows streamed
 
     def on_trial_start(self, iteration, trials, trial, **info):
@@ -255,7 +257,8 @@ class DriverCallback(Callback):
         self.tracker.finish_trial(state["key"], spec, {k: record[k] for k in SUMMARY_FIELDS}, history,
                                   streamed=state["streamed"], output=output)
         record["run_id"] = state["run_id"] or self.tracker.run_id_of(state["key"])
-        kept = self.confirmations if "confirms" in record else self.extensions if "extends" in record else self.records
+        kept = (self.confirmations if "confirms" in record else self.extensions if "extends" in record
+                else self.remeasures if "remeasures" in record else self.records)
         kept.append(record)
         self.progress.finished(record, trial.trial_id)
 

@@ -458,6 +458,7 @@ def _search(prepared, tracker, study, run_name, records, placement, progress, st
     from tuner.search import _confirm as confirm
     from tuner.search import _execution as execution
     from tuner.search import _extend as extend
+    from tuner.search import _remeasure as remeasure
 
     o = prepared.options
     space = prepared.space
@@ -481,16 +482,21 @@ def _search(prepared, tracker, study, run_name, records, placement, progress, st
             echo(f"note: {note}")
     confirmations: list[dict[str, Any]] = []
     extensions: list[dict[str, Any]] = []  # longer re-runs of the best stable trials, when none learned
+    remeasures: list[dict[str, Any]] = []  # a --from search's speed re-runs, side by side with trial 0
 
     schedule = confirm.Schedule(base_spec, o.confirm_seeds, o.confirm_top, o.trial_timeout, announce=echo)
     budget = extend.default_budget(prepared.n_trials, o.max_steps) if o.budget is None else o.budget
     longer = extend.Extension(base_spec, budget, o.trial_timeout, announce=echo)
+    speed = remeasure.Remeasure(base_spec, o.trial_timeout, wanted=prepared.first is not None, announce=echo)
 
     def next_job(finished: list[dict[str, Any]], final: bool) -> dict[str, Any] | str | None:
-        """After the search's trials: longer runs while none learned, then confirmation."""
+        """After the search's trials: longer runs while none learned, then confirmation, then a --from search's
+        speed re-runs."""
         job = longer.next(records, extensions) if final else None
         if job is None:
             job = schedule.next([*finished, *extensions], final)
+        if job is None and final:
+            job = speed.next(records)
         if isinstance(job, dict):
             progress.total += 1
         return job
@@ -508,11 +514,12 @@ def _search(prepared, tracker, study, run_name, records, placement, progress, st
     searcher = execution.OptunaSearcher(proposer, base_spec, o.trial_timeout, n_search=remaining,
                                         then=next_job, done=records, fits=placement.check, prune_slow=prunes(o),
                                         keep_first=keep)
-    at_most = remaining + longer.most_runs + schedule.most_runs  # the searcher says FINISHED when it has fewer
+    at_most = remaining + longer.most_runs + schedule.most_runs + speed.most_runs  # FINISHED when it has fewer
     if at_most:
         execution.run_trials(name=f"{run_name}-{len(records)}", storage=ray_storage, per_trial=placement.resources,
                              concurrency=placement.concurrency,
-                             callback=execution.DriverCallback(tracker, progress, records, confirmations, extensions),
+                             callback=execution.DriverCallback(tracker, progress, records, confirmations, extensions,
+                                                               remeasures),
                              searcher=searcher, num_samples=at_most,
                              scheduler=execution.Halving(o.max_steps) if halves(o) else None)
     records.sort(key=lambda r: r["number"])
@@ -522,7 +529,9 @@ def _search(prepared, tracker, study, run_name, records, placement, progress, st
     extensions.sort(key=lambda r: (r["max_steps"], r["number"]))
     runs = [*records, *extensions]
     cands = confirm.candidates(runs, o.confirm_top) if o.confirm_seeds > 0 else []
-    outcome = _finish(prepared, tracker, records, cands, confirmations, started, echo, placement, extensions)
+    remeasures.sort(key=lambda r: (r["pair"], r["number"]))
+    outcome = _finish(prepared, tracker, records, cands, confirmations, started, echo, placement, extensions,
+                      remeasures)
     outcome.stopped_because = searcher.stopped_because
     return outcome
 
@@ -535,7 +544,7 @@ def _study_storage(o: SearchOptions) -> str | None:
 
 
 def _finish(prepared: Prepared, tracker, records, cands, confirmations, started, echo, placement,
-            extensions=()) -> SearchOutcome:
+            extensions=(), remeasures=()) -> SearchOutcome:
     from tuner.search import _confirm as confirm
 
     o = prepared.options
@@ -558,7 +567,7 @@ def _finish(prepared: Prepared, tracker, records, cands, confirmations, started,
         from tuner.report import fix as fixes
 
         # their file with the fewest changes: the search's answer, or theirs as it is when it was already healthy
-        fixed = fixes.answer(prepared.source, records, best, confirmations)
+        fixed = fixes.answer(prepared.source, records, best, confirmations, remeasures)
         if fixed["healthy"] and best is None:
             best = next(r for r in records if r.get("number") == 0)
         if fixed["exportable"]:
@@ -567,6 +576,7 @@ def _finish(prepared: Prepared, tracker, records, cands, confirmations, started,
                            reward_funcs=_export_reward_funcs(o), dataset=o.dataset, rule=rec.RULE,
                            confirm_seeds=o.confirm_seeds, recommended=best, trl_config=config, export=export_info,
                            trials=records, extensions=list(extensions), confirmations=confirmations,
+                           remeasures=list(remeasures),
                            candidates=verdicts, plan=placement.summary(),
                            source=prepared.source.to_dict() if prepared.source is not None else None, fix=fixed)
     if best is not None:

@@ -17,6 +17,8 @@ CONFIRMATION_TAG = "tuner.confirmation"  # "true" on a confirmation re-run
 CONFIRMS_TAG = "tuner.confirms"  # the trial number a confirmation re-run confirms
 EXTENSION_TAG = "tuner.extension"  # "true" on a longer rung's re-run
 EXTENDS_TAG = "tuner.extends"  # the trial number a longer rung re-runs
+REMEASURE_TAG = "tuner.remeasure"  # "true" on a speed re-run of a --from search (tuner.search._remeasure)
+REMEASURES_TAG = "tuner.remeasures"  # the trial number a speed re-run measures again
 PARAM_PREFIX = "tuner."  # a trial run's own settings as MLflow params: tuner.max_steps, tuner.seed, ...
 # -- on a search run
 STUDY_TAG = "tuner.study"  # the Optuna study's name

@@ -34,6 +34,7 @@ from tuner.stores.tags import (
     KIND_TAG,
     PARAM_PREFIX,
     REASON_TAG,
+    REMEASURE_TAG,
     RUN_NAME_TAG,
     STATUS_TAG,
     STOPPED_AT_STEP_TAG,
@@ -302,8 +303,9 @@ class SearchTracker:
             if run.info.status == "RUNNING" or cut_short:  # a confirmation re-run cut short too: it runs again
                 self.client.delete_run(run.info.run_id)
                 continue
-            if "true" in (run.data.tags.get(CONFIRMATION_TAG), run.data.tags.get(EXTENSION_TAG)):
-                continue  # longer re-runs and confirmation run again after the search's own trials
+            if "true" in (run.data.tags.get(CONFIRMATION_TAG), run.data.tags.get(EXTENSION_TAG),
+                          run.data.tags.get(REMEASURE_TAG)):
+                continue  # longer, confirmation and speed re-runs run again after the search's own trials
             record = self._record_from_run(run)
             records.setdefault(record["number"], record)
         return sorted(records.values(), key=lambda r: r["number"])
