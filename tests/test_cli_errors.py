@@ -119,6 +119,8 @@ CASES = [
          "you mean 'learning_rate'?", space("learning_rate:", "learning_rte:")),
     Case("space-unknown-fixed-name", with_space(), "space.yaml: fixed.max_completion_len: unknown parameter for grpo",
          space("max_completion_length", "max_completion_len")),
+    Case("fsdp-on-cpu", with_space("--processes-per-trial", "2"), "space.yaml: sharding: fsdp needs GPUs",
+         space("max_completion_length: 8", "max_completion_length: 8\n  sharding: fsdp")),
     Case("precisions-all-need-gpu", with_space(), "space.yaml: params.precision: none of fp16-mixed can run on this "
          "machine", space("[fp32, bf16-mixed]", "[fp16-mixed]")),
     # -- command-line values ---------------------------------------------------------------------------------------
@@ -130,6 +132,8 @@ CASES = [
     Case("trials-zero", search("--trials", "0"), "argument --trials: must be at least 1, got 0", process=True),
     Case("trials-not-a-number", search("--trials", "abc"), "argument --trials: expected a whole number, got 'abc'"),
     Case("max-steps-negative", search("--max-steps", "-1"), "argument --max-steps: must be at least 1, got -1"),
+    Case("processes-per-trial-zero", search("--processes-per-trial", "0"), "argument --processes-per-trial: must be "
+         "at least 1, got 0"),
     Case("concurrency-zero", search("--concurrency", "0"), "argument --concurrency: must be at least 1, got 0"),
     Case("cpus-per-trial-zero", search("--cpus-per-trial", "0"), "argument --cpus-per-trial: must be positive, got 0"),
     Case("gpus-per-trial-negative", search("--gpus-per-trial", "-1"), "argument --gpus-per-trial: must not be "

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 from test_ranks import rank_processes
-from test_reliability import kill_session, wait_for
+from test_reliability import expected_exit_code, kill_session, wait_for
 from test_reliability import spawn as spawn  # noqa: F401 - the fixture, used by name
 
 from tuner import cli
@@ -94,13 +94,15 @@ def _marked_ranks(mark: str) -> list[int]:
     return rank_processes(mark.encode(), where="environ")
 
 
-def test_a_killed_driver_leaves_no_rank_running(tmp_path, tiny_model, spawn):  # noqa: F811
+def test_a_killed_driver_leaves_no_rank_running_and_the_search_resumes_with_its_ranks(tmp_path, tiny_model,
+                                                                                      spawn):  # noqa: F811
     mark = f"ranks-{uuid.uuid4().hex}"
     tuner = str(Path(sys.executable).with_name("tuner"))
+    store = tmp_path / "mlflow"
     # every step slow: the trial's ranks are mid-training when the driver dies
-    search = spawn.start([tuner, "search", "--trainer", "sft", "--trials", "2", "--max-steps", "200",
-                          "--processes-per-trial", "2", "--store", str(tmp_path / "mlflow")], "search",
-                         env={"TUNER_FAULT": "slow@1", "TUNER_TEST_MARK": mark})
+    search = spawn.start([tuner, "search", "--trainer", "sft", "--trials", "2", "--max-steps", "20", "--confirm-seeds",
+                          "0", "--budget", "0", "--processes-per-trial", "2", "--store", str(store), "--experiment",
+                          "killed"], "search", env={"TUNER_FAULT": "slow@1", "TUNER_TEST_MARK": mark})
     ranks = wait_for(lambda: len(_marked_ranks(mark)) >= 2 and _marked_ranks(mark), "2 ranks training",
                      process=search)
     os.kill(search.pid, signal.SIGKILL)  # the driver only: its launcher, trial and ranks must follow by themselves
@@ -108,3 +110,13 @@ def test_a_killed_driver_leaves_no_rank_running(tmp_path, tiny_model, spawn):  #
     wait_for(lambda: not _marked_ranks(mark), "every rank to end", timeout=60)
     assert not any(Path(f"/proc/{pid}").exists() and pid in _marked_ranks(mark) for pid in ranks)
     kill_session(search.pid)
+
+    # Resumed (at full speed), the search's trials are still 2-rank jobs: the trial cut short is run again as one.
+    code, out = spawn.run([tuner, "search", "--resume", "killed", "--store", str(store)], "resume")
+    from tuner.stores import tracking
+
+    _, summary = tracking.load_search(tracking.default_tracking_uri(store), "killed")
+    assert code == expected_exit_code(summary), out[-4000:]
+    assert summary["plan"]["ranks"] == 2, summary["plan"]
+    assert len({r["number"] for r in summary["trials"]}) == 2  # the one cut short re-run under a number of its own
+    assert {r["status"] for r in summary["trials"]} == {"ok"}, summary["trials"]
