@@ -25,7 +25,8 @@ from tuner.config import precision as precisions
 from tuner.config import trl_config
 from tuner.records import Status, is_ok
 
-__all__ = ["PAIRS", "SPEEDUP", "answer", "pair_ratios", "speed_candidate", "cause_of", "diff_lines", "edit_text", "load_text", "render_fix", "trial0_line"]
+__all__ = ["PAIRS", "SPEEDUP", "answer", "cause_of", "diff_lines", "edit_text", "load_text", "pair_ratios",
+           "render_fix", "speed_candidate", "trial0_line"]
 
 SPEEDUP = 1.2  # a healthy config is changed for speed only when a trial ran at least this much faster
 PAIRS = 2  # ... and again in each of this many pairs of runs side by side with theirs (tuner.search._remeasure)
@@ -261,8 +262,9 @@ def answer(source, records: list[dict[str, Any]], best: dict[str, Any] | None,
             chosen, keys = faster, trl_config.SPEED_KNOBS
         elif faster:
             said = ", ".join("not measured" if r is None else f"{r:.2f}x" for r in ratios) or "not run"
-            unconfirmed = (f"; trial {faster['number']} looked {faster['tokens_per_second'] / first['tokens_per_second']:.1f}x "
-                           f"as fast, but not again side by side with yours ({said})")
+            looked = faster["tokens_per_second"] / first["tokens_per_second"]
+            unconfirmed = (f"; trial {faster['number']} looked {looked:.1f}x as fast, but not again side by side "
+                           f"with yours ({said})")
     else:
         chosen = smallest_fix(source, records, confirmations) or best
     if chosen is not None:

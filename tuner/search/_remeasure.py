@@ -8,8 +8,8 @@ The search's trials are measured one at a time, each when its turn came: trial 0
 after it. A machine's load changes between them (other jobs, a test runner's other worker), and one short run each
 ranks the load, not the config: in a fresh-clone suite, bf16 mixed precision on a CPU without native bf16 measured
 1.2x its fp32 trial 0 (alone it runs at ~0.7x). So when a trial looks at least ``tuner.report.fix.SPEEDUP`` times
-faster than a healthy trial 0, ``tuner.report.fix.PAIRS`` pairs re-run both (the faster trial's run first in each pair), in slots
-side by side where the search runs two or more trials at once, and one after the other otherwise.
+faster than a healthy trial 0, ``tuner.report.fix.PAIRS`` pairs re-run both (the faster trial's run first in each
+pair), in slots side by side where the search runs two or more trials at once, and one after the other otherwise.
 tuner.report.fix.answer then changes their file only when the faster config won every pair by that margin.
 """
 
@@ -44,11 +44,12 @@ class Remeasure:
         if self.queue is None:
             first = next((r for r in records if r.get("number") == 0), None)
             faster = fix.speed_candidate(first, records)
-            self.queue = [] if faster is None else [
-                job(self.base_spec, trial, pair, self.timeout) for pair in range(fix.PAIRS) for trial in (faster, first)]
+            self.queue = [] if faster is None else [job(self.base_spec, trial, pair, self.timeout)
+                                                    for pair in range(fix.PAIRS) for trial in (faster, first)]
             if faster is not None:
-                self.announce(f"trial {faster['number']} ran {faster['tokens_per_second'] / first['tokens_per_second']:.1f}x "
-                              f"as fast as your config: measuring both again side by side ({fix.PAIRS} pairs)")
+                looked = faster["tokens_per_second"] / first["tokens_per_second"]
+                self.announce(f"trial {faster['number']} ran {looked:.1f}x as fast as your config: measuring both "
+                              f"again side by side ({fix.PAIRS} pairs)")
         return self.queue.pop(0) if self.queue else None
 
 
