@@ -18,8 +18,7 @@ from test_search import run_search_in
 from tuner.config import trl_config
 from tuner.config.space import load_yaml
 from tuner.records import Status
-from tuner.report import export
-from tuner.report import fix
+from tuner.report import export, fix
 from tuner.trial import TrialSpec, run_trial
 from tuner.trial._faults import FAULT_ENV, FAULT_WHEN_ENV
 
