@@ -135,8 +135,9 @@ class SearchOptions:
     )
     ray_address: str | None = field(
         default=None,
-        metadata={"help": "join an existing Ray cluster", "default_help": "start Ray locally, a Ray of the search's own even where `ray start` or RAY_ADDRESS "
-                  "names a cluster (pass that address here to use it)"},
+        metadata={"help": "join an existing Ray cluster",
+                  "default_help": "start Ray locally, a Ray of the search's own even where `ray start` or "
+                  "RAY_ADDRESS names a cluster (pass that address here to use it)"},
     )
     store: str = field(
         default="mlflow",
