@@ -248,7 +248,12 @@ def cmd_export(args) -> int:
                                             "max_completion_length": args.max_completion_length})
     if args.output:
         for path in _write_export(args.output, search, args.experiment, run.info.run_id, args.format):
-            print(f"wrote {path} (trial {best['number']} of run {run.info.run_id})", file=sys.stderr)
+            if search.get("fix") and path == args.output:
+                from tuner.report import fix
+
+                print(fix.export_line(search["fix"], path, run.info.run_id), file=sys.stderr)
+            else:
+                print(f"wrote {path} (trial {best['number']} of run {run.info.run_id})", file=sys.stderr)
     else:
         sys.stdout.write(export.render_export(search, args.experiment, run.info.run_id, args.format))
     return 0

@@ -60,11 +60,12 @@ class SearchOptions:
         metadata={"help": "TRL trainer", "choices": ADAPTERS.keys(),  # a live view: an entry added to the table is a choice
                   "default_help": f"the --search-space file's trainer, else {DEFAULT_TRAINER}"},
     )
-    model: str = field(
-        default="tiny",
+    model: str | None = field(
+        default=None,
         metadata={"help": "local directory, hub id, alias (e.g. Qwen2.5-0.5B), 'tiny', the embedded 2-layer "
                   "Qwen2-shaped model, or 'tiny-pretrained', the same shape pretrained here on the built-in "
-                  "questions (a test and demo model for the pretrained ranges; built once, minutes on a CPU)"},
+                  "questions (a test and demo model for the pretrained ranges; built once, minutes on a CPU)",
+                  "default_help": "--from's model_name_or_path, else tiny"},
     )
     dataset: str | None = field(
         default=None,
@@ -83,8 +84,9 @@ class SearchOptions:
         default=None,
         metadata={"help": "start from your `trl <trainer> --config` file: trial 0 runs it as written, the search "
                   "varies precision, learning rate, clipping, warm-up, batch split, LoRA rank and loss_type around "
-                  "its values, and the export is your file with the fewest changes; its model, dataset and "
-                  "reward_funcs replace --model, --dataset and --reward-func",
+                  "its values, and the export is your file with the fewest changes; --model, --dataset and "
+                  "--reward-func given beside it replace the file's model_name_or_path, dataset_name and "
+                  "reward_funcs, as on TRL's own command line",
                   "flag": "--from", "metavar": "CONFIG.yaml"},
     )
     search_space: str | None = field(

@@ -41,6 +41,9 @@ PRECISIONS = precision.NAMES
 TUNER_PARAMS = tuple(trainers.TUNER_PARAM_TYPES)
 
 Scalar = Union[bool, int, float, str, list[str], None]
+# A fixed value may also be a mapping or a list of anything: a --from config's lr_scheduler_kwargs, model_init_kwargs,
+# dataset_kwargs reach every trial as written (a searched param's choices stay scalars).
+Fixed = Union[Scalar, dict[str, Any], list[Any]]
 
 
 class _Param(BaseModel):
@@ -103,7 +106,7 @@ class SearchSpace(BaseModel):
     model_config = ConfigDict(extra="forbid")
     trainer: str  # an entry of the trainer table (checked below)
     description: str = ""
-    fixed: dict[str, Scalar] = Field(default_factory=dict)
+    fixed: dict[str, Fixed] = Field(default_factory=dict)
     params: dict[str, Param] = Field(min_length=1)
     # Replacements for some params when the model is pretrained (any model but the embedded tiny one): a random
     # tiny model needs large steps to learn in 20 steps, a pretrained one is wrecked by them.

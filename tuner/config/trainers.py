@@ -32,12 +32,29 @@ TUNER_PARAM_TYPES: dict[str, Any] = {
     # How a trial of several ranks (tuner.trial.ranks) holds the model: "none" (DDP: every rank a whole copy) or
     # "fsdp" (FSDP2 full sharding: weights, gradients and optimizer state split over the ranks). One rank: no effect.
     "sharding": Literal["none", "fsdp"],  # SHARDINGS
+    # The rest of TRL's ModelConfig, as `trl <trainer>` applies it (trl.get_peft_config, get_quantization_config,
+    # the scripts' model_init_kwargs): a --from config's model settings reach its trials as written.
+    "lora_target_parameters": Union[list[str], None],
+    "lora_modules_to_save": Union[list[str], None],
+    "lora_task_type": str,
+    "use_rslora": bool,
+    "use_dora": bool,
+    "model_revision": str,
+    "attn_implementation": Union[str, None],
+    "load_in_4bit": bool,
+    "load_in_8bit": bool,
+    "bnb_4bit_quant_type": str,
+    "use_bnb_nested_quant": bool,
+    "bnb_4bit_quant_storage": Union[str, None],
 }
 SHARDINGS = ("none", "fsdp")
 # What "sharding: fsdp" sets in TrainingArguments: FSDP2, full shard, each decoder layer (the model's
 # _no_split_modules) its own unit. The export says the same in an accelerate config file (tuner.report.export).
 FSDP_ARGS: dict[str, Any] = {"fsdp": "full_shard auto_wrap", "fsdp_config": {"fsdp_version": 2}}
-LORA_PARAMS = tuple(name for name in TUNER_PARAM_TYPES if name.startswith("lora_"))
+LORA_PARAMS = (*(name for name in TUNER_PARAM_TYPES if name.startswith("lora_")), "use_rslora", "use_dora")
+# How a trial loads its model (TRL's ModelConfig): from_pretrained's revision and attention, and bitsandbytes.
+MODEL_PARAMS = ("model_revision", "attn_implementation", "load_in_4bit", "load_in_8bit", "bnb_4bit_quant_type",
+                "use_bnb_nested_quant", "bnb_4bit_quant_storage")
 SPACES_DIR = Path(str(importlib.resources.files("tuner.search_spaces")))  # search_spaces/, also in a wheel
 
 @dataclass(frozen=True)
@@ -130,7 +147,8 @@ class SplitParams:
     use_peft: bool
     lora: dict[str, Any]
     config: dict[str, Any]  # TRL config fields
-    sharding: str = "none"  # "fsdp": FSDP_ARGS go to TrainingArguments when the trial has several ranks
+    sharding: str = "none"
+    model: dict[str, Any] = dataclasses.field(default_factory=dict)  # MODEL_PARAMS: how the model is loaded  # "fsdp": FSDP_ARGS go to TrainingArguments when the trial has several ranks
 
 
 def split_params(params: dict[str, Any]) -> SplitParams:
@@ -139,16 +157,52 @@ def split_params(params: dict[str, Any]) -> SplitParams:
     use_peft = bool(params.pop("use_peft", False))
     lora = {k: params.pop(k) for k in LORA_PARAMS if k in params}
     sharding = str(params.pop("sharding", "none"))
-    return SplitParams(precision, use_peft, lora, params, sharding)
+    model = {k: params.pop(k) for k in MODEL_PARAMS if k in params}
+    return SplitParams(precision, use_peft, lora, params, sharding, model)
 
 
 def lora_config_kwargs(entry: Adapter, lora: dict[str, Any]) -> dict[str, Any]:
     """PEFT LoraConfig kwargs; defaults follow TRL's ModelConfig so the export means the same run."""
     targets = lora.get("lora_target_modules", "all-linear")
-    return {
-        "task_type": entry.lora_task_type,
+    kwargs = {
+        "task_type": lora.get("lora_task_type") or entry.lora_task_type,
         "r": int(lora.get("lora_r", 16)),
         "lora_alpha": int(lora.get("lora_alpha", 32)),
         "lora_dropout": float(lora.get("lora_dropout", 0.05)),
         "target_modules": targets,
     }
+    # the rest of ModelConfig's LoRA settings, only where set (as trl.get_peft_config passes them)
+    for key, name in (("use_rslora", "use_rslora"), ("use_dora", "use_dora"),
+                      ("lora_modules_to_save", "modules_to_save"), ("lora_target_parameters", "target_parameters")):
+        if lora.get(key):
+            kwargs[name] = lora[key]
+    return kwargs
+
+
+def model_load_kwargs(model: dict[str, Any], config: dict[str, Any], compute_dtype) -> dict[str, Any]:
+    """``from_pretrained`` keyword arguments for a trial's MODEL_PARAMS and its TRL config's ``model_init_kwargs``,
+    as TRL's scripts build them (revision, attention, trust_remote_code, then the file's own model_init_kwargs); the
+    weights' dtype is the trial's precision, never a key here."""
+    kwargs: dict[str, Any] = {}
+    if model.get("model_revision") not in (None, "main"):
+        kwargs["revision"] = model["model_revision"]
+    if model.get("attn_implementation"):
+        kwargs["attn_implementation"] = model["attn_implementation"]
+    if config.get("trust_remote_code"):
+        kwargs["trust_remote_code"] = True
+    init = dict(config.get("model_init_kwargs") or {})
+    for key in ("dtype", "torch_dtype", "device_map"):  # the precision decides the dtype; a trial places itself
+        init.pop(key, None)
+    kwargs.update(init)
+    if model.get("load_in_4bit") or model.get("load_in_8bit"):
+        from transformers import BitsAndBytesConfig
+
+        if model.get("load_in_4bit"):
+            kwargs["quantization_config"] = BitsAndBytesConfig(
+                load_in_4bit=True, bnb_4bit_compute_dtype=compute_dtype,
+                bnb_4bit_quant_type=model.get("bnb_4bit_quant_type", "nf4"),
+                bnb_4bit_use_double_quant=bool(model.get("use_bnb_nested_quant")),
+                bnb_4bit_quant_storage=model.get("bnb_4bit_quant_storage"))
+        else:
+            kwargs["quantization_config"] = BitsAndBytesConfig(load_in_8bit=True)
+    return kwargs

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import difflib
 import importlib
 import io
 import math
@@ -29,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from tuner.config import precision as precisions
-from tuner.config import trainers
+from tuner.config import trainers, trl_keys
 from tuner.config.space import CategoricalParam, FloatParam, SearchSpace, parse_space, read_yaml_file
 from tuner.errors import TunerError
 from tuner.records import Status
@@ -51,6 +50,22 @@ HARNESS = frozenset({
 })
 # ModelConfig fields that are tuner's own params (tuner.config.trainers.TUNER_PARAM_TYPES).
 LORA_KEYS = ("lora_r", "lora_alpha", "lora_dropout", "lora_target_modules")
+# The rest of ModelConfig: each trial applies them as `trl <trainer>` does (tuner.config.trainers.MODEL_PARAMS and
+# the LoRA extras).
+MODEL_SETTINGS = frozenset(set(trainers.MODEL_PARAMS) | set(trainers.LORA_PARAMS)) - set(LORA_KEYS)
+# Keys TRL accepts that a trial does not apply, with what it does instead (said before the trials start).
+NOT_IN_TRIALS = {
+    "dataset_config": "trials load the dataset's default configuration (give a local file to --dataset for another)",
+    "dataset_train_split": "trials train on the dataset's train split",
+    "dataset_test_split": "trials do not evaluate",
+    "dataset_streaming": "trials load the dataset whole",
+    "datasets": "trials train on dataset_name / --dataset, not on a dataset mixture",
+    "streaming": "trials load the dataset whole",
+    "test_split_size": "trials do not evaluate",
+    "reward_model_name_or_path": "trials score completions with reward_funcs / --reward-func only",
+    "ignore_bias_buffers": "trials run without DDP's bias-buffer setting (one process)",
+    "env": "set in the search's environment, so the trials have it too",
+}
 # The knobs that change tokens/s (tuner.search._staging.SPEED_PARAMS, as far as a derived space varies them): a
 # healthy config is changed only in these, and only when a trial measured them faster.
 SPEED_KNOBS = ("precision", "per_device_train_batch_size", "gradient_accumulation_steps", "use_peft", "lora_r")
@@ -73,6 +88,13 @@ class SourceConfig:
     dataset: str | None = None
     reward_funcs: list[str] | None = None
     notes: list[str] = field(default_factory=list)
+    launch: dict[str, Any] = field(default_factory=dict)  # the keys `trl` hands to `accelerate launch`
+
+    @property
+    def num_processes(self) -> int | None:
+        """Processes per run that their file asks `accelerate launch` for (``num_processes``), if any."""
+        value = self.launch.get("num_processes")
+        return int(value) if value is not None else None
 
     @property
     def entry(self) -> trainers.Adapter:
@@ -88,10 +110,6 @@ class SourceConfig:
 
 def _parser(entry: trainers.Adapter):
     return importlib.import_module(entry.script).make_parser()
-
-
-def _parser_fields(entry: trainers.Adapter) -> set[str]:
-    return {f.name for kind in _parser(entry).dataclass_types for f in dataclasses.fields(kind)} | {"env"}
 
 
 _NAMED = re.compile(r"\btrl\s+(" + "|".join(trainers.ADAPTERS) + r")\b")
@@ -114,27 +132,14 @@ def _which_trainer(where: str, raw: dict[str, Any], text: str, trainer: str | No
                          f"--trainer {named}, or the config you run with trl {trainer}")
     chosen = trainer or named
     if chosen is None:
-        fits = [name for name, entry in trainers.ADAPTERS.items() if set(raw) <= _parser_fields(entry)]
+        fits = [name for name, entry in trainers.ADAPTERS.items()
+                if set(raw) <= trl_keys.parser_fields(entry) | trl_keys.launch_keys()]
         if len(fits) != 1:
             among = ", ".join(fits) if fits else "none of " + ", ".join(trainers.ADAPTERS)
             raise TunerError(f"{where}: cannot tell which trainer it is for (its keys fit {among}); pass --trainer "
                              "NAME, or start the file with a comment such as `# trl dpo --config this.yaml`")
         chosen = fits[0]
     return trainers.adapter(chosen).name
-
-
-def _check_keys(where: str, raw: dict[str, Any], trainer: str) -> None:
-    known = _parser_fields(trainers.adapter(trainer))
-    for key in raw:
-        if key in known:
-            continue
-        others = [name for name, entry in trainers.ADAPTERS.items() if name != trainer and key in _parser_fields(entry)]
-        if others:
-            raise TunerError(f"{where}: {key}: not a setting of trl {trainer} (it is one of trl {others[0]}); the "
-                             f"file does not match --trainer {trainer}: pass --trainer {others[0]}, or remove {key}")
-        close = difflib.get_close_matches(str(key), sorted(known), n=1)
-        hint = f"did you mean {close[0]!r}?" if close else "remove it"
-        raise TunerError(f"{where}: {key}: unknown key; `trl {trainer} --config` would refuse it ({hint})")
 
 
 def _trl_parse(where: str, path: Path, trainer: str):
@@ -149,8 +154,13 @@ def _trl_parse(where: str, path: Path, trainer: str):
         said = io.StringIO()
         try:
             with contextlib.redirect_stderr(said):
-                parsed = _parser(trainers.adapter(trainer)).parse_args_and_config(
-                    ["--config", str(path), "--output_dir", out, *extra])
+                *parsed, launch, _ = _parser(trainers.adapter(trainer)).parse_args_and_config(
+                    ["--config", str(path), "--output_dir", out, *extra], return_remaining_strings=True,
+                    separate_remaining_strings=True)
+                if launch:  # the keys TRL hands to `accelerate launch`: accelerate's parser checks their values
+                    from accelerate.commands.launch import launch_command_parser
+
+                    launch_command_parser().parse_args([*_launch_args(launch), "train.py"])
         except SystemExit:  # argparse: a value of the wrong type
             message = (said.getvalue().strip().splitlines() or ["rejected"])[-1]
             message = message.split("error: ", 1)[-1]
@@ -159,6 +169,11 @@ def _trl_parse(where: str, path: Path, trainer: str):
             message = " ".join(str(e).split())[:300]
             raise TunerError(f"{where}: `trl {trainer} --config` refuses it: {message}") from None
     return {type(obj).__name__: obj for obj in parsed if dataclasses.is_dataclass(obj)}
+
+
+def _launch_args(strings: list[str]) -> list[str]:
+    """TRL's ``--key value`` pairs for accelerate, with accelerate's own name for TRL's ``--accelerate_config``."""
+    return ["--config_file" if s == "--accelerate_config" else s for s in strings]
 
 
 def read_config(path: str | Path, trainer: str | None = None) -> SourceConfig:
@@ -170,7 +185,7 @@ def read_config(path: str | Path, trainer: str | None = None) -> SourceConfig:
         raise TunerError(f"{where}: a TRL config must be a YAML mapping of settings (model_name_or_path: ..., "
                          "learning_rate: ...)")
     name = _which_trainer(where, raw, text, trainer)
-    _check_keys(where, raw, name)
+    trl_keys.check_keys(where, raw, name)
     parsed = _trl_parse(where, file, name)
     entry = trainers.adapter(name)
     config = parsed[entry.config_class]
@@ -193,19 +208,26 @@ def read_config(path: str | Path, trainer: str | None = None) -> SourceConfig:
             notes.append("lora_target_modules is not set: PEFT's default targets for the model in TRL; trials use "
                          "all-linear")
     fields = entry.config_fields()
+    launch: dict[str, Any] = {}
     for key, value in raw.items():
-        if key not in fields or key in HARNESS or key == "reward_funcs":  # reward_funcs: the search's --reward-func
-            continue
-        if isinstance(value, dict) or (isinstance(value, list) and not all(isinstance(v, str) for v in value)):
-            notes.append(f"{key}: passed to your run as written, not to the trials (a space holds no mappings)")
-            continue
-        params[key] = value
+        if key in MODEL_SETTINGS:
+            if key in trainers.MODEL_PARAMS or params.get("use_peft"):  # LoRA's extras mean nothing without LoRA
+                params[key] = value  # ModelConfig's other settings: applied as each trial loads its model
+        elif key in fields and key not in HARNESS and key != "reward_funcs":  # reward_funcs: --reward-func
+            params[key] = value  # every field of their trainer's config, mappings included, as written
+        elif key in NOT_IN_TRIALS:
+            notes.append(f"{key}: {NOT_IN_TRIALS[key]}")
+        elif key not in fields and key in trl_keys.launch_keys():
+            launch[key] = value
+            if key != "num_processes":
+                notes.append(f"{key}: `trl {name}` passes it to `accelerate launch` for your run; the trials do not "
+                             "(a trial is launched by tuner)")
     rewards = effective.get("reward_funcs") if entry.uses_reward_funcs else None
     return SourceConfig(
         path=str(file.resolve()), text=text, raw=raw, trainer=name, params=params,
         effective={k: _plain(v) for k, v in effective.items()},
         model=raw.get("model_name_or_path"), dataset=raw.get("dataset_name"),
-        reward_funcs=[str(r) for r in rewards] if rewards else None, notes=notes)
+        reward_funcs=[str(r) for r in rewards] if rewards else None, notes=notes, launch=launch)
 
 
 def _plain(value: Any) -> Any:

@@ -26,7 +26,7 @@ from tuner.config import trl_config
 from tuner.records import Status, is_ok
 
 __all__ = ["PAIRS", "SPEEDUP", "answer", "cause_of", "diff_lines", "edit_text", "load_text", "pair_ratios",
-           "render_fix", "speed_candidate", "trial0_line"]
+           "export_line", "render_fix", "speed_candidate", "trial0_line"]
 
 SPEEDUP = 1.2  # a healthy config is changed for speed only when a trial ran at least this much faster
 PAIRS = 2  # ... and again in each of this many pairs of runs side by side with theirs (tuner.search._remeasure)
@@ -329,7 +329,16 @@ def diff_lines(fix: dict[str, Any]) -> list[str]:
         lines.append(f"  {change['key']}: {_scalar(change['old'])} -> {_scalar(change['new'])}    "
                      f"({change['evidence']})")
     lines += [f"  note: {note}" for note in fix.get("notes") or []]
+    lines += [f"  trials ran on {line}" for line in fix.get("inputs") or []]
     return lines
+
+
+def export_line(fix: dict[str, Any], path: str, run_id: str) -> str:
+    """What ``tuner export`` says it wrote for a --from search: their file as it is, or with which changes."""
+    if fix.get("healthy") and not fix.get("changes"):
+        return f"wrote {path}: nothing to change: your config as written, with the evidence (run {run_id})"
+    keys = ", ".join(dict.fromkeys(c["key"] for c in fix.get("changes") or []))
+    return f"wrote {path}: your config with {keys} changed (trial {fix.get('from_trial')} of run {run_id})"
 
 
 def load_text(text: str) -> dict[str, Any]:

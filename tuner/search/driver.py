@@ -56,6 +56,7 @@ class Prepared:
     resume_run_id: str | None = None
     source: Any = None  # --from: the user's TRL config (tuner.config.trl_config.SourceConfig)
     first: dict[str, Any] | None = None  # --from: trial 0, their config as written, in the space's params
+    origins: list[str] = field(default_factory=list)  # --from: where the model, data and rewards came from
 
 
 
@@ -70,7 +71,7 @@ def halves(options: SearchOptions) -> bool:
 
     if options.prune is not None:
         return options.prune
-    return options.sampler != "grid" and options.model == models.TINY_MODEL
+    return options.sampler != "grid" and (options.model or models.TINY_MODEL) == models.TINY_MODEL
 
 def _model_label(model: str) -> str:
     return Path(model.rstrip("/")).name or model
@@ -141,14 +142,14 @@ def prepare(options: SearchOptions) -> Prepared:
     o = options
     check_options(o)  # choices and ranges, as the command line checks them
     source = None
+    origins: list[str] = []
     if o.from_config:
         source, space = _from_config(o)
-        o = dataclasses.replace(o, trainer=source.trainer, model=source.model or o.model,
-                                dataset=source.dataset or o.dataset, reward_funcs=source.reward_funcs or o.reward_funcs)
+        o, origins = _flags_over_file(o, source)
     else:
         # A space's `trainer:` is the default trainer; an explicit --trainer must agree with it (load_space says so).
         space = load_space(o.search_space, o.trainer or (None if o.search_space else trainers.DEFAULT_TRAINER))
-    o = dataclasses.replace(o, trainer=space.trainer)
+    o = dataclasses.replace(o, trainer=space.trainer, model=o.model or models.TINY_MODEL)
     space = space.for_model(pretrained=o.model != models.TINY_MODEL)
     if o.reward_funcs and not o.entry.uses_reward_funcs:
         online = ", ".join(name for name, a in trainers.ADAPTERS.items() if a.uses_reward_funcs)
@@ -186,6 +187,18 @@ def prepare(options: SearchOptions) -> Prepared:
         raise TunerError(f"{o.from_config}: precision: your config runs {source.params['precision']}, which "
                          f"{cannot[source.params['precision']]}; run tuner on such a machine (or change the file)")
     space = space.without_precisions(dropped)
+    if source is not None:
+        from tuner.config import trl_keys
+
+        # what this machine cannot run of their file (a package missing, CUDA needed): said now, run as stated
+        for substitution in trl_keys.cannot_run({**source.params, **space.fixed}, _on_gpu(o.gpus_per_trial)):
+            warnings.append(f"{o.from_config}: {substitution.describe()}")
+            for params in (source.params, space.fixed):
+                if substitution.key in params:
+                    if substitution.instead is None:
+                        params.pop(substitution.key)
+                    else:
+                        params[substitution.key] = substitution.instead
 
     grid = space.grid() if o.sampler == "grid" else None
     first = None
@@ -218,7 +231,39 @@ def prepare(options: SearchOptions) -> Prepared:
         tracking.check_tracking(tracking.default_tracking_uri(Path(o.store)), Path(o.store))
     experiment = o.experiment or f"{o.trainer}-{_model_label(o.model)}"
     return Prepared(o, space, model_path, uri, experiment, n_trials, grid, dropped, warnings, source=source,
-                    first=first if grid is None else None)
+                    first=first if grid is None else None, origins=origins)
+
+
+def _flags_over_file(o: SearchOptions, source) -> tuple[SearchOptions, list[str]]:
+    """--from's file under the command line, as on TRL's own (`trl dpo --config f.yaml --model_name_or_path X`): each
+    of --model, --dataset, --reward-func and --processes-per-trial given replaces the file's value. Returns the
+    options and one line per input saying where its value came from."""
+    from tuner.inputs import models
+
+    origins = []
+    chosen = {}
+    for name, flag, key, theirs in (
+            ("model", "--model", "model_name_or_path", source.model),
+            ("dataset", "--dataset", "dataset_name", source.dataset),
+            ("reward_funcs", "--reward-func", "reward_funcs", source.reward_funcs),
+            ("processes_per_trial", "--processes-per-trial", "num_processes", source.num_processes)):
+        given = getattr(o, name)
+        if name == "reward_funcs" and not source.entry.uses_reward_funcs:
+            continue
+        shown = ", ".join(given) if isinstance(given, list) else given
+        if given is not None and theirs is not None and given != theirs:
+            origins.append(f"{name}: {shown} from {flag} (over the file's {key}: {theirs})")
+        elif given is not None:
+            origins.append(f"{name}: {shown} from {flag}")
+        elif theirs is not None:
+            chosen[name] = theirs
+            origins.append(f"{name}: {', '.join(theirs) if isinstance(theirs, list) else theirs} from the file's "
+                           f"{key}")
+        elif name == "model":
+            origins.append(f"model: {models.TINY_MODEL} (neither --model nor the file's model_name_or_path)")
+        elif name == "dataset":
+            origins.append("dataset: tuner's built-in data (neither --dataset nor the file's dataset_name)")
+    return dataclasses.replace(o, trainer=source.trainer, **chosen), origins
 
 
 def _from_config(o: SearchOptions):
@@ -278,6 +323,7 @@ def run_search(prepared: Prepared, echo: Callable[[str], None] = print) -> Searc
         try:
             # The stores open while Ray starts (their tables created, on a fresh store: seconds). An interrupt
             # meanwhile waits for them (opening.result): they are never left half-made.
+            _set_file_env(prepared)
             now.opening = opening = pool.submit(_open_stores, prepared)
             for warning in prepared.warnings:
                 echo(f"warning: {warning}")
@@ -453,6 +499,16 @@ def _start_run(prepared: Prepared, tracker, run_name: str, concurrency: int) -> 
         tracker.log_artifact_text(trl_config.space_yaml(prepared.space), "space.yaml")
 
 
+def _set_file_env(prepared: Prepared) -> None:
+    """A --from file's ``env:`` mapping, set as `trl` sets it, before Ray and the trial launcher start: every
+    trial process inherits it."""
+    import os
+
+    env = prepared.source.raw.get("env") if prepared.source is not None else None
+    if isinstance(env, dict):
+        os.environ.update({str(k): str(v) for k, v in env.items()})
+
+
 def _search(prepared, tracker, study, run_name, records, placement, progress, started) -> SearchOutcome:
     """The trials and their confirmation in one Ray Tune run, then the results written."""
     from tuner.search import _confirm as confirm
@@ -475,7 +531,10 @@ def _search(prepared, tracker, study, run_name, records, placement, progress, st
     if prepared.source is not None:
         from tuner.config import trl_config
 
-        echo(f"from {prepared.source.path}: trial 0 runs it as written; the space around it:")
+        echo(f"from {prepared.source.path}: trial 0 runs it as written, on:")
+        for line in prepared.origins:
+            echo(f"  {line}")
+        echo("the space around it:")
         for line in trl_config.space_yaml(prepared.space).splitlines():
             echo(f"  {line}")
         for note in prepared.source.notes:
@@ -568,6 +627,7 @@ def _finish(prepared: Prepared, tracker, records, cands, confirmations, started,
 
         # their file with the fewest changes: the search's answer, or theirs as it is when it was already healthy
         fixed = fixes.answer(prepared.source, records, best, confirmations, remeasures)
+        fixed["inputs"] = list(prepared.origins)
         if fixed["healthy"] and best is None:
             best = next(r for r in records if r.get("number") == 0)
         if fixed["exportable"]:

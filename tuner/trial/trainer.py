@@ -9,7 +9,7 @@ import os
 from typing import Any
 
 from tuner.config import precision as precisions
-from tuner.config.trainers import FSDP_ARGS, Adapter, lora_config_kwargs, split_params
+from tuner.config.trainers import FSDP_ARGS, Adapter, lora_config_kwargs, model_load_kwargs, split_params
 from tuner.trial import weights
 
 
@@ -33,8 +33,10 @@ def build_trainer(entry: Adapter, model_path: str, params: dict[str, Any], datas
 
     split = split_params(params)
     rank = "RANK" in os.environ  # a rank of a distributed trial (tuner.trial.ranks: torch's elastic launcher)
+    # the model is built here, so TRL never reads model_init_kwargs (it would warn and ignore them): they go to
+    # from_pretrained below, as TRL's scripts pass them
     args = {
-        **split.config,
+        **{k: v for k, v in split.config.items() if k != "model_init_kwargs"},
         **(FSDP_ARGS if split.sharding == "fsdp" and rank else {}),
         **precisions.PRECISIONS[split.precision].flags,
         **run,
@@ -56,11 +58,16 @@ def build_trainer(entry: Adapter, model_path: str, params: dict[str, Any], datas
         tokenizer.pad_token = tokenizer.eos_token
     # The weights come from the node's one converted copy in shared memory when that pays (tuner.trial.weights).
     trained = not split.use_peft  # full fine-tuning writes them
+    load = model_load_kwargs(split.model, split.config, dtype)
+    auto_class = AutoModelForSequenceClassification if entry.sequence_classifier else AutoModelForCausalLM
     if entry.sequence_classifier:
-        model = weights.from_pretrained(AutoModelForSequenceClassification, model_path, dtype, trained, num_labels=1)
-        model.config.pad_token_id = tokenizer.pad_token_id
+        load["num_labels"] = 1
+    if "quantization_config" in load or "revision" in load:  # not the node's shared full-precision copy
+        model = auto_class.from_pretrained(model_path, dtype=dtype, **load)
     else:
-        model = weights.from_pretrained(AutoModelForCausalLM, model_path, dtype, trained)
+        model = weights.from_pretrained(auto_class, model_path, dtype, trained, **load)
+    if entry.sequence_classifier:
+        model.config.pad_token_id = tokenizer.pad_token_id
 
     peft_config = None
     if split.use_peft:
