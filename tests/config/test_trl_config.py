@@ -105,7 +105,7 @@ def test_edit_text_changes_only_the_named_values_and_keeps_every_other_line():
 
 @pytest.mark.parametrize(("text", "trainer", "fragment"), [
     ("model_name_or_path: tiny\nlearnin_rate: 0.1\n", "reward", "learnin_rate: unknown; did you mean learning_rate?"),
-    ("model_name_or_path: tiny\nreward_funcs: [accuracy_reward]\n", "dpo", "does not match --trainer dpo"),
+    ("model_name_or_path: tiny\nreward_funcs: [accuracy_reward]\n", "dpo", "a setting of trl grpo, not of trl dpo"),
     ("# trl dpo --config x.yaml\nmodel_name_or_path: tiny\n", "kto", "the file says it is for `trl dpo`"),
     ("model_name_or_path: tiny\nlearning_rate: fast\n", "sft", "learning_rate"),
     ("- a list\n", "sft", "must be a YAML mapping"),

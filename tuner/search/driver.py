@@ -144,8 +144,9 @@ def prepare(options: SearchOptions) -> Prepared:
     source = None
     origins: list[str] = []
     if o.from_config:
-        source, space = _from_config(o)
+        source = _read_from(o)
         o, origins = _flags_over_file(o, source)
+        space = _derived_space(o, source)
     else:
         # A space's `trainer:` is the default trainer; an explicit --trainer must agree with it (load_space says so).
         space = load_space(o.search_space, o.trainer or (None if o.search_space else trainers.DEFAULT_TRAINER))
@@ -210,6 +211,14 @@ def prepare(options: SearchOptions) -> Prepared:
             grid = [first, *(point for point in grid if point != first)]
     n_trials = o.trials or (len(grid) if grid is not None else DEFAULT_TRIALS)
 
+    if source is not None and o.reward_funcs and o.reward_funcs == source.reward_funcs:
+        from tuner.inputs import rewards
+
+        try:  # the file's reward_funcs: the refusal names the file and the flag that replaces them
+            rewards.resolve_reward_funcs(rewards.resolve_reward_paths(o.reward_funcs))
+        except TunerError as e:
+            raise TunerError(f"{o.from_config}: reward_funcs: {e}; or pass --reward-func NAME (repeat for several) "
+                             "to replace the file's") from None
     inputs = probe.check_user_inputs(
         o.entry, o.model, o.dataset, o.reward_funcs,
         missing_reward=f"--dataset {o.dataset}: grpo on your own data needs a reward for it (tuner's built-in reward "
@@ -251,6 +260,8 @@ def _flags_over_file(o: SearchOptions, source) -> tuple[SearchOptions, list[str]
         if name == "reward_funcs" and not source.entry.uses_reward_funcs:
             continue
         shown = ", ".join(given) if isinstance(given, list) else given
+        if name == "dataset" and given == "builtin":
+            shown = "tuner's built-in data"
         if given is not None and theirs is not None and given != theirs:
             origins.append(f"{name}: {shown} from {flag} (over the file's {key}: {theirs})")
         elif given is not None:
@@ -263,18 +274,33 @@ def _flags_over_file(o: SearchOptions, source) -> tuple[SearchOptions, list[str]
             origins.append(f"model: {models.TINY_MODEL} (neither --model nor the file's model_name_or_path)")
         elif name == "dataset":
             origins.append("dataset: tuner's built-in data (neither --dataset nor the file's dataset_name)")
+    weights = source.params.get("reward_weights")
+    if o.reward_funcs and isinstance(weights, list) and len(weights) != len(o.reward_funcs):
+        raise TunerError(f"{o.from_config}: reward_weights: {len(weights)} weights, for the file's reward_funcs, but "
+                         f"--reward-func gives {len(o.reward_funcs)} function(s); pass as many --reward-func as "
+                         "weights, or edit reward_weights")
+    revision = source.params.get("model_revision")
+    if o.model is not None and o.model != source.model and revision is not None:
+        source.params.pop("model_revision")  # a revision of their model, not of the one --model names
+        origins.append(f"model_revision: {revision} is the file's model's; not applied to --model {o.model}")
     return dataclasses.replace(o, trainer=source.trainer, **chosen), origins
 
 
-def _from_config(o: SearchOptions):
-    """--from FILE: their TRL config read and checked, and the space derived from it (narrowed by --search-space)."""
+def _read_from(o: SearchOptions):
+    """--from FILE: their TRL config, read and checked as `trl <trainer> --config` reads it."""
     from tuner.config import trl_config
 
-    source = trl_config.read_config(o.from_config, o.trainer)
+    return trl_config.read_config(o.from_config, o.trainer)
+
+
+def _derived_space(o: SearchOptions, source):
+    """The space around their config (narrowed by --search-space)."""
+    from tuner.config import trl_config
+
     space = trl_config.derive_space(source)
     if o.search_space:
         space = trl_config.narrowed(space, load_space(o.search_space, source.trainer))
-    return source, space
+    return space
 
 
 def _check_tracking_scheme(uri: str) -> None:
