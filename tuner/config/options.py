@@ -69,8 +69,9 @@ class SearchOptions:
     )
     dataset: str | None = field(
         default=None,
-        metadata={"help": "local .jsonl/.json/.parquet/.csv file or hub dataset id",
-                  "default_help": "tuner's built-in tiny dataset for the trainer"},
+        metadata={"help": "local .jsonl/.json/.parquet/.csv file, hub dataset id, or 'builtin' (tuner's built-in "
+                  "data for the trainer)",
+                  "default_help": "--from's dataset_name, else builtin"},
     )
     reward_funcs: list[str] | None = field(
         default=None,

@@ -110,7 +110,7 @@ def load_dataset_spec(spec: str | os.PathLike | None, entry: Adapter, split: str
         dataset = _load_folder(path, split)
     elif _looks_like_path(spec):
         raise TunerError(
-            f"dataset file {spec!r} does not exist; check the path, or leave --dataset out to use the built-in data"
+            f"dataset file {spec!r} does not exist; check the path, or pass --dataset builtin for the built-in data"
         )
     else:
         dataset = _load_hub(spec, split)
@@ -209,11 +209,11 @@ def _load_hub(spec: str, split: str) -> datasets.Dataset:
     if not looks_like_hub_id(spec):
         raise TunerError(
             f"dataset {spec!r} is not a local file or folder, nor a hub dataset id like 'org/name'; "
-            "fix the name, or leave --dataset out to use the built-in data"
+            "fix the name, or pass --dataset builtin for the built-in data"
         )
     fix = (
-        f"download it first (hf download {spec} --repo-type dataset --local-dir DIR) and pass DIR, "
-        "or leave --dataset out to use the built-in data"
+        f"download it first (hf download {spec} --repo-type dataset --local-dir DIR) and pass --dataset DIR, "
+        "or pass --dataset builtin for the built-in data"
     )
     reason = hub_unavailable_reason(spec, repo_type="dataset")
     if reason is not None:

@@ -119,7 +119,7 @@ def resolve_model(spec: str, cache_dir: str | os.PathLike | None = None) -> str:
     if reason is not None:
         raise TunerError(
             f"model {spec!r} is neither a local directory nor reachable on the Hugging Face Hub ({reason}); "
-            f"download it first (hf download {repo_id} --local-dir DIR) and pass DIR, or use --model {TINY_MODEL}"
+            f"download it first (hf download {repo_id} --local-dir DIR) and pass --model DIR, or use --model {TINY_MODEL}"
         )
     return repo_id
 
