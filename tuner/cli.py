@@ -43,6 +43,7 @@ MAIN_EXAMPLES = """examples:
   tuner search --model Qwen2.5-0.5B --trainer dpo --dataset prefs.jsonl
   tuner ui                                             # review the trials in MLflow on http://127.0.0.1:5000
   tuner export --experiment grpo-tiny -o recommended.yaml
+  tuner verify recommended.yaml --steps 500            # how far it holds, before the long run
   trl grpo --config recommended.yaml --dataset_name YOUR_DATASET
   tuner trial --config trial.yaml                      # reproduce one trial in this process
 
@@ -125,6 +126,24 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--config", required=True, metavar="FILE", help="trial YAML: trainer, params, and optionally "
                    "model, dataset, reward_funcs, max_steps, seed")
 
+    v = commands.add_parser("verify", help="run a TRL config for N steps as one guarded trial: how far it holds",
+                            formatter_class=argparse.RawDescriptionHelpFormatter,
+                            description="Run a `trl <trainer> --config` file (tuner's export, or your own) for --steps "
+                            "steps in this process, under the guard that stops it at the first non-finite or "
+                            "collapsed step; print a line per tenth of the run, then how far it held (or the step "
+                            "and cause it failed at), whether it learned, and what that does not cover. A search's "
+                            "verdicts cover its trials' steps and seeds only: verify the length you will run.",
+                            epilog="examples:\n"
+                            "  tuner verify recommended.yaml --steps 500          # the export, 25x a 20-step trial\n"
+                            "  tuner verify my_dpo.yaml --steps 200 --model tiny --dataset builtin\n"
+                            "  tuner verify recommended.yaml --steps 500 --seed 1  # another seed\n"
+                            "exit codes: 0 held every step, 4 stopped (diverged, collapsed, crashed, oom, invalid), "
+                            "2 bad input")
+    v.add_argument("config", metavar="CONFIG.yaml", help="a `trl <trainer> --config` file")
+    v.add_argument("--steps", type=_positive_int, required=True, metavar="N", help="optimizer steps to run")
+    v.add_argument("--seed", type=int, help="training seed (default: the file's seed, else TRL's default 42)")
+    _add_options(v, "trainer", "model", "dataset", "reward_funcs")
+
     e = commands.add_parser("export", help="write a search's recommended config for TRL's CLI",
                             formatter_class=argparse.RawDescriptionHelpFormatter,
                             epilog="example:\n  tuner export --experiment grpo-tiny -o recommended.yaml\n"
@@ -197,7 +216,7 @@ def cmd_search(args) -> int:
     print(search.summary_text(outcome))
     if args.output and outcome.trl_config:
         for path in _write_export(args.output, outcome.search, outcome.experiment, outcome.parent_run_id):
-            print(f"wrote {path}")
+            print(_wrote(path, args.output, outcome.search, outcome.parent_run_id))
     return search_exit_code(outcome.records, outcome.recommended)
 
 
@@ -212,12 +231,30 @@ def cmd_trial(args) -> int:
     import json
 
     from tuner.trial import format_result, prepare_trial_spec, run_trial
+    from tuner.trial.verify import verdict_lines
 
     spec = prepare_trial_spec(args.config)  # names, types, paths, and a probe of model, data and rewards
     result = run_trial(spec)
     for row in result.history:
         print(json.dumps(row))
     print(format_result(result))
+    for line in verdict_lines(spec, result)[1:]:  # learned or not, and the horizon it held (tokens/s is above)
+        if line.startswith("speed:"):
+            continue
+        print(line)
+    return EXIT_OK if result.status == Status.OK else EXIT_NO_TRIAL_OK
+
+
+def cmd_verify(args) -> int:
+    from tuner.trial.verify import prepare_verify, run_verify, verdict_lines
+
+    spec, lines = prepare_verify(args.config, args.steps, model=args.model, dataset=args.dataset,
+                                 reward_funcs=args.reward_funcs, seed=args.seed, trainer=args.trainer)
+    for line in lines:
+        print(line)
+    result = run_verify(spec, echo=print)
+    for line in verdict_lines(spec, result):
+        print(line)
     return EXIT_OK if result.status == Status.OK else EXIT_NO_TRIAL_OK
 
 
@@ -243,20 +280,24 @@ def cmd_export(args) -> int:
     if search["trl_config"] is None:
         raise TunerError(f"search {run.info.run_id} recommended nothing: no trial was stable and learning; "
                          "see its results.md in tuner ui")
-    best = search["recommended"]
     search = export.with_overrides(search, {"max_length": args.max_length,
                                             "max_completion_length": args.max_completion_length})
     if args.output:
         for path in _write_export(args.output, search, args.experiment, run.info.run_id, args.format):
-            if search.get("fix") and path == args.output:
-                from tuner.report import fix
-
-                print(fix.export_line(search["fix"], path, run.info.run_id), file=sys.stderr)
-            else:
-                print(f"wrote {path} (trial {best['number']} of run {run.info.run_id})", file=sys.stderr)
+            print(_wrote(path, args.output, search, run.info.run_id), file=sys.stderr)
     else:
         sys.stdout.write(export.render_export(search, args.experiment, run.info.run_id, args.format))
     return 0
+
+
+def _wrote(path: str, output: str, search, run_id: str) -> str:
+    """What an export says it wrote: a --from search's own file as it is, or with which changes; else the trial."""
+    from tuner.report import fix
+
+    if search.get("fix") and path == output:
+        return fix.export_line(search["fix"], path, run_id)
+    best = search.get("recommended") or {}
+    return f"wrote {path} (trial {best.get('number')} of run {run_id})"
 
 
 def _write_export(output: str, search, experiment: str, run_id: str, fmt: str = "yaml") -> list[str]:
@@ -337,7 +378,7 @@ def cmd_sync(args) -> int:
     return EXIT_OK if not left else EXIT_PENDING
 
 
-COMMANDS = {"sync": cmd_sync, "search": cmd_search, "trial": cmd_trial, "export": cmd_export, "report": cmd_report,
+COMMANDS = {"sync": cmd_sync, "search": cmd_search, "trial": cmd_trial, "verify": cmd_verify, "export": cmd_export, "report": cmd_report,
             "ui": cmd_ui}
 
 

@@ -34,7 +34,8 @@ from tuner.errors import TunerError
 from tuner.records import Status
 
 __all__ = ["HARNESS", "LR_DOWN", "LR_UP", "SPEED_KNOBS", "SourceConfig", "derive_space", "read_config",
-           "space_yaml", "trl_values", "trial0", "neighbours", "neighbour_count", "narrowed"]
+           "space_yaml", "trl_values", "trial0", "neighbours", "neighbour_count", "narrowed", "flags_over_file",
+           "run_here"]
 
 # The run's plumbing: a trial sets these itself (tuner.trial.trainer) and the export passes the user's through.
 HARNESS = frozenset({
@@ -228,6 +229,65 @@ def read_config(path: str | Path, trainer: str | None = None) -> SourceConfig:
         effective={k: _plain(v) for k, v in effective.items()},
         model=raw.get("model_name_or_path"), dataset=raw.get("dataset_name"),
         reward_funcs=[str(r) for r in rewards] if rewards else None, notes=notes, launch=launch)
+
+
+def flags_over_file(source: SourceConfig, model: str | None, dataset: str | None, reward_funcs: list[str] | None,
+                    processes: int | None) -> tuple[dict[str, Any], list[str]]:
+    """The file under the command line, as on TRL's own (`trl dpo --config f.yaml --model_name_or_path X`): each
+    of --model, --dataset, --reward-func and --processes-per-trial given replaces the file's value, left out it is
+    the file's (None where neither says). Returns the values by those names and one line per input saying where
+    it came from; a model other than the file's drops the file's ``model_revision`` (a revision of their model)."""
+    origins = []
+    chosen: dict[str, Any] = {}
+    for name, given, flag, key, theirs in (
+            ("model", model, "--model", "model_name_or_path", source.model),
+            ("dataset", dataset, "--dataset", "dataset_name", source.dataset),
+            ("reward_funcs", reward_funcs, "--reward-func", "reward_funcs", source.reward_funcs),
+            ("processes", processes, "--processes-per-trial", "num_processes", source.num_processes)):
+        chosen[name] = given if given is not None else theirs
+        if name == "reward_funcs" and not source.entry.uses_reward_funcs:
+            continue
+        label = "processes_per_trial" if name == "processes" else name
+        shown = ", ".join(given) if isinstance(given, list) else given
+        if name == "dataset" and given == "builtin":
+            shown = "tuner's built-in data"
+        if given is not None and theirs is not None and given != theirs:
+            origins.append(f"{label}: {shown} from {flag} (over the file's {key}: {theirs})")
+        elif given is not None:
+            origins.append(f"{label}: {shown} from {flag}")
+        elif theirs is not None:
+            origins.append(f"{label}: {', '.join(theirs) if isinstance(theirs, list) else theirs} from the file's "
+                           f"{key}")
+        elif name == "model":
+            origins.append("model: tiny (neither --model nor the file's model_name_or_path)")
+        elif name == "dataset":
+            origins.append("dataset: tuner's built-in data (neither --dataset nor the file's dataset_name)")
+    weights = source.params.get("reward_weights")
+    if reward_funcs and isinstance(weights, list) and len(weights) != len(reward_funcs):
+        raise TunerError(f"{source.path}: reward_weights: {len(weights)} weights, for the file's reward_funcs, but "
+                         f"--reward-func gives {len(reward_funcs)} function(s); pass as many --reward-func as "
+                         "weights, or edit reward_weights")
+    revision = source.params.get("model_revision")
+    if model is not None and model != source.model and revision is not None:
+        source.params.pop("model_revision")
+        origins.append(f"model_revision: {revision} is the file's model's; not applied to --model {model}")
+    return chosen, origins
+
+
+def run_here(source: SourceConfig, on_gpu: bool, *params: dict[str, Any]) -> list[str]:
+    """Replace in ``source.params`` (and each of ``params``, e.g. a space's fixed values) what this machine cannot
+    run (tuner.config.trl_keys.cannot_run) by what it runs instead; one line per key saying so, to print before any
+    trial. Their file is left as it is: the export keeps those keys."""
+    lines = []
+    for substitution in trl_keys.cannot_run({**source.params, **{k: v for p in params for k, v in p.items()}}, on_gpu):
+        lines.append(f"{source.path}: {substitution.describe()}")
+        for mapping in (source.params, *params):
+            if substitution.key in mapping:
+                if substitution.instead is None:
+                    mapping.pop(substitution.key)
+                else:
+                    mapping[substitution.key] = substitution.instead
+    return lines
 
 
 def _plain(value: Any) -> Any:

@@ -28,6 +28,7 @@ from tuner.report._analysis import (
     step_text,
 )
 from tuner.report.progress import describe_params
+from tuner.verdicts import recommend
 
 
 @dataclass
@@ -70,6 +71,7 @@ class Report:
             best = self.recommended
             out.append(f"recommended: trial {best['number']} ({best['tokens_per_second']:.0f} tokens/s, "
                        f"progress {best['progress']:+.3f})")
+            out.append(recommend.horizon(best))
         else:
             out.append("recommended: none (no trial was stable and learned)")
 

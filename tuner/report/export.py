@@ -276,13 +276,17 @@ def render_launch(search: SearchSummary) -> str | None:
 
 
 def header(search: SearchSummary, experiment: str, run_id: str, launch: str | None = None) -> str:
-    """The comment at the top of the exported YAML: where it comes from, the rule, each length and why."""
+    """The comment at the top of the exported YAML: where it comes from, the rule, the horizon, each length and
+    why."""
+    from tuner.verdicts import recommend
+
     best = search["recommended"]
     config = search["trl_config"]
     export = search.get("export") or {}
     lines = [f"Recommended by tuner: experiment {experiment}, run {run_id}, trial {best['number']} "
              f"({best['tokens_per_second']:.0f} tokens/s, progress {best['progress']:+.3f}).",
-             f"Rule: {search['rule']}."]
+             f"Rule: {search['rule']}.",
+             recommend.horizon(best, "THIS_FILE").capitalize() + "."]
     for length in export.get("lengths") or []:
         value = length["value"] if length["value"] is not None else "not set"
         lines.append(f"{length['name']}: {value}: {length['why']}.")

@@ -290,6 +290,10 @@ def answer(source, records: list[dict[str, Any]], best: dict[str, Any] | None,
     else:
         fix["summary"] = "no change found that is stable and learning: nothing to export"
     fix["exportable"] = healthy or chosen is not None
+    if fix["exportable"]:
+        from tuner.verdicts import recommend
+
+        fix["horizon"] = recommend.horizon(chosen if chosen is not None else first, "THIS_FILE")
     fix["text"] = edit_text(source.text, source.raw, {c["key"]: c["new"] for c in fix["changes"]}) \
         if fix["exportable"] else None
     return fix
@@ -325,6 +329,8 @@ def edit_text(text: str, raw: dict[str, Any], new: dict[str, Any]) -> str:
 def diff_lines(fix: dict[str, Any]) -> list[str]:
     """The printed answer: trial 0's verdict, the summary, and one line per change with its evidence."""
     lines = [fix["trial0"], fix["summary"]]
+    if fix.get("horizon"):
+        lines.append(fix["horizon"])
     for change in fix["changes"]:
         lines.append(f"  {change['key']}: {_scalar(change['old'])} -> {_scalar(change['new'])}    "
                      f"({change['evidence']})")

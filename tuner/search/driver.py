@@ -189,17 +189,10 @@ def prepare(options: SearchOptions) -> Prepared:
                          f"{cannot[source.params['precision']]}; run tuner on such a machine (or change the file)")
     space = space.without_precisions(dropped)
     if source is not None:
-        from tuner.config import trl_keys
+        from tuner.config import trl_config
 
         # what this machine cannot run of their file (a package missing, CUDA needed): said now, run as stated
-        for substitution in trl_keys.cannot_run({**source.params, **space.fixed}, _on_gpu(o.gpus_per_trial)):
-            warnings.append(f"{o.from_config}: {substitution.describe()}")
-            for params in (source.params, space.fixed):
-                if substitution.key in params:
-                    if substitution.instead is None:
-                        params.pop(substitution.key)
-                    else:
-                        params[substitution.key] = substitution.instead
+        warnings += trl_config.run_here(source, _on_gpu(o.gpus_per_trial), space.fixed)
 
     grid = space.grid() if o.sampler == "grid" else None
     first = None
@@ -244,46 +237,13 @@ def prepare(options: SearchOptions) -> Prepared:
 
 
 def _flags_over_file(o: SearchOptions, source) -> tuple[SearchOptions, list[str]]:
-    """--from's file under the command line, as on TRL's own (`trl dpo --config f.yaml --model_name_or_path X`): each
-    of --model, --dataset, --reward-func and --processes-per-trial given replaces the file's value. Returns the
-    options and one line per input saying where its value came from."""
-    from tuner.inputs import models
+    """--from's file under the command line (tuner.config.trl_config.flags_over_file)."""
+    from tuner.config import trl_config
 
-    origins = []
-    chosen = {}
-    for name, flag, key, theirs in (
-            ("model", "--model", "model_name_or_path", source.model),
-            ("dataset", "--dataset", "dataset_name", source.dataset),
-            ("reward_funcs", "--reward-func", "reward_funcs", source.reward_funcs),
-            ("processes_per_trial", "--processes-per-trial", "num_processes", source.num_processes)):
-        given = getattr(o, name)
-        if name == "reward_funcs" and not source.entry.uses_reward_funcs:
-            continue
-        shown = ", ".join(given) if isinstance(given, list) else given
-        if name == "dataset" and given == "builtin":
-            shown = "tuner's built-in data"
-        if given is not None and theirs is not None and given != theirs:
-            origins.append(f"{name}: {shown} from {flag} (over the file's {key}: {theirs})")
-        elif given is not None:
-            origins.append(f"{name}: {shown} from {flag}")
-        elif theirs is not None:
-            chosen[name] = theirs
-            origins.append(f"{name}: {', '.join(theirs) if isinstance(theirs, list) else theirs} from the file's "
-                           f"{key}")
-        elif name == "model":
-            origins.append(f"model: {models.TINY_MODEL} (neither --model nor the file's model_name_or_path)")
-        elif name == "dataset":
-            origins.append("dataset: tuner's built-in data (neither --dataset nor the file's dataset_name)")
-    weights = source.params.get("reward_weights")
-    if o.reward_funcs and isinstance(weights, list) and len(weights) != len(o.reward_funcs):
-        raise TunerError(f"{o.from_config}: reward_weights: {len(weights)} weights, for the file's reward_funcs, but "
-                         f"--reward-func gives {len(o.reward_funcs)} function(s); pass as many --reward-func as "
-                         "weights, or edit reward_weights")
-    revision = source.params.get("model_revision")
-    if o.model is not None and o.model != source.model and revision is not None:
-        source.params.pop("model_revision")  # a revision of their model, not of the one --model names
-        origins.append(f"model_revision: {revision} is the file's model's; not applied to --model {o.model}")
-    return dataclasses.replace(o, trainer=source.trainer, **chosen), origins
+    chosen, origins = trl_config.flags_over_file(source, model=o.model, dataset=o.dataset,
+                                                 reward_funcs=o.reward_funcs, processes=o.processes_per_trial)
+    return dataclasses.replace(o, trainer=source.trainer, model=chosen["model"], dataset=chosen["dataset"],
+                               reward_funcs=chosen["reward_funcs"], processes_per_trial=chosen["processes"]), origins
 
 
 def _read_from(o: SearchOptions):
@@ -710,6 +670,7 @@ def summary_text(outcome: SearchOutcome) -> str:
         lines.append(json.dumps(best["params"], sort_keys=True))
         if best.get("confirmation"):
             lines += confirm.describe([best["confirmation"]])
+        lines.append(rec.horizon(best))
     fixed = outcome.search.get("fix")
     if fixed:
         from tuner.report import fix as fixes

@@ -11,6 +11,7 @@
     weights.py           the base model's weights converted once per node, mapped by every trial
     _faults.py           fault injection (TUNER_FAULT), the test hook for crashes and NaNs
     _isolation.py        run_trial_isolated: the same in a child process, so a dying trial dies alone
+    verify.py            tuner verify: a TRL config file run for N steps as one guarded trial, its whole verdict
     launcher.py          the node's trial launcher (_launcher_server.py): children forked from one import of torch
 
 May import: tuner.verdicts, tuner.inputs, tuner.config, tuner.stores (the reaper), tuner.errors, tuner.records.
@@ -28,4 +29,6 @@ __all__, __getattr__ = lazy_exports(__name__, {
     "process_context": "tuner.trial._isolation",
     "run_trial": "tuner.trial._run",
     "run_trial_isolated": "tuner.trial._isolation",
+    "prepare_verify": "tuner.trial.verify",
+    "run_verify": "tuner.trial.verify",
 })

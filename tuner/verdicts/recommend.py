@@ -29,6 +29,21 @@ RULE = (f"highest learning speed (progress x tokens/s; progress: the mean improv
         f"learning on them (each progress > 0, together p < {ALPHA:g}); diverged, collapsed, crashed and oom trials are never recommended")
 
 
+# A long run is commonly 25-250x a trial's steps (DESIGN: verdicts bounded by their horizon): the length the
+# horizon line asks a user to verify before starting one.
+VERIFY_FACTOR = 25
+
+
+def horizon(best: dict[str, Any], file: str = "recommended.yaml") -> str:
+    """What a recommendation's verdict covers, and the command that extends it: "held 20 steps on seeds 0, 1, 2
+    (...); nothing is known beyond step 20: tuner verify recommended.yaml --steps 500 before a long run"."""
+    steps = int(best.get("steps_run") or best.get("max_steps") or 0)
+    seeds = {best.get("seed"), *((best.get("confirmation") or {}).get("seeds") or [])} - {None}
+    shown = ", ".join(str(s) for s in sorted(seeds)) or "?"
+    return (f"horizon: held {steps} steps on seed{'s' if len(seeds) != 1 else ''} {shown}; nothing is known "
+            f"beyond step {steps}: tuner verify {file} --steps {VERIFY_FACTOR * steps} before a long run")
+
+
 def learned(trial: dict[str, Any]) -> bool:
     """The trial's own learning judgement (tuner.verdicts.learning.judge_learning), as recorded."""
     return bool(trial.get("learned"))
