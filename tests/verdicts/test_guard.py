@@ -363,6 +363,19 @@ def test_no_reward_spread_and_no_gain_is_still_a_collapse():
     assert "has not risen" in verdict.reason
 
 
+def test_no_reward_spread_after_the_reward_rose_says_it_rose_and_fell_short_of_its_best():
+    # The seeds 11-13 case of a long GRPO run: the reward rose from 0.13 to about 0.5 (below its best 0.9), then
+    # every group's completions agreed. Still no learning signal, but "has not risen" would be false.
+    start = {"loss": 0.0, "grad_norm": 0.5, "reward": 0.13, "reward_std": 0.2, "frac_reward_zero_std": 0.0}
+    best = {**start, "reward": 0.9}
+    flat = {"loss": 0.0, "grad_norm": 0.0, "reward": 0.5, "reward_std": 0.0, "frac_reward_zero_std": 1.0,
+            "params_changed": 1.0}
+    verdict = first_verdict(adapter("grpo"), steps(start, start, start, best, *[flat] * 6))
+    assert (verdict.status, verdict.signal) == ("collapsed", "zero_reward_std")
+    assert "has not risen" not in verdict.reason
+    assert "with the reward at 0.5, up from 0.13 at the start but below its best 0.9" in verdict.reason
+
+
 def test_grpo_equal_rewards_for_the_first_steps_do_not_trip_the_no_update_rule():
     # The first 3 steps as the monitor writes them when every group's completions got equal rewards: zero
     # advantages, zero gradient, weights unmoved. Then spread appears and the weights move.

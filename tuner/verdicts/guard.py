@@ -284,9 +284,9 @@ class Guard:
                     f"reward saturated: {level:.3g} (from {start:.3g}) for every completion of every group "
                     f"from step {self._saturated_since} (frac_reward_zero_std = 1): the task is solved")
             return None
-        gain = "" if start is None or not math.isfinite(level) else f" and the reward has not risen ({level:.3g}, {start:.3g} at the start)"
         reason = (
-            f"frac_reward_zero_std is 1.0 for {len(streak)} steps in a row at step {step}{gain}: "
+            f"frac_reward_zero_std is 1.0 for {len(streak)} steps in a row at step {step}"
+            f"{_reward_words(level, start, max(self._rewards, default=None), self.settings.saturation_min_gain)}: "
             "every group's completions got equal rewards, so GRPO has no learning signal"
         )
         return Verdict(Status.COLLAPSED, reason, step, "zero_reward_std")
@@ -311,6 +311,17 @@ class Guard:
             "that match none of the model's layers)"
         )
         return Verdict(Status.COLLAPSED, reason, step, "no_update")
+
+
+def _reward_words(level: float, start: float | None, best: float | None, tolerance: float) -> str:
+    """What the reward did before the streak, in words that say it: "has not risen" only when it has not."""
+    if start is None or not math.isfinite(level):
+        return ""
+    if level - start < tolerance:
+        return f" and the reward has not risen ({level:.3g}, {start:.3g} at the start)"
+    # risen, yet not solved: a reward at its best the saturation rule calls solved before this line is reached
+    below = f" but below its best {best:.3g}" if best is not None and best - level >= tolerance else ""
+    return f" with the reward at {level:.3g}, up from {start:.3g} at the start{below}"
 
 
 def _has_no_reward_spread(metrics: dict[str, float]) -> bool:
