@@ -221,13 +221,14 @@ CASES = [
     # -- --from: the user's TRL config, refused before any trial; the existing store is not touched
     Case("from-file-missing", search("--from", "nope.yaml"), "nope.yaml: config file not found", process=True,
          store_exists=True),
-    Case("from-unknown-key", search("--from", "my.yaml"), "my.yaml: learnin_rate: unknown key; `trl dpo --config` "
-         "would refuse it (did you mean 'learning_rate'?)", {"my.yaml": FROM_DPO + "learnin_rate: 0.1\n"},
+    Case("from-unknown-key", search("--from", "my.yaml"), "my.yaml: `trl dpo --config` would refuse 1 key: "
+         "learnin_rate: unknown; did you mean learning_rate?", {"my.yaml": FROM_DPO + "learnin_rate: 0.1\n"},
          process=True, store_exists=True),
     Case("from-trainer-mismatch", search("--from", "my.yaml", "--trainer", "kto"), "my.yaml: the file says it is for "
          "`trl dpo` but --trainer is kto", {"my.yaml": FROM_DPO}, store_exists=True),
     Case("from-key-of-another-trainer", search("--from", "my.yaml", "--trainer", "reward"),
-         "my.yaml: reward_funcs: not a setting of trl reward (it is one of trl grpo)",
+         "my.yaml: `trl reward --config` would refuse 1 key: reward_funcs: a setting of trl grpo, not of trl reward "
+         "(or pass --trainer grpo)",
          {"my.yaml": "model_name_or_path: tiny\nreward_funcs: [accuracy_reward]\n"}),
     Case("ui-missing-store", ("ui", "--store", STORE), "no MLflow store at tmp/mlflow/mlflow.db", process=True),
     Case("ui-bad-port", ("ui", "--store", STORE, "--port", "70000"), "argument --port: must be between 1 and 65535"),
