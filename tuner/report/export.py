@@ -286,7 +286,7 @@ def header(search: SearchSummary, experiment: str, run_id: str, launch: str | No
     lines = [f"Recommended by tuner: experiment {experiment}, run {run_id}, trial {best['number']} "
              f"({best['tokens_per_second']:.0f} tokens/s, progress {best['progress']:+.3f}).",
              f"Rule: {search['rule']}.",
-             recommend.horizon(best, "THIS_FILE").capitalize() + "."]
+             "H" + recommend.horizon(best, "THIS_FILE")[1:] + "."]
     for length in export.get("lengths") or []:
         value = length["value"] if length["value"] is not None else "not set"
         lines.append(f"{length['name']}: {value}: {length['why']}.")

@@ -19,7 +19,7 @@ import threading
 from pathlib import Path
 from typing import Any, Callable
 
-from tuner.errors import TunerError
+from tuner.errors import TunerError, quiet_libraries
 from tuner.records import Status, TrialResult
 from tuner.trial._spec import TrialSpec
 
@@ -38,6 +38,7 @@ def prepare_verify(path: str, steps: int, model: str | None = None, dataset: str
     from tuner.config import precision, trl_config, values
     from tuner.inputs import models, probe
 
+    quiet_libraries()
     if steps < 1:
         raise TunerError(f"--steps {steps}: must be at least 1")
     source = trl_config.read_config(path, trainer)
