@@ -105,8 +105,11 @@ def test_check_columns_accepts_any_listed_set():
     from datasets import Dataset
 
     # DPO extracts the prompt from chosen/rejected itself; SFT takes prompt/completion as well as text.
-    check_columns(Dataset.from_dict({"chosen": ["a b"], "rejected": ["a c"]}), adapter("dpo"), "x")
-    check_columns(Dataset.from_dict({"prompt": ["a"], "completion": [" b"]}), adapter("sft"), "x")
+    assert check_columns(Dataset.from_dict({"chosen": ["a b"], "rejected": ["a c"]}), adapter("dpo"), "x") is None
+    assert check_columns(Dataset.from_dict({"prompt": ["a"], "completion": [" b"]}), adapter("sft"), "x") is None
+    # ... and a set that is none of the listed ones is refused, naming what is missing
+    assert "x" in _error(check_columns, Dataset.from_dict({"chosen": ["a b"]}), adapter("dpo"), "x")
+    assert "x" in _error(check_columns, Dataset.from_dict({"prompt": ["a"]}), adapter("sft"), "x")
 
 
 def test_check_columns_wants_boolean_kto_labels():
