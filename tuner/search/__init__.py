@@ -1,6 +1,7 @@
 """The search: Optuna proposes, Ray Tune runs the trials, the driver logs, confirms and recommends.
 
-    driver.py       prepare and run_search: the search from its options to its recommendation
+    _prepare.py     prepare: every input checked before any run, study or trial exists (and --resume's)
+    driver.py       run_search: the search from its prepared inputs to its recommendation
     _execution.py   Ray Tune: the trainable, the searcher, successive halving, the driver's callback
     _sampling.py    Optuna: the sampler, asking without repeats, telling outcomes
     _staging.py     speed knobs first, then learning knobs on the fastest stable system configs
@@ -20,9 +21,10 @@ from tuner._exports import lazy_exports
 __all__, __getattr__ = lazy_exports(__name__, {
     "Proposer": "tuner.search._sampling",
     "SearchOutcome": "tuner.search.driver",
-    "hardware_precisions": "tuner.search.driver",
+    "Prepared": "tuner.search._prepare",
+    "hardware_precisions": "tuner.search._prepare",
     "make_sampler": "tuner.search._sampling",
-    "prepare": "tuner.search.driver",
-    "prepare_resume": "tuner.search.driver",
+    "prepare": "tuner.search._prepare",
+    "prepare_resume": "tuner.search._prepare",
     "run_search": "tuner.search.driver",
 })

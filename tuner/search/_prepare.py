@@ -1,0 +1,275 @@
+"""A search's pre-run checks: every input the user gave, checked before any run, study or trial exists.
+
+    prepared = prepare(SearchOptions(trainer="dpo", dataset="prefs.jsonl"))   # TunerError on bad input
+    prepared = prepare_resume(options)                                        # --resume: its own options again
+
+``prepare`` reads as a list of checks, cheap ones first (options, the space, the --from file, Ray's address,
+the tracking URI), then the slow ones that import torch and TRL (GPUs, param names and values, precisions this
+machine cannot run, the model, data and rewards probed on a few rows), the local store last. ``Prepared`` is
+what the search then runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tuner.config.options import DEFAULT_TRIALS, SearchOptions, check_options
+from tuner.config.space import SearchSpace, check_param_names, load_space
+from tuner.errors import TunerError, quiet_libraries
+
+if TYPE_CHECKING:
+    from tuner.config.trl_config import SourceConfig
+
+__all__ = ["Prepared", "hardware_precisions", "halves", "model_label", "on_gpu", "prepare", "prepare_resume",
+           "trial_ranks"]
+
+
+@dataclass
+class Prepared:
+    options: SearchOptions
+    space: SearchSpace
+    model_path: str
+    tracking_uri: str
+    experiment: str
+    n_trials: int
+    grid: list[dict[str, Any]] | None
+    dropped_precisions: list[str]
+    warnings: list[str] = field(default_factory=list)
+    resume_run_id: str | None = None
+    source: SourceConfig | None = None  # --from: the user's TRL config
+    first: dict[str, Any] | None = None  # --from: trial 0, their config as written, in the space's params
+    origins: list[str] = field(default_factory=list)  # --from: where the model, data and rewards came from
+
+
+
+def halves(options: SearchOptions) -> bool:
+    """Whether successive halving stops trials inside the first rung: as --prune says when given; by default on
+    for the tiny model (but with --sampler grid) and off for a pretrained model. At its learning rates a pretrained
+    model's reward or loss does not move visibly in a quarter of --max-steps, so halving there ranks noise: on the
+    tiny pretrained model it stopped at step 6 of 20 all four fp32 trials at 2e-5 to 5e-5, the ones that learn
+    within 60 steps, and kept a trial at 1e-6 with a lucky start. For a pretrained model the longer rungs
+    (tuner.search._extend: 20 -> 60 -> 180 steps, the best third each time) do the halving."""
+    from tuner.inputs import models
+
+    if options.prune is not None:
+        return options.prune
+    return options.sampler != "grid" and (options.model or models.TINY_MODEL) == models.TINY_MODEL
+
+def model_label(model: str) -> str:
+    return Path(model.rstrip("/")).name or model
+
+
+def hardware_precisions(gpus_per_trial: float | None) -> dict[str, str]:
+    """Precisions this hardware cannot run, each with why. Dropped with one warning, never
+    silently run as something else. ``gpus_per_trial`` None: GPU trials when this machine has a GPU."""
+    import torch
+
+    from tuner.config import precision
+
+    gpu = on_gpu(gpus_per_trial)
+    bf16 = torch.cuda.is_bf16_supported() if gpu and torch.cuda.is_available() else True
+    return precision.unsupported(gpu, bf16_supported=bf16)
+
+
+def on_gpu(gpus_per_trial: float | None) -> bool:
+    import torch
+
+    return torch.cuda.device_count() > 0 if gpus_per_trial is None else gpus_per_trial > 0
+
+
+def trial_ranks(o: SearchOptions) -> int:
+    """Processes per trial the options ask for: --processes-per-trial, else --gpus-per-trial when it is 2 or more
+    (one process per GPU), else 1 (the memory plan may raise it for a config that fits no single GPU)."""
+    gpus = o.gpus_per_trial or 0
+    if gpus > 1 and not float(gpus).is_integer():
+        raise TunerError(f"--gpus-per-trial {gpus:g}: a trial on more than one GPU takes whole GPUs (one process "
+                         f"each); use {math.floor(gpus)} or {math.ceil(gpus)}")
+    if o.processes_per_trial and gpus >= 1 and o.processes_per_trial != int(gpus):
+        raise TunerError(f"--processes-per-trial {o.processes_per_trial} with --gpus-per-trial {gpus:g}: a GPU "
+                         f"trial runs one process per GPU; drop --processes-per-trial or make it {int(gpus)}")
+    if o.processes_per_trial and 0 < gpus < 1 and o.processes_per_trial > 1:
+        raise TunerError(f"--processes-per-trial {o.processes_per_trial} with --gpus-per-trial {gpus:g}: the "
+                         "processes of one trial each need a whole GPU; give --gpus-per-trial "
+                         f"{o.processes_per_trial}")
+    return o.processes_per_trial or (int(gpus) if gpus >= 2 else 1)
+
+
+def _check_ray_address(address: str) -> None:
+    if address in ("auto", "local"):
+        return
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise TunerError(f"--ray-address {address}: expected HOST:PORT of a Ray head node (e.g. 10.0.0.1:6379, or "
+                         "ray://HOST:10001 for Ray Client), or auto; leave it out to run Ray locally")
+    try:
+        with socket.create_connection((host.strip("[]") or "127.0.0.1", int(port)), timeout=3):
+            pass
+    except OSError as e:
+        raise TunerError(
+            f"--ray-address {address}: no Ray cluster answers there ({e}); start one with `ray start --head` "
+            "and pass the address it prints, or leave --ray-address out to run Ray locally"
+        ) from None
+
+
+def prepare(options: SearchOptions) -> Prepared:
+    """Check everything the user gave us; raises TunerError before any run, study or trial exists.
+
+    Cheap checks run first, so a typo fails in a second instead of after importing TRL and torch;
+    the local store is checked last because checking it creates its folder.
+    """
+    from tuner.config import trainers, values
+    from tuner.inputs import models, probe
+    from tuner.stores import tracking
+
+    o = options
+    check_options(o)  # choices and ranges, as the command line checks them
+    source = None
+    origins: list[str] = []
+    if o.from_config:
+        source = _read_from(o)
+        o, origins = _flags_over_file(o, source)
+        space = _derived_space(o, source)
+    else:
+        # A space's `trainer:` is the default trainer; an explicit --trainer must agree with it (load_space says so).
+        space = load_space(o.search_space, o.trainer or (None if o.search_space else trainers.DEFAULT_TRAINER))
+    o = dataclasses.replace(o, trainer=space.trainer, model=o.model or models.TINY_MODEL)
+    space = space.for_model(pretrained=o.model != models.TINY_MODEL)
+    if o.reward_funcs and not o.entry.uses_reward_funcs:
+        online = ", ".join(name for name, a in trainers.ADAPTERS.items() if a.uses_reward_funcs)
+        raise TunerError(f"--reward-func is for {online} only; {o.trainer} learns from its dataset's labels")
+    if o.sampler == "grid":
+        space.grid()  # a float or int param cannot be a grid axis: say so before the slow checks
+    if o.ray_address:
+        _check_ray_address(o.ray_address)
+    uri = o.tracking_uri or tracking.default_tracking_uri(Path(o.store))
+    remote = tracking.is_server(uri)
+    if o.tracking_uri:
+        _check_tracking_scheme(uri)
+    if remote:
+        tracking.check_tracking(uri, Path(o.store))  # asks the server's /health; writes nothing
+
+    # -- the slow checks: they import torch, TRL and datasets, and build the tiny model once
+    quiet_libraries()
+    if o.gpus_per_trial and not o.ray_address:
+        import torch
+
+        if torch.cuda.device_count() == 0:
+            raise TunerError(f"--gpus-per-trial {o.gpus_per_trial}: this machine has no CUDA GPU; drop the flag "
+                             "to run on the CPU, or pass --ray-address of a cluster with GPUs")
+    trial_ranks(o)  # --gpus-per-trial 1.5 or --processes-per-trial that disagrees: said before the slow checks
+    check_param_names(space, o.entry.config_fields())
+    values.check_space_values(space)  # 2e-4 is a number; a value of the wrong type is refused here
+
+    if "fsdp" in space.values_of("sharding") and not on_gpu(o.gpus_per_trial):
+        raise TunerError(f"{space.source}: sharding: fsdp needs GPUs (accelerate shards a model over GPU ranks only); "
+                         "on a CPU a trial of several processes runs DDP: remove fsdp from sharding")
+    cannot = hardware_precisions(o.gpus_per_trial)
+    dropped = [p for p in space.precisions() if p in cannot]
+    warnings = [f"precision {p} dropped: {cannot[p]}" for p in dropped]
+    if source is not None and source.params["precision"] in dropped:
+        raise TunerError(f"{o.from_config}: precision: your config runs {source.params['precision']}, which "
+                         f"{cannot[source.params['precision']]}; run tuner on such a machine (or change the file)")
+    space = space.without_precisions(dropped)
+    if source is not None:
+        from tuner.config import trl_config
+
+        # what this machine cannot run of their file (a package missing, CUDA needed): said now, run as stated
+        warnings += trl_config.run_here(source, on_gpu(o.gpus_per_trial), space.fixed)
+
+    grid = space.grid() if o.sampler == "grid" else None
+    first = None
+    if source is not None:
+        from tuner.config import trl_config
+
+        first = trl_config.trial0(space, source)
+        if grid is not None:  # trial 0 is the first grid point, and runs once
+            grid = [first, *(point for point in grid if point != first)]
+    n_trials = o.trials or (len(grid) if grid is not None else DEFAULT_TRIALS)
+
+    if source is not None and o.reward_funcs and o.reward_funcs == source.reward_funcs:
+        from tuner.inputs import rewards
+
+        try:  # the file's reward_funcs: the refusal names the file and the flag that replaces them
+            rewards.resolve_reward_funcs(rewards.resolve_reward_paths(o.reward_funcs))
+        except TunerError as e:
+            raise TunerError(f"{o.from_config}: reward_funcs: {e}; or pass --reward-func NAME (repeat for several) "
+                             "to replace the file's") from None
+    inputs = probe.check_user_inputs(
+        o.entry, o.model, o.dataset, o.reward_funcs,
+        missing_reward=f"--dataset {o.dataset}: grpo on your own data needs a reward for it (tuner's built-in reward "
+                       "only scores its built-in data); pass --reward-func NAME: a TRL reward such as accuracy_reward, "
+                       "or module:function of yours")
+    model_path = inputs.model_path
+    # The user's paths are resolved against this folder now: trials run in Ray's working directories, and the
+    # MLflow params, trial specs and trial.yaml files keep them absolute (so --resume works from anywhere).
+    o = dataclasses.replace(
+        o, model=inputs.model, dataset=inputs.dataset, reward_funcs=inputs.reward_funcs,
+        search_space=str(Path(o.search_space).resolve()) if o.search_space else None,
+        from_config=source.path if source is not None else None)
+    space.source = o.search_space or space.source
+
+    if not remote:
+        tracking.check_tracking(uri, Path(o.store))
+    if o.tracking_uri:
+        # the local store folder is written with any tracking URI: the Optuna study (and a server's spool) live there
+        tracking.check_tracking(tracking.default_tracking_uri(Path(o.store)), Path(o.store))
+    experiment = o.experiment or f"{o.trainer}-{model_label(o.model)}"
+    return Prepared(o, space, model_path, uri, experiment, n_trials, grid, dropped, warnings, source=source,
+                    first=first if grid is None else None, origins=origins)
+
+
+def _flags_over_file(o: SearchOptions, source) -> tuple[SearchOptions, list[str]]:
+    """--from's file under the command line (tuner.config.trl_config.flags_over_file)."""
+    from tuner.config import trl_config
+
+    chosen, origins = trl_config.flags_over_file(source, model=o.model, dataset=o.dataset,
+                                                 reward_funcs=o.reward_funcs, processes=o.processes_per_trial)
+    return dataclasses.replace(o, trainer=source.trainer, model=chosen["model"], dataset=chosen["dataset"],
+                               reward_funcs=chosen["reward_funcs"], processes_per_trial=chosen["processes"]), origins
+
+
+def _read_from(o: SearchOptions):
+    """--from FILE: their TRL config, read and checked as `trl <trainer> --config` reads it."""
+    from tuner.config import trl_config
+
+    return trl_config.read_config(o.from_config, o.trainer)
+
+
+def _derived_space(o: SearchOptions, source):
+    """The space around their config (narrowed by --search-space)."""
+    from tuner.config import trl_config
+
+    space = trl_config.derive_space(source)
+    if o.search_space:
+        space = trl_config.narrowed(space, load_space(o.search_space, source.trainer))
+    return space
+
+
+def _check_tracking_scheme(uri: str) -> None:
+    """An unknown --tracking-uri scheme otherwise fails inside MLflow after Ray has started."""
+    if uri.startswith(("http://", "https://", "sqlite:///", "file:")):
+        return
+    from mlflow.tracking._tracking_service.utils import _tracking_store_registry
+
+    try:
+        _tracking_store_registry.get_store_builder(uri)
+    except Exception:  # noqa: BLE001 - MLflow raises its own exception types for an unsupported scheme
+        raise TunerError(
+            f"--tracking-uri {uri}: MLflow cannot use this kind of URI; pass http(s)://HOST:PORT of a tracking "
+            "server or sqlite:///PATH/mlflow.db, or drop --tracking-uri to use the local store"
+        ) from None
+
+
+def prepare_resume(options: SearchOptions) -> Prepared:
+    """``tuner search --resume EXPERIMENT``: the unfinished search's own options, checked again."""
+    from tuner.search import _resume as resume
+
+    resumed, run_id = resume.resume_options(options)
+    prepared = prepare(resumed)
+    prepared.resume_run_id = run_id
+    return prepared
