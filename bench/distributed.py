@@ -14,7 +14,7 @@ What runs, by what the machine has (the same SFT trial each time, the same data 
 
 Each row: status, tokens/s (all ranks together), peak memory of rank 0 (GPU: max allocated; CPU: resident set),
 wall time, and what rank 0 says its job was ("rank 0 of 2: MULTI_GPU, fsdp: False"); every run --repeats times in
-turn, the summary their median. Nothing is asserted; the figures go to the JSON and the README's multi-GPU section quotes them.
+turn, the summary their median. Nothing is asserted; the figures go to the JSON and docs/distributed.md quotes them.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The code's layout rules, checked on the source: the subsystems' import directions, no import circles, and
 each idea spelled in its own module.
 
-- tuner/ is a stack of subsystems (README, "Layout"); a module imports only from its own subsystem and those
+- tuner/ is a stack of subsystems (docs/architecture.md); a module imports only from its own subsystem and those
   below it in ``MAY_IMPORT``: cli -> search -> report -> trial -> verdicts / inputs -> config -> stores -> core.
   Function-level imports count: a lazy import is still an arrow.
 - No module of tuner/ imports, directly or through others, a module that imports it back.

@@ -9,7 +9,7 @@ kind; the record module's docstring says how each kind is made and which trainer
 - GRPO: of a fast solver and a slow learner of the same seed and system config, the one that reached the reward
   ceiling first ranks first; every trial whose reward reaches 1.0 and stays there is judged learned.
 
-`pytest -s tests/verdicts/test_learning_calibration.py` prints every rate and the README's table.
+`pytest -s tests/verdicts/test_learning_calibration.py` prints every rate and the table in docs/how-a-search-works.md.
 """
 
 import functools
@@ -68,7 +68,7 @@ def first_at_ceiling(trial: dict) -> float:
 
 
 def table() -> str:
-    """The README's table: per trainer and kind, trials judged learned / trials, and the settings that made them."""
+    """The table in docs/how-a-search-works.md: per trainer and kind, trials judged learned / trials, and the settings that made them."""
     from tests.verdicts.calibration.record import KINDS as SETTINGS
 
     measured = rates()
@@ -224,13 +224,13 @@ def test_every_grpo_trial_whose_reward_reaches_the_ceiling_and_stays_there_is_ju
     assert not missed
 
 
-def test_the_readme_table_is_the_one_measured_on_the_recorded_runs():
+def test_the_docs_table_is_the_one_measured_on_the_recorded_runs():
     text = table()
     print("\n" + text)
     assert text.count("\n") == len(TRAINERS) + 2
-    # the README quotes these rates: a change to the learning test or to the recordings must update it
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    assert text in readme
+    # the docs quote these rates: a change to the learning test or to the recordings must update them
+    page = (Path(__file__).resolve().parents[2] / "docs" / "how-a-search-works.md").read_text()
+    assert text in page
 
 
 def test_a_dpo_trial_at_the_floor_from_step_2_is_judged_learned():

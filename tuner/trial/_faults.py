@@ -1,4 +1,4 @@
-"""Fault injection, a test hook documented in the README: make a trial die, raise or go NaN at a given step.
+"""Fault injection, a test hook documented in docs/failures.md: make a trial die, raise or go NaN at a given step.
 
     TUNER_FAULT=sigfpe@3 tuner trial --config trial.yaml     # the trial's process dies of SIGFPE after step 3
 """
@@ -12,7 +12,7 @@ import yaml
 
 from tuner.errors import TunerError
 
-# Test hook for fault injection (documented in the README): "<kind>@<step>", e.g. "sigfpe@3".
+# Test hook for fault injection (documented in docs/failures.md): "<kind>@<step>", e.g. "sigfpe@3".
 # The trial's own process then dies (or raises) at the end of that optimizer step; "nan" instead
 # poisons the trainable weights, a real divergence for the guard to catch on the next step; "slow" makes every
 # step from that one on take SLOW_STEP_S longer (a trial that must still be running when the driver decides).

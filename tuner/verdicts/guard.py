@@ -10,7 +10,7 @@ without training anything; the TrainerCallback that feeds it lives with the tria
             print(verdict.status, verdict.reason)  # "diverged" or "collapsed", then one line why
             break
 
-Each rule answers a failure seen in real TRL use (the guard table in the README).
+Each rule answers a failure seen in real TRL use (the table in docs/failures.md).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ _OUTPUT_METRIC_PREFIXES = ("reward", "logps/", "logits/", "margin", "accuracy", 
 
 @dataclass(frozen=True)
 class GuardSettings:
-    """Thresholds of the guard; the defaults fire on the failures in the README's table, not on ordinary noise."""
+    """Thresholds of the guard; the defaults fire on the failures in docs/failures.md's table, not on ordinary noise."""
 
     # The first finite values set the trial's own loss and grad-norm scale: the median of 3 outvotes one odd
     # step, and the ordinary explosion rules wait until all 3 are in (step 2 against step 1 alone is a coin flip).

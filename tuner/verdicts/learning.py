@@ -35,7 +35,7 @@ at or below ALPHA on Gaussian noise from 6 steps on, and below 2.5x ALPHA on hea
 **Rule.** ``learned`` when p < ALPHA, the last third's gain >= MIN_EFFECT and the effect >= MIN_EFFECT.
 A trial that learns and then falls back to its start is not learned (its end is no better than its
 start). Error rates per kind of trial (cannot learn, fast solver, slow learner, learns then regresses),
-measured on recorded real tiny-model trials by tests/verdicts/test_learning_calibration.py, are in the README.
+measured on recorded real tiny-model trials by tests/verdicts/test_learning_calibration.py, are in docs/how-a-search-works.md.
 """
 
 from __future__ import annotations
