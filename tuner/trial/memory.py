@@ -19,50 +19,8 @@
 from the trainer name and the installed TRL's config defaults. Both are arithmetic on the model's config:
 no model is built and nothing is allocated.
 
-**The estimate** is the sum of the terms of ``MemoryEstimate``, in bytes, a planning bound rather than a
-prediction (every term is counted at its own peak; in a real step the gradients grow while the activations
-are freed):
-
-- weights: the parameter count from the config (embeddings, attention with GQA, gated MLP, norms, an untied
-  lm_head or a sequence classifier's 1-output score head), times the stored dtype's bytes; with LoRA, plus
-  the adapters (r x (in + out) per targeted linear layer), which PEFT keeps in fp32.
-- gradients and optimizer state: trainable parameters only (all of them, or LoRA's adapters). AdamW keeps
-  two states per trainable parameter in that parameter's dtype (``torch.optim.AdamW``: ``zeros_like(p)``):
-  fp32 under fp32 and "-mixed" and for LoRA adapters, 2 bytes under "-pure". Mixed precision in HF's
-  Trainer keeps no separate master copy: the weights are fp32 already.
-- reference: DPO and KTO, and GRPO with beta > 0, score against a frozen copy of the model; with LoRA the
-  adapter is switched off instead, so there is no copy.
-- activations: what autograd keeps per token and decoder layer, ``ACTIVATION_BYTES`` (measured, see there),
-  times the tokens of one micro-batch (per_device_train_batch_size x max_length, twice for DPO and reward
-  models, which run chosen and rejected together), plus one layer's worth for the backward pass; with
-  activation checkpointing (TRL's default) only each layer's input is kept, plus two layers' worth.
-- logits: TRL 1.x scores tokens through a fused LM head in tiles (4096 tokens x 32768 vocabulary entries),
-  so the (batch x seq x vocab) logits never exist at once; older TRL materialises them in fp32, often the
-  biggest term for a 150k vocabulary. Plus the fp32 accumulator the fused head's backward uses for a
-  trainable lm_head.
-- generation (GRPO): the KV cache of one generation batch.
-- overhead: the CUDA context on a GPU (``CUDA_CONTEXT``); on a CPU the process itself (``CPU_PROCESS_BASELINE``,
-  measured: ``measure_process_baseline()``), since a CPU trial's peak is its whole resident set.
-
-Accuracy: the parameter count is transformers' own for Llama/Qwen2/Qwen3/Mistral-shaped models (exactly,
-for those tests/trial/test_memory.py builds); mixture-of-experts and non-gated (GPT-2 style) MLPs are counted as a
-dense gated MLP. Against measured CPU training peaks (``tuner trial``, an 11M-parameter Qwen2-shaped model,
-batch 8 x 512 tokens, SFT) the estimate was 0.98x (fp32), 0.89x (fp32, checkpointing), 0.97x (bf16-pure),
-1.16x (bf16-mixed), 0.80x (LoRA) and 1.00x (batch 16) of the peak; tests/trial/test_memory.py checks one such
-comparison with a factor-of-3 margin. GPU figures are not measured here.
-
-**Several ranks** (``ranks``: processes of one data-parallel trial, one per GPU; the estimate is then per rank):
-under ``sharding="fsdp"`` (FSDP FULL_SHARD, ZeRO-3) the weights, gradients, optimizer state and reference model
-are divided over the ranks, plus the largest FSDP unit (a decoder layer, or the embeddings and lm_head) gathered
-unsharded in the compute dtype, twice (the unit at work and the one prefetched); under DDP (``sharding`` None or
-"none") every rank holds everything, plus DDP's gradient buckets. Activations, logits, generation and overhead are
-per rank either way (the per-device batch is a rank's). The host holds each rank's process.
-
-**The plan** packs trials by the estimate: per GPU, as many as fit in ``headroom`` (85%: the caching
-allocator's fragmentation and unmodelled buffers live in the rest) of its memory; overall no more than
-the host's memory (at the same headroom) and its CPUs allow. A config that fits nowhere gets a one-line
-reason with its numbers. With whole GPUs per trial (``gpus_per_trial``, one rank per GPU) a config fits when its
-per-rank estimate fits one GPU, and ``gpus // gpus_per_trial`` trials run at once at most.
+What each term counts, how accurate it is and how the plan packs trials: docs/architecture.md ("The memory
+estimate and the plan").
 """
 
 from __future__ import annotations

@@ -6,43 +6,7 @@ trial on the node (each still in its own process).
     release(model_path)              # this node only
     sweep()                          # entries idle for hours or whose checkpoint is gone, builds whose process died
 
-Where a trial's set-up went (bench/setup_time.py, the Qwen2.5-0.5B shape, a bf16 checkpoint, on a 2-core CPU): not
-imports (the forkserver preloads them), tokenizer or data (10-40 ms each), but the model. transformers 5 maps a
-safetensors checkpoint already in the trial's dtype from its file without copying it (0.15 s; the page cache shares
-it between trials), but converts any other dtype tensor by tensor into the trial's own memory on every load: an
-fp32 trial paid 0.65-1.0 s (up to 2.8 s on a busy machine) and 1.9 GB of its own memory, and the same again for a
-reference model (GRPO with beta > 0, DPO, KTO without LoRA), which TRL loads from the same path. The tiny model
-loads in 0.1 s either way.
-
-So the first trial on a node that needs (checkpoint, dtype) writes the checkpoint converted to that dtype, as
-safetensors, under /dev/shm (a file lock: concurrent trials build it once; built in a staging folder and renamed
-into place: a half-written entry is never taken), and trials load that folder with the model class's own
-``from_pretrained``, which maps its files (MAP_PRIVATE, copy-on-write): 0.15 s instead of 0.65-1.0 s, and a LoRA
-trial's frozen base and every reference model are the node's one copy (4 MB of private memory instead of 1.9 GB).
-The same ``from_pretrained`` does everything else as from the model's folder (tied embeddings, the class's key
-mapping, a sequence classifier's score head drawn from the trial's seeded generator): the same model, bit for bit
-(tests/trial/test_weights.py). Nothing a trial writes reaches the shared copy. A full fine-tune writes every weight, so
-it loads its own copy from the model's folder (converting, 0.6-1.0 s, costs no more than copying 2 GB of mapped
-pages, 1.05-1.15 s) and only its reference model maps the shared copy; weights transformers maps from a checkpoint
-file are copied at once (one kernel call per tensor) rather than a page at a time on the first optimizer step.
-
-The checkpoint is read with the safetensors package (its tensors mapped, not copied), but the copy is written here,
-each tensor cast straight into the new file's mapping: safetensors' writers (``save_file``, ``serialize_file``) take
-every tensor in memory at once, a second whole copy (1.9 GB) beside the one in /dev/shm. The file is the one
-``save_file`` writes, byte for byte but for the order of the header's metadata, which safetensors leaves to a hash
-map (tests/trial/test_weights.py).
-
-Nothing is shared where it would not pay: a checkpoint already in the trial's dtype is loaded from its own folder
-(``TUNER_SHARED_WEIGHTS=always`` shares it anyway, ``off`` is plain ``from_pretrained``). Any problem (no
-safetensors, a PEFT adapter folder, a quantized model, no room in shared memory, a damaged entry) loads from the
-model's folder, the generator's state restored first, so the fallback draws the same score head; a copy that failed
-to load is removed and not built again on the node until ``release`` (or ``sweep``, hours later).
-
-Not Ray's object store: a trial runs in a forkserver child that is not a Ray worker (crash isolation), ``tuner
-trial`` has no Ray at all, ``ray.get`` of torch tensors copies them into the caller (1.2-8 s and 1.9 GB for the
-0.5B shape in fp32, measured), and numpy arrays, which it maps, come back read-only (a full fine-tune could not
-write them; no copy-on-write). A file in /dev/shm is mapped by any process, copy-on-write, through the
-model class's own loader.
+Why the weights are shared this way, with the measurements behind it: docs/architecture.md ("Shared weights").
 """
 
 from __future__ import annotations
