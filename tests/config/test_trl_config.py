@@ -10,6 +10,7 @@ from tuner.config import trl_config
 from tuner.config.space import load_yaml
 from tuner.errors import TunerError
 from tuner.report import fix
+from tuner.search._neighbours import neighbours
 
 REWARD_HALF = """\
 # trl reward --config reward.yaml
@@ -80,13 +81,13 @@ def test_single_changes_follow_trial_0s_verdict(tmp_path):
     def changed(point):
         return {k: v for k, v in point.items() if first.get(k) != v}
 
-    unstable = trl_config.neighbours(space, first, {"status": "diverged"})
+    unstable = neighbours(space, first, {"status": "diverged"})
     assert changed(unstable[0]) == {"precision": "fp32"}
     assert changed(unstable[1]) == {"learning_rate": 2e-5}  # downwards first
     assert all(len(changed(p)) == 1 for p in unstable)
-    not_learning = trl_config.neighbours(space, first, {"status": "ok", "learned": False})
+    not_learning = neighbours(space, first, {"status": "ok", "learned": False})
     assert changed(not_learning[0]) == {"learning_rate": 2e-3}  # upwards first
-    healthy = trl_config.neighbours(space, first, {"status": "ok", "learned": True})
+    healthy = neighbours(space, first, {"status": "ok", "learned": True})
     assert all(set(changed(p)) <= set(trl_config.SPEED_KNOBS) for p in healthy)
 
 

@@ -5,6 +5,7 @@
     _execution.py   Ray Tune: the trainable, the searcher, successive halving, the driver's callback
     _sampling.py    Optuna: the sampler, asking without repeats, telling outcomes
     _staging.py     speed knobs first, then learning knobs on the fastest stable system configs
+    _neighbours.py  a --from search's single changes to trial 0, in the order its verdict calls for
     _confirm.py     the best candidates re-run on other seeds
     _extend.py      longer rungs when no stable trial learned within --max-steps
     _remeasure.py   a --from search's speed re-runs: the faster trial and theirs again, side by side

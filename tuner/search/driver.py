@@ -23,6 +23,7 @@ from tuner.config.options import DEFAULT_TRIALS, SAMPLERS, SearchOptions, check_
 from tuner.records import SearchSummary
 from tuner.report import export
 from tuner.report.progress import Progress, SearchInterrupted, describe_params, results_table, resume_command
+from tuner.search import _neighbours
 from tuner.search._prepare import (  # noqa: F401 - prepare, prepare_resume, halves: the search's API
     Prepared,
     halves,
@@ -317,14 +318,12 @@ def _search(prepared, tracker, study, run_name, records, placement, progress, st
 
     after_first = None
     if prepared.first is not None:
-        from tuner.config import trl_config
-
         def after_first(record):  # trial 0 done: its single changes next, in the order its verdict calls for
-            return trl_config.neighbours(prepared.space, prepared.first, record)[
-                :trl_config.neighbour_count(prepared.n_trials)]
+            return _neighbours.neighbours(prepared.space, prepared.first, record)[
+                :_neighbours.neighbour_count(prepared.n_trials)]
     proposer = Proposer(study, prepared.space, o.sampler, prepared.n_trials, done=records,
                         device=placement.device, fits=placement.check, after_first=after_first)
-    keep = 1 + trl_config.neighbour_count(prepared.n_trials) if prepared.first is not None else 0
+    keep = 1 + _neighbours.neighbour_count(prepared.n_trials) if prepared.first is not None else 0
     searcher = execution.OptunaSearcher(proposer, base_spec, o.trial_timeout, n_search=remaining,
                                         then=next_job, done=records, fits=placement.check, prune_slow=prunes(o),
                                         keep_first=keep)
