@@ -321,3 +321,18 @@ def render_export(search: SearchSummary, experiment: str, run_id: str, fmt: str 
     config = {k: v for k, v in search["trl_config"].items() if k != "use_cpu"}  # searches before this rule
     return recommend.render(config, fmt, header=header({**search, "trl_config": config}, experiment, run_id, launch)
                             if fmt == "yaml" else "")
+
+
+def reward_funcs_of(entry, reward_funcs: list[str] | None) -> list[str] | None:
+    """The export's ``reward_funcs`` (TRL's names for them) for a search's --reward-func (tuner's built-in one
+    when none was given); None for a trainer that learns from its dataset's labels."""
+    if not entry.uses_reward_funcs:
+        return None
+    from tuner.inputs.rewards import reward_func_spec
+
+    return [reward_func_spec(s) for s in (reward_funcs or ["builtin"])]
+
+
+def hub_dataset(dataset: str | None) -> str | None:
+    """The search's --dataset when it is a hub id (what the export can name as dataset_name), else None."""
+    return dataset if dataset and not Path(dataset).exists() else None

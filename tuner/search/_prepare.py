@@ -149,7 +149,7 @@ def prepare(options: SearchOptions) -> Prepared:
     uri = o.tracking_uri or tracking.default_tracking_uri(Path(o.store))
     remote = tracking.is_server(uri)
     if o.tracking_uri:
-        _check_tracking_scheme(uri)
+        tracking.check_tracking_scheme(uri)
     if remote:
         tracking.check_tracking(uri, Path(o.store))  # asks the server's /health; writes nothing
 
@@ -248,21 +248,6 @@ def _derived_space(o: SearchOptions, source):
     if o.search_space:
         space = trl_config.narrowed(space, load_space(o.search_space, source.trainer))
     return space
-
-
-def _check_tracking_scheme(uri: str) -> None:
-    """An unknown --tracking-uri scheme otherwise fails inside MLflow after Ray has started."""
-    if uri.startswith(("http://", "https://", "sqlite:///", "file:")):
-        return
-    from mlflow.tracking._tracking_service.utils import _tracking_store_registry
-
-    try:
-        _tracking_store_registry.get_store_builder(uri)
-    except Exception:  # noqa: BLE001 - MLflow raises its own exception types for an unsupported scheme
-        raise TunerError(
-            f"--tracking-uri {uri}: MLflow cannot use this kind of URI; pass http(s)://HOST:PORT of a tracking "
-            "server or sqlite:///PATH/mlflow.db, or drop --tracking-uri to use the local store"
-        ) from None
 
 
 def prepare_resume(options: SearchOptions) -> Prepared:

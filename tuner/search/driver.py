@@ -373,8 +373,8 @@ def _finish(prepared: Prepared, tracker, records, cands, confirmations, started,
     if best is not None:
         # what the user will run: the search's choices and the user's own settings, lengths for the user's data
         config, export_info = export.build(o.entry, best["params"], prepared.model_path, space=prepared.space,
-                                           dataset=o.dataset, hub_dataset=_hub_dataset(o.dataset),
-                                           reward_funcs=_export_reward_funcs(o), on_cpu=use_cpu)
+                                           dataset=o.dataset, hub_dataset=export.hub_dataset(o.dataset),
+                                           reward_funcs=export.reward_funcs_of(o.entry, o.reward_funcs), on_cpu=use_cpu)
     fixed = None
     if prepared.source is not None:
         from tuner.report import fix as fixes
@@ -387,7 +387,7 @@ def _finish(prepared: Prepared, tracker, records, cands, confirmations, started,
         if fixed["exportable"]:
             config = fixes.load_text(fixed["text"])
     search = SearchSummary(trainer=o.trainer, model=o.model, model_path=prepared.model_path, use_cpu=use_cpu,
-                           reward_funcs=_export_reward_funcs(o), dataset=o.dataset, rule=rec.RULE,
+                           reward_funcs=export.reward_funcs_of(o.entry, o.reward_funcs), dataset=o.dataset, rule=rec.RULE,
                            confirm_seeds=o.confirm_seeds, recommended=best, trl_config=config, export=export_info,
                            trials=records, extensions=list(extensions), confirmations=confirmations,
                            remeasures=list(remeasures),
@@ -404,19 +404,6 @@ def _finish(prepared: Prepared, tracker, records, cands, confirmations, started,
     tracker.set_tags({f"{COUNT_TAG_PREFIX}{s}": str(n) for s, n in counts.items()})
     return SearchOutcome(prepared.experiment, tracker.parent_id, records, best, config, time.perf_counter() - started,
                          verdicts, search)
-
-
-def _export_reward_funcs(o: SearchOptions) -> list[str] | None:
-
-    if not o.entry.uses_reward_funcs:
-        return None
-    from tuner.inputs.rewards import reward_func_spec
-
-    return [reward_func_spec(s) for s in (o.reward_funcs or ["builtin"])]
-
-
-def _hub_dataset(dataset: str | None) -> str | None:
-    return dataset if dataset and not Path(dataset).exists() else None
 
 
 def summary_text(outcome: SearchOutcome) -> str:

@@ -94,6 +94,24 @@ def check_tracking(uri: str, store: Path = DEFAULT_STORE) -> None:
         ) from None
 
 
+def check_tracking_scheme(uri: str) -> None:
+    """An unknown --tracking-uri scheme otherwise fails inside MLflow after Ray has started. MLflow's store registry
+    is private; its public ways to ask (``MlflowClient(uri)``, ``mlflow.set_tracking_uri`` and a first call) build
+    the store, which connects to a database or creates one: this asks the registry which scheme it knows, and
+    nothing is written."""
+    if uri.startswith(("http://", "https://", "sqlite:///", "file:")):
+        return
+    from mlflow.tracking._tracking_service.utils import _tracking_store_registry
+
+    try:
+        _tracking_store_registry.get_store_builder(uri)
+    except Exception:  # noqa: BLE001 - MLflow raises its own exception types for an unsupported scheme
+        raise TunerError(
+            f"--tracking-uri {uri}: MLflow cannot use this kind of URI; pass http(s)://HOST:PORT of a tracking "
+            "server or sqlite:///PATH/mlflow.db, or drop --tracking-uri to use the local store"
+        ) from None
+
+
 @contextlib.contextmanager
 def store_lock(store: Path):
     """An exclusive lock on the store folder, for the first open of its SQLite databases."""
