@@ -329,13 +329,13 @@ def edit_text(text: str, raw: dict[str, Any], new: dict[str, Any]) -> str:
 def diff_lines(fix: dict[str, Any]) -> list[str]:
     """The printed answer: trial 0's verdict, the summary, and one line per change with its evidence."""
     lines = [fix["trial0"], fix["summary"]]
-    if fix.get("horizon"):
-        lines.append(fix["horizon"])
     for change in fix["changes"]:
         lines.append(f"  {change['key']}: {_scalar(change['old'])} -> {_scalar(change['new'])}    "
                      f"({change['evidence']})")
     lines += [f"  note: {note}" for note in fix.get("notes") or []]
     lines += [f"  trials ran on {line}" for line in fix.get("inputs") or []]
+    if fix.get("horizon"):
+        lines.append(fix["horizon"])
     return lines
 
 

@@ -39,9 +39,9 @@ def horizon(best: dict[str, Any], file: str = "recommended.yaml") -> str:
     (...); nothing is known beyond step 20: tuner verify recommended.yaml --steps 500 before a long run"."""
     steps = int(best.get("steps_run") or best.get("max_steps") or 0)
     seeds = {best.get("seed"), *((best.get("confirmation") or {}).get("seeds") or [])} - {None}
-    shown = ", ".join(str(s) for s in sorted(seeds)) or "?"
-    return (f"horizon: held {steps} steps on seed{'s' if len(seeds) != 1 else ''} {shown}; nothing is known "
-            f"beyond step {steps}: tuner verify {file} --steps {VERIFY_FACTOR * steps} before a long run")
+    on = f" on seed{'s' if len(seeds) != 1 else ''} {', '.join(str(s) for s in sorted(seeds))}" if seeds else ""
+    return (f"horizon: held {steps} steps{on}; nothing is known beyond step {steps}: tuner verify {file} "
+            f"--steps {VERIFY_FACTOR * steps} before a long run")
 
 
 def learned(trial: dict[str, Any]) -> bool:

@@ -1,0 +1,21 @@
+"""The horizon line every recommendation carries (tuner.verdicts.recommend.horizon): the steps and seeds its verdict
+covers, and the `tuner verify` command that extends it to a long run's length."""
+
+from __future__ import annotations
+
+from tuner.verdicts.recommend import VERIFY_FACTOR, horizon
+
+
+def test_the_horizon_names_the_steps_and_every_seed_it_held_on():
+    best = {"steps_run": 60, "max_steps": 60, "seed": 7, "confirmation": {"seeds": [7, 8, 9]}}
+    line = horizon(best)
+    assert line.startswith("horizon: held 60 steps on seeds 7, 8, 9; nothing is known beyond step 60")
+    assert line.endswith(f"tuner verify recommended.yaml --steps {VERIFY_FACTOR * 60} before a long run")
+
+
+def test_a_trial_stopped_short_or_without_confirmation_says_what_it_ran():
+    # a guard note (reward saturated) can end an ok trial early: the horizon is the steps it ran, on its one seed
+    line = horizon({"steps_run": 12, "max_steps": 20, "seed": 0}, "THIS_FILE")
+    assert "held 12 steps on seed 0;" in line and "tuner verify THIS_FILE --steps 300" in line
+    # no seed recorded: the line does not invent one
+    assert "seed" not in horizon({"max_steps": 8}).split(";")[0]
