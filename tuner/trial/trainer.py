@@ -47,7 +47,8 @@ def build_trainer(entry: Adapter, model_path: str, params: dict[str, Any], datas
         "disable_tqdm": True,
         "dataloader_num_workers": 0,
     }
-    config = getattr(trl, entry.config_class)(**args)
+    config_type = getattr(trl, entry.config_class)
+    config = config_type(**current_names(config_type, args))
 
     dtype = getattr(torch, precisions.PRECISIONS[split.precision].weight_dtype)
     # Trainer seeds itself only after the model exists, and a reward model's score head is newly
@@ -83,3 +84,27 @@ def build_trainer(entry: Adapter, model_path: str, params: dict[str, Any], datas
     # With tqdm off, Trainer prints every log dict; tuner reports progress itself.
     built.remove_callback(PrinterCallback)
     return built
+
+
+# transformers 5 renamed these (the old names warn "deprecated ... removed in v6" every time a config is built);
+# TRL's configs still declare the old ones, gradient_checkpointing defaulting to True.
+RENAMED_ARGS = (("gradient_checkpointing", "activation_checkpointing"),
+                ("gradient_checkpointing_kwargs", "activation_checkpointing_kwargs"))
+
+
+def current_names(config_type, args: dict[str, Any]) -> dict[str, Any]:
+    """A trial's TRL config arguments under transformers' current names, TRL's defaults for them kept: the same
+    config, built without a FutureWarning in every trial's log. A transformers without the new names: unchanged."""
+    import dataclasses
+
+    fields = {f.name: f for f in dataclasses.fields(config_type)}
+    args = dict(args)
+    for old, new in RENAMED_ARGS:
+        if new not in fields or old not in fields:
+            continue
+        if old in args:
+            value = args.pop(old)
+            args.setdefault(new, value)
+        elif new not in args and fields[old].default is not None:
+            args[new] = fields[old].default
+    return args
