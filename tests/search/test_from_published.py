@@ -153,3 +153,18 @@ def test_a_cosine_with_min_lr_config_runs_ok_and_the_export_says_nothing_changed
     assert "wrote fixed.yaml: nothing to change: your config as written, with the evidence" in said
     body = [line for line in (tmp_path / "fixed.yaml").read_text().splitlines() if not line.startswith("#")]
     assert body == [line for line in SCHEDULED.splitlines() if not line.startswith("#")]
+
+
+def test_assistant_only_loss_without_a_template_that_marks_turns_is_refused_and_the_advice_works(tmp_path,
+                                                                                                  tiny_model):
+    # SmolLM3's SFT recipe trains on the assistant's turns only: TRL needs conversational rows and a chat template
+    # with {% generation %} markers; the tiny model has neither, so every trial would end `invalid`.
+    path = refreshed(published("handbook_smollm3_sft"), tmp_path)
+    with pytest.raises(TunerError) as error:
+        prepare(tmp_path, path, model="tiny", dataset="builtin")
+    message = str(error.value)
+    assert "assistant_only_loss: true needs a chat template" in message and "\n" not in message
+    assert "or assistant_only_loss: false" in message
+    path.write_text(path.read_text().replace("assistant_only_loss: true", "assistant_only_loss: false"))
+    prepared = prepare(tmp_path, path, model="tiny", dataset="builtin")
+    assert trial0_params(prepared)["assistant_only_loss"] is False

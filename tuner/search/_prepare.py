@@ -205,6 +205,7 @@ def prepare(options: SearchOptions) -> Prepared:
                        "only scores its built-in data); pass --reward-func NAME: a TRL reward such as accuracy_reward, "
                        "or module:function of yours")
     model_path = inputs.model_path
+    _check_assistant_only_loss(o, space, model_path)
     # The user's paths are resolved against this folder now: trials run in Ray's working directories, and the
     # MLflow params, trial specs and trial.yaml files keep them absolute (so --resume works from anywhere).
     o = dataclasses.replace(
@@ -248,6 +249,37 @@ def _derived_space(o: SearchOptions, source):
     if o.search_space:
         space = trl_config.narrowed(space, load_space(o.search_space, source.trainer))
     return space
+
+
+def _check_assistant_only_loss(o: SearchOptions, space: SearchSpace, model_path: str) -> None:
+    """assistant_only_loss: true (SFT) trains on the assistant's turns: TRL needs conversational rows and a chat
+    template that marks those turns ({% generation %}, or one TRL knows how to patch), and refuses anything else
+    in every trial. Said here, once, before any trial, with what would make it run."""
+    if True not in space.values_of("assistant_only_loss"):
+        return
+    from transformers import AutoTokenizer
+    from trl.chat_template_utils import get_training_chat_template
+    from trl.data_utils import is_conversational
+
+    from tuner.inputs import data, models
+
+    where = f"{o.from_config or space.source}: assistant_only_loss: true"
+    template = space.values_of("chat_template_path")
+    tokenizer = AutoTokenizer.from_pretrained(template[0] if template else model_path)
+    try:
+        if tokenizer.chat_template is None:
+            raise ValueError("no chat template")
+        get_training_chat_template(tokenizer)
+    except ValueError:
+        raise TunerError(f"{where} needs a chat template that marks the assistant's turns ({{% generation %}}), and "
+                         f"{'chat_template_path' if template else 'model ' + o.model}'s has none TRL can patch; "
+                         "set chat_template_path to a template that has them, or assistant_only_loss: false") from None
+    rows = data.load_dataset_spec(o.dataset, o.entry, tiny=models.is_tiny(model_path))
+    if len(rows) and not is_conversational(rows[0]):
+        label = f"--dataset {o.dataset}" if o.dataset not in (None, "builtin") else f"tuner's built-in {o.trainer} data"
+        raise TunerError(f"{where} trains on the assistant's turns of conversational rows (a messages column of "
+                         f"role/content turns), and {label} is not conversational; pass --dataset with such rows, or "
+                         "set assistant_only_loss: false")
 
 
 def prepare_resume(options: SearchOptions) -> Prepared:
