@@ -14,6 +14,7 @@ from pathlib import Path
 
 from tuner import __version__
 from tuner.config.options import AT_LEAST_1, Rule, flag, help_text, option_fields, value_type
+from tuner.config.trainers import ADAPTERS
 from tuner.errors import TunerError
 from tuner.records import Status
 from tuner.stores import interrupts
@@ -102,12 +103,6 @@ def _add_options(p: argparse.ArgumentParser, *names: str) -> None:
         p.add_argument(flag(f), **kwargs)
 
 
-def trainers_names() -> tuple[str, ...]:
-    from tuner.config.trainers import names
-
-    return names()
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="tuner", description="Find TRL training configs that are stable and fast: many short real "
                      "trials (Ray Tune + Optuna), a guard that stops every trial the moment it goes non-finite or "
@@ -148,7 +143,7 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("config", metavar="CONFIG.yaml", help="a `trl <trainer> --config` file")
     v.add_argument("--steps", type=_positive_int, required=True, metavar="N", help="optimizer steps to run")
     v.add_argument("--seed", type=int, help="training seed (default: the file's seed, else TRL's default 42)")
-    v.add_argument("--trainer", choices=list(trainers_names()), help="the TRL trainer (default: the file's comment "
+    v.add_argument("--trainer", choices=list(ADAPTERS), help="the TRL trainer (default: the file's comment "
                    "`# trl <trainer> ...`, else the one trainer whose parser takes every key)")
     v.add_argument("--model", help="replaces the file's model_name_or_path: a local directory, hub id, alias or tiny")
     v.add_argument("--dataset", help="replaces the file's dataset_name: a local file, hub id, or builtin")

@@ -116,3 +116,14 @@ def test_a_file_trl_would_refuse_is_refused_naming_file_and_key(tmp_path, text, 
         read(tmp_path, text, trainer)
     message = str(error.value)
     assert "my.yaml" in message and fragment in message and "\n" not in message
+
+
+def test_the_files_env_is_set_as_trl_sets_it(tmp_path, monkeypatch):
+    monkeypatch.delenv("TUNER_TEST_FROM_ENV", raising=False)
+    source = read(tmp_path, REWARD_HALF + "env:\n  TUNER_TEST_FROM_ENV: 3\n")
+    assert any(note.startswith("env: ") for note in source.notes)  # said before the trials
+    source.set_env()
+    import os
+
+    assert os.environ["TUNER_TEST_FROM_ENV"] == "3"
+    monkeypatch.delenv("TUNER_TEST_FROM_ENV")

@@ -64,7 +64,7 @@ NOT_IN_TRIALS = {
     "test_split_size": "trials do not evaluate",
     "reward_model_name_or_path": "trials score completions with reward_funcs / --reward-func only",
     "ignore_bias_buffers": "trials run without DDP's bias-buffer setting (one process)",
-    "env": "set in the search's environment, so the trials have it too",
+    "env": "set in tuner's environment before the trials start, so every trial has it",
 }
 # The knobs that change tokens/s (tuner.search._staging.SPEED_PARAMS, as far as a derived space varies them): a
 # healthy config is changed only in these, and only when a trial measured them faster.
@@ -89,6 +89,15 @@ class SourceConfig:
     reward_funcs: list[str] | None = None
     notes: list[str] = field(default_factory=list)
     launch: dict[str, Any] = field(default_factory=dict)  # the keys `trl` hands to `accelerate launch`
+
+    def set_env(self) -> None:
+        """The file's ``env:`` mapping put in this process's environment, as `trl` does; set before trials start,
+        every trial process inherits it."""
+        import os
+
+        env = self.raw.get("env")
+        if isinstance(env, dict):
+            os.environ.update({str(k): str(v) for k, v in env.items()})
 
     @property
     def num_processes(self) -> int | None:

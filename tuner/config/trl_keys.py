@@ -66,10 +66,11 @@ RECIPE_KEYS = frozenset({
 })
 
 
-def parser_fields(entry: trainers.Adapter) -> set[str]:
+@functools.cache
+def parser_fields(entry: trainers.Adapter) -> frozenset[str]:
     """Every key the dataclasses of ``trl <trainer>``'s parser take (``env`` included: TRL sets those variables)."""
     parser = importlib.import_module(entry.script).make_parser()
-    return {f.name for kind in parser.dataclass_types for f in dataclasses.fields(kind)} | {"env"}
+    return frozenset({f.name for kind in parser.dataclass_types for f in dataclasses.fields(kind)} | {"env"})
 
 
 @functools.cache
@@ -83,7 +84,7 @@ def launch_keys() -> frozenset[str]:
     return frozenset((names - {"help"}) | {"accelerate_config"})
 
 
-def _why(key: str, trainer: str, known: set[str]) -> str:
+def _why(key: str, trainer: str, known: frozenset[str]) -> str:
     if key in RENAMED:
         return RENAMED[key]
     others = [name for name, entry in trainers.ADAPTERS.items() if name != trainer and key in parser_fields(entry)]

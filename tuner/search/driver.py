@@ -79,7 +79,8 @@ def run_search(prepared: Prepared, echo: Callable[[str], None] = print) -> Searc
         try:
             # The stores open while Ray starts (their tables created, on a fresh store: seconds). An interrupt
             # meanwhile waits for them (opening.result): they are never left half-made.
-            _set_file_env(prepared)
+            if prepared.source is not None:
+                prepared.source.set_env()  # before Ray and the trial launcher start: every trial inherits it
             now.opening = opening = pool.submit(_open_stores, prepared)
             for warning in prepared.warnings:
                 echo(f"warning: {warning}")
@@ -253,16 +254,6 @@ def _start_run(prepared: Prepared, tracker, run_name: str, concurrency: int) -> 
         # what the search started from, beside what it searched: their file as written, and the space around it
         tracker.log_artifact_text(prepared.source.text, "source_config.yaml")
         tracker.log_artifact_text(trl_config.space_yaml(prepared.space), "space.yaml")
-
-
-def _set_file_env(prepared: Prepared) -> None:
-    """A --from file's ``env:`` mapping, set as `trl` sets it, before Ray and the trial launcher start: every
-    trial process inherits it."""
-    import os
-
-    env = prepared.source.raw.get("env") if prepared.source is not None else None
-    if isinstance(env, dict):
-        os.environ.update({str(k): str(v) for k, v in env.items()})
 
 
 def _search(prepared, tracker, study, run_name, records, placement, progress, started) -> SearchOutcome:

@@ -49,6 +49,7 @@ def prepare_verify(path: str, steps: int, model: str | None = None, dataset: str
     if mine in cannot:
         raise TunerError(f"{path}: precision: your config runs {mine}, which {cannot[mine]}; verify it on such a "
                          "machine (or change the file)")
+    source.set_env()  # the trial runs in this process
     lines = [f"warning: {line}" for line in trl_config.run_here(source, on_gpu)]
     lines += [f"note: {note}" for note in source.notes]
     params = values.check_params(dict(source.params), source.entry, f"{path}")
@@ -122,7 +123,8 @@ def block_line(spec: TrialSpec, rows: list[dict[str, Any]]) -> str:
             return "-"
         return f"{sum(finite) / len(finite):.4g}" if len(finite) == len(values) else "nan"
 
-    return f"  steps {first}-{last}: {metric} {mean(metric)}, grad_norm {mean('grad_norm')}"
+    steps = f"step {first}" if first == last else f"steps {first}-{last}"
+    return f"  {steps}: {metric} {mean(metric)}, grad_norm {mean('grad_norm')}"
 
 
 def verdict_lines(spec: TrialSpec, result: TrialResult) -> list[str]:
