@@ -56,6 +56,9 @@ class TrialResult:
     seconds_to_first_step: float | None = None
     wall_seconds: float | None = None
     guard_signal: str | None = None
+    risk: str = ""  # the late-failure forecast (tuner.verdicts.forecast): "" when none, else its first risk in words
+    risk_signal: str | None = None  # which signal it reads: headroom, update_lost, reward_spread, grad_norm
+    risk_step: int | None = None  # the step it projects the failure at (None: already there, or no risk)
     device: str | None = None  # "cpu" or "cuda": the export sets use_cpu from it
     history: list[dict[str, Any]] = field(default_factory=list)
     output: str = ""  # the end of what the trial's process printed, when it died: MLflow keeps it as process.log
@@ -106,6 +109,9 @@ class TrialRecord(TypedDict, total=False):
     seconds_to_first_step: float | None
     wall_seconds: float | None
     guard_signal: str | None
+    risk: str
+    risk_signal: str | None
+    risk_step: int | None
     device: str | None
 
 

@@ -129,3 +129,49 @@ def test_a_search_too_short_to_show_learning_recommends_after_a_longer_rung(tmp_
     runs = tracking.trial_runs(tracking.default_tracking_uri(tmp_path / "longer" / "mlflow"), outcome.parent_run_id)
     longer = [r for r in runs if r.data.tags.get("tuner.extension") == "true"]
     assert len(longer) == 1 and longer[0].data.tags["tuner.extends"] == str(best["number"])
+
+
+# -- a best trial the forecast puts at risk (tuner.verdicts.forecast) ----------------------------------
+
+RISK = "at risk: activations in decoder layer 1 at 0.4% of float16's range, growing 28% a step: overflow expected near step 62"
+
+
+def test_a_config_at_risk_is_not_recommended_over_a_safe_one_that_learns_nine_tenths_as_fast():
+    from tuner.verdicts import recommend as rec
+
+    risky = record(1, progress=0.10, learned=True, risk=RISK)
+    close = record(2, progress=0.095, learned=True)  # 0.95x as fast, no risk
+    slow = record(3, progress=0.05, learned=True)  # half as fast, no risk
+    assert rec.recommend([risky, close, slow])["number"] == 2
+    assert rec.recommend([risky, slow])["number"] == 1  # nothing safe comes close: the risk is said, not hidden
+    assert [t["number"] for t in rec.ranked([slow, risky, close])] == [2, 1, 3]
+
+
+def test_the_best_trial_at_risk_gets_a_longer_rung_and_its_verdict_decides():
+    from tuner.verdicts import recommend as rec
+
+    lines = []
+    plan = Extension(BASE, budget_steps=1000, timeout=100, announce=lines.append)
+    records = [record(1, progress=0.10, learned=True, risk=RISK), record(2, progress=0.05, learned=True)]
+    job = plan.next(records, [])
+    assert (job["number"], job["spec"]["max_steps"]) == (1, 60) and job["extra"] == {"extends": 1}
+    assert "trial 1 is the best so far but at risk: activations" in lines[0]
+    assert plan.next(records, []) == WAIT  # confirmation waits for the longer rung's verdict
+    # the risk came true at step 62: trial 1 is out, its rung too, and confirmation goes on with trial 2
+    failed = [record(1, steps=60, status="diverged", extends=1)]
+    assert plan.next(records, failed) is None
+    assert rec.recommend([*records, *failed])["number"] == 2
+    # or the longer rung held without risk: that run, with 3x the evidence, is the best
+    plan = Extension(BASE, budget_steps=1000, timeout=100, announce=lines.append)
+    plan.next(records, [])
+    held = [record(1, steps=60, progress=0.10, learned=True, extends=1)]
+    assert plan.next(records, held) is None
+    best = rec.recommend([*records, *held])
+    assert (best["number"], best["max_steps"], best.get("risk")) == (1, 60, None)
+
+
+def test_no_risk_rung_when_the_budget_is_spent_or_the_best_is_safe():
+    records = [record(1, progress=0.10, learned=True, risk=RISK)]
+    assert Extension(BASE, budget_steps=50, timeout=1, announce=lambda line: None).next(records, []) is None
+    safe = [record(1, progress=0.10, learned=True)]
+    assert Extension(BASE, budget_steps=1000, timeout=1, announce=lambda line: None).next(safe, []) is None

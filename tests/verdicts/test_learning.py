@@ -140,3 +140,18 @@ def test_false_alarm_rate_on_exchangeable_noise(steps, tails):
     n, bound = 4000, ALPHA if tails == "gaussian" else 2.5 * ALPHA
     hits = sum(judge_learning(adapter("sft"), rows("loss", [10 + draw() for _ in range(steps)])).learned for _ in range(n))
     assert hits / n <= bound + 3 * math.sqrt(bound * (1 - bound) / n)
+
+
+def test_a_long_run_at_the_ceiling_reads_as_much_progress_as_its_first_twenty_steps():
+    # A GRPO config at the reward ceiling from step 7, run on: a long run's start is the untouched model's (its
+    # first 2 steps), not its first tenth (which would already sit at the ceiling and read no progress).
+    from tuner.verdicts.learning import LONG_RUN
+
+    rng = random.Random(0)
+    curve = [min(1.0, 0.3 + 0.12 * step) for step in range(1, 501)]
+    rows = [{"step": s, "reward": min(1.0, v + rng.gauss(0, 0.03))} for s, v in enumerate(curve, 1)]
+    short = judge_learning(adapter("grpo"), rows[:20])
+    long = judge_learning(adapter("grpo"), rows)
+    assert LONG_RUN < 500 and short.learned and long.learned
+    assert long.effect == pytest.approx(short.effect, rel=0.35) and long.effect > 0.5
+    assert long.effect > judge_learning(adapter("grpo"), rows[:LONG_RUN]).effect  # the 180-step rung's first tenth

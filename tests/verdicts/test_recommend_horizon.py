@@ -9,7 +9,8 @@ from tuner.verdicts.recommend import VERIFY_FACTOR, horizon
 def test_the_horizon_names_the_steps_and_every_seed_it_held_on():
     best = {"steps_run": 60, "max_steps": 60, "seed": 7, "confirmation": {"seeds": [7, 8, 9]}}
     line = horizon(best)
-    assert line.startswith("horizon: held 60 steps on seeds 7, 8, 9; nothing is known beyond step 60")
+    assert line.startswith("horizon: held 60 steps on seeds 7, 8, 9; forecast: no growing risk signal through step "
+                           f"{VERIFY_FACTOR * 60}; nothing is measured beyond step 60")
     assert line.endswith(f"tuner verify recommended.yaml --steps {VERIFY_FACTOR * 60} before a long run")
 
 
@@ -19,3 +20,9 @@ def test_a_trial_stopped_short_or_without_confirmation_says_what_it_ran():
     assert "held 12 steps on seed 0;" in line and "tuner verify THIS_FILE --steps 300" in line
     # no seed recorded: the line does not invent one
     assert "seed" not in horizon({"max_steps": 8}).split(";")[0]
+
+
+def test_a_risk_the_forecast_found_is_in_the_horizon_line():
+    risk = "at risk: activations in decoder layer 1 at 0.4% of float16's range, growing 28% a step: overflow expected near step 62"
+    line = horizon({"steps_run": 40, "seed": 0, "risk": risk})
+    assert f"forecast: {risk}; nothing is measured beyond step 40" in line

@@ -32,6 +32,11 @@ class Precision:
         return dict(self.trl_flags)
 
     @property
+    def compute_dtype(self) -> str:
+        """The dtype the forward pass computes in: the autocast dtype, else the weights' own."""
+        return self.autocast_dtype or self.weight_dtype
+
+    @property
     def uses_bfloat16(self) -> bool:
         return "bfloat16" in (self.weight_dtype, self.autocast_dtype)
 

@@ -144,6 +144,8 @@ class Progress:
                  + (f" speed pair {record['pair']}" if "remeasures" in record else ""))
         self.say(f"[{done:3d}/{self.total}] {label} {record['status']:<9}{where:<12} {speed_text}  "
                  f"{progress_text}  {describe_params(record['params'])}")
+        if record.get("risk"):
+            self.say(f"          {record['risk']}")
         self.say(f"          running {self.running} | {counts} | best: {best} | {elapsed:.0f}s")
 
 
@@ -207,7 +209,8 @@ def results_table(records: list[dict[str, Any]]) -> str:
     for r in records:
         step = r.get("stopped_at_step")
         stopped = "" if r["status"] in NO_STOP_STEP else (step if step else "-")  # "-": before step 1
-        reason = shorten(r.get("reason") or "", REASON_WIDTH).replace("|", "\\|")  # a | would end the cell
+        reason = "; ".join(filter(None, (r.get("reason"), r.get("risk"))))  # the forecast's risk, when there is one
+        reason = shorten(reason, REASON_WIDTH).replace("|", "\\|")  # a | would end the cell
         rows.append(f"| {r['number']} | {r['status']} | {stopped} | {r.get('max_steps') or '-'} | {fmt(r.get('tokens_per_second'), '.0f')} | "
                     f"{fmt(r.get('progress'), '+.3f')} | {'yes' if rec.learned(r) else 'no'} | {describe_params(r['params'])} | "
                     f"{reason} |")

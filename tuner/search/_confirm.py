@@ -25,8 +25,7 @@ __all__ = ["Schedule", "candidates", "combined_p_value", "confirmation_jobs", "j
 
 def candidates(records: list[dict[str, Any]], top: int) -> list[dict[str, Any]]:
     """The top trials by the recommendation's objective (learning speed), best first."""
-    qualifying = [r for r in records if rec.objective(r) > 0]
-    return sorted(qualifying, key=rec.objective, reverse=True)[:top]
+    return rec.ranked(records)[:top]
 
 
 def confirmation_jobs(cands: list[dict[str, Any]], base_spec: dict[str, Any], seeds: int,
@@ -152,10 +151,11 @@ def judge(cands: list[dict[str, Any]], confirmations: list[dict[str, Any]]
             "tokens_per_second": _spread([r.get("tokens_per_second") for r in runs]),
             "progress": _spread([r.get("progress") for r in runs]),
             "demoted_because": why,
+            "risk": next((r["risk"] for r in runs if r.get("risk")), ""),  # the forecast, on any of its seeds
         }
         verdicts.append(verdict)
         if recommended is None and verdict["confirmed"]:
-            recommended = {**c, "confirmation": verdict}
+            recommended = {**c, "confirmation": verdict, "risk": verdict["risk"]}
     return recommended, verdicts
 
 

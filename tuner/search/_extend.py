@@ -60,8 +60,11 @@ class Extension:
 
     def next(self, records: list[dict[str, Any]], extensions: list[dict[str, Any]]) -> dict[str, Any] | str | None:
         runs = [*records, *extensions]
-        if self.budget <= 0 or not runs or any(rec.objective(r) > 0 for r in runs):
-            return None  # off, or some trial learned: confirmation's turn
+        if self.budget <= 0 or not runs:
+            return None
+        if any(rec.objective(r) > 0 for r in runs):
+            return self._risk_rung(runs)  # some trial learned: a longer rung only for a best trial at risk
+
         if self.queue:  # the rung under way is handed out in full (its steps were counted when it was announced)
             return self._hand(self.queue.pop(0), self.rung)
         if self.handed - {(e["number"], e["max_steps"]) for e in extensions}:
@@ -80,6 +83,23 @@ class Extension:
                       f"(trials {', '.join(str(r['number']) for r in todo[:fits])}) for {steps} steps "
                       f"({self.spent} of a {self.budget}-step budget)")
         return self._hand(todo[0], steps)
+
+    def _risk_rung(self, runs: list[dict[str, Any]]) -> dict[str, Any] | str | None:
+        """The best trial at risk (tuner.verdicts.forecast) re-run for RATE x its steps, to confirm or clear the
+        risk; nothing when the best has no risk (confirmation's turn), a rung is still running, or it would
+        overspend the budget."""
+        best = rec.ranked(runs)[0]
+        if not rec.at_risk(best):
+            return None
+        if self.handed - {(e["number"], e["max_steps"]) for e in runs if e.get("extends") is not None}:
+            return WAIT
+        steps = best["max_steps"] * RATE
+        if (best["number"], steps) in self.handed or self.spent + steps > self.budget:
+            return None
+        self.spent += steps
+        self.announce(f"trial {best['number']} is the best so far but {best['risk']}: re-running it for {steps} steps "
+                      f"to confirm or clear the risk ({self.spent} of a {self.budget}-step budget)")
+        return self._hand(best, steps)
 
     def _hand(self, trial: dict[str, Any], steps: int) -> dict[str, Any]:
         self.handed.add((trial["number"], steps))

@@ -13,6 +13,7 @@ RUN_NAME_TAG = "tuner.run_name"  # the run's name: trial-007, confirm-007-seed1,
 STATUS_TAG = "tuner.status"  # its status (tuner.records.Status), "running" until its verdict, or "interrupted"
 REASON_TAG = "tuner.reason"  # why it stopped, in one line
 STOPPED_AT_STEP_TAG = "tuner.stopped_at_step"  # the step the guard stopped it at ("None": it ran to the end)
+RISK_TAG = "tuner.risk"  # the late-failure forecast in one line ("at risk: ..."), set only on a trial at risk
 CONFIRMATION_TAG = "tuner.confirmation"  # "true" on a confirmation re-run
 CONFIRMS_TAG = "tuner.confirms"  # the trial number a confirmation re-run confirms
 EXTENSION_TAG = "tuner.extension"  # "true" on a longer rung's re-run

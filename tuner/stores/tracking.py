@@ -35,6 +35,7 @@ from tuner.stores.tags import (
     PARAM_PREFIX,
     REASON_TAG,
     REMEASURE_TAG,
+    RISK_TAG,
     RUN_NAME_TAG,
     STATUS_TAG,
     STOPPED_AT_STEP_TAG,
@@ -533,6 +534,8 @@ class SearchTracker:
         self._log_metrics(run_id, metrics)
         verdict = {STATUS_TAG: summary["status"], REASON_TAG: (summary.get("reason") or "")[:5000],
                    STOPPED_AT_STEP_TAG: str(summary.get("stopped_at_step"))}
+        if summary.get("risk"):
+            verdict[RISK_TAG] = summary["risk"][:5000]
         self.client.log_batch(run_id, tags=[RunTag(k, v) for k, v in verdict.items()])
         self.client.log_dict(run_id, spec, "trial.yaml")
         self.client.log_dict(run_id, {**summary, "history": history}, "result.json")

@@ -11,6 +11,7 @@ from typing import Any
 from transformers import TrainerCallback
 
 from tuner.config.trainers import Adapter
+from tuner.trial.signals import Signals
 from tuner.verdicts.guard import Guard, GuardSettings
 
 # Trainer's end-of-training summary arrives through on_log too; it is not a step.
@@ -21,8 +22,9 @@ _PARAM_SAMPLE = 4096
 
 class StepMonitor(TrainerCallback):
     def __init__(self, entry: Adapter, grad_scaler: bool, metrics_path=None, settings: GuardSettings | None = None,
-                 fault=None):
+                 fault=None, signals: Signals | None = None):
         self.guard = Guard(entry, grad_scaler=grad_scaler, settings=settings)
+        self.signals = signals  # early-warning readings on sampled steps (tuner.trial.signals); None: off
         self.settings = self.guard.settings
         self.history: list[dict[str, Any]] = []
         self.verdict = None
@@ -33,6 +35,7 @@ class StepMonitor(TrainerCallback):
         self._initial = None
         self.train_started_at = None
         self.step_times: list[tuple[int, float]] = []
+        self._backoffs = 0  # the GradScaler's back-offs so far (a skipped step lowers its scale)
 
     # -- weights moved? ----------------------------------------------------------------------
 
@@ -54,6 +57,12 @@ class StepMonitor(TrainerCallback):
         self.guard.max_grad_norm = args.max_grad_norm if args.max_grad_norm and args.max_grad_norm > 0 else None
         if model is not None:
             self._initial = self._snapshot(model)
+            if self.signals is not None:
+                self.signals.attach(model)
+
+    def on_step_begin(self, args, state, control, model=None, **kwargs):
+        if self.signals is not None:
+            self.signals.begin_step(state.global_step + 1, model)
 
     def on_step_end(self, args, state, control, model=None, **kwargs):
         step = state.global_step
@@ -66,8 +75,13 @@ class StepMonitor(TrainerCallback):
         accelerator = getattr(self.trainer, "accelerator", None)
         scaler = getattr(accelerator, "scaler", None)
         if scaler is not None:
-            extra["step_skipped"] = 1.0 if accelerator.optimizer_step_was_skipped else 0.0
+            skipped = bool(accelerator.optimizer_step_was_skipped)
+            self._backoffs += skipped
+            extra["step_skipped"] = 1.0 if skipped else 0.0
             extra["loss_scale"] = float(scaler.get_scale())
+            extra["scale_backoffs"] = float(self._backoffs)
+        if self.signals is not None:
+            extra.update(self.signals.end_step(step, model))
         self._pending = extra
         if self.fault is not None:
             self.fault(step, model)
@@ -98,6 +112,8 @@ class StepMonitor(TrainerCallback):
             control.should_training_stop = True
 
     def close(self):
+        if self.signals is not None:
+            self.signals.detach()
         if self._metrics_file:
             self._metrics_file.close()
             self._metrics_file = None

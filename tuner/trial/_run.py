@@ -19,6 +19,7 @@ from tuner.records import NO_STOP_STEP, Status, TrialResult
 from tuner.trial._faults import fault_hook
 from tuner.trial._spec import TrialSpec
 from tuner.trial.measure import is_oom, peak_memory_mb, reset_peak_memory, samples_per_step, throughput
+from tuner.verdicts.forecast import forecast, horizon_steps
 from tuner.verdicts.learning import judge_learning
 
 _NON_FINITE_SAMPLING = "probability tensor contains either `inf`, `nan` or element < 0"
@@ -48,6 +49,7 @@ def _run_in(spec: TrialSpec, workdir: Path, metrics_path) -> TrialResult:
     from tuner.config import trainers
     from tuner.inputs import data, models, rewards
     from tuner.trial._monitor import StepMonitor
+    from tuner.trial.signals import Signals
     from tuner.trial.trainer import build_trainer
 
     started = time.perf_counter()
@@ -68,7 +70,7 @@ def _run_in(spec: TrialSpec, workdir: Path, metrics_path) -> TrialResult:
         return TrialResult.crashed(describe_exception(error),
                            wall_seconds=time.perf_counter() - started)
     monitor = StepMonitor(entry, grad_scaler=precisions.PRECISIONS[split.precision].grad_scaler, metrics_path=metrics_path,
-                          fault=fault_hook(spec))
+                          fault=fault_hook(spec), signals=Signals(split.precision, spec.signals_every))
     run = {"max_steps": spec.max_steps, "seed": spec.seed, "output_dir": str(workdir / "out"),
            "use_cpu": not _cuda_available()}
     result = TrialResult(status=Status.OK, device="cpu" if run["use_cpu"] else "cuda")
@@ -117,6 +119,10 @@ def _run_in(spec: TrialSpec, workdir: Path, metrics_path) -> TrialResult:
         monitor.history, monitor.step_times, spec.warmup_steps, samples_per_step(spec.params) * ranks)
     learning = judge_learning(entry, monitor.history)
     result.progress, result.progress_p_value, result.learned = learning.effect, learning.p_value, learning.learned
+    if result.status == Status.OK:  # what the trends say of a run VERIFY_FACTOR times as long (tuner.verdicts.forecast)
+        risks = forecast(monitor.history, entry.name, split.precision, horizon_steps(result.steps_run))
+        if risks:
+            result.risk, result.risk_signal, result.risk_step = str(risks[0]), risks[0].signal, risks[0].step
     if result.status == Status.OK and monitor.guard.notes:
         result.reason = "; ".join(monitor.guard.notes)  # e.g. the reward saturated: worth saying, not a failure
     return result

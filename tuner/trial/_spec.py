@@ -35,6 +35,7 @@ class TrialSpec:
     warmup_steps: int = 2  # steps excluded from speed figures: first steps pay for allocation and caching
     fault: str | None = None  # see FAULT_ENV
     ranks: int = 1  # processes of one data-parallel job (tuner.trial.ranks): one per GPU, or gloo processes on a CPU
+    signals_every: int = 5  # early-warning readings (tuner.trial.signals) on step 1 and every N-th; 0: off
 
     @property
     def entry(self) -> trainers.Adapter:
@@ -72,6 +73,7 @@ class _TrialConfig(BaseModel):
     warmup_steps: StrictInt = Field(_DEFAULTS["warmup_steps"], ge=0)
     fault: StrictStr | None = _DEFAULTS["fault"]
     ranks: StrictInt = Field(_DEFAULTS["ranks"], ge=1)
+    signals_every: StrictInt = Field(_DEFAULTS["signals_every"], ge=0)
 
     @field_validator("trainer")
     @classmethod
@@ -104,7 +106,7 @@ def _describe(error) -> str:
         return f"trainer: unknown trainer {got!r}; choose one of {', '.join(trainers.ADAPTERS)}"
     if loc == ["params"]:
         return f"params: must be a mapping of parameter names to values (got {got!r})"
-    if loc[0] in ("max_steps", "seed", "warmup_steps", "ranks"):
+    if loc[0] in ("max_steps", "seed", "warmup_steps", "ranks", "signals_every"):
         low = 1 if loc[0] in ("max_steps", "ranks") else 0
         return f"{key}: must be a whole number >= {low}, got {got!r}"
     if loc[0] == "reward_funcs":

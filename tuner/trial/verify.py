@@ -130,6 +130,7 @@ def block_line(spec: TrialSpec, rows: list[dict[str, Any]]) -> str:
 def verdict_lines(spec: TrialSpec, result: TrialResult) -> list[str]:
     """The whole verdict: how far it held (or where it failed, and why), whether it learned, and what it does not
     say."""
+    from tuner.verdicts.forecast import evidence, horizon_steps
     from tuner.verdicts.learning import judge_learning
 
     learning = judge_learning(spec.entry, result.history)
@@ -140,8 +141,9 @@ def verdict_lines(spec: TrialSpec, result: TrialResult) -> list[str]:
         head = f"failed{at} of {spec.max_steps}: {result.status}: {result.reason}"
     lines = [head, f"learned: {'yes' if learning.learned else 'no'}: {learning.describe()}"]
     if result.status == Status.OK:
-        lines.append(f"horizon: {result.steps_run} steps on seed {spec.seed}; this says nothing about later steps or "
-                     f"other seeds (tuner verify --steps N --seed S)")
+        lines.append(f"horizon: {result.steps_run} steps on seed {spec.seed}; nothing is measured past step "
+                     f"{result.steps_run} or on other seeds (tuner verify --steps N --seed S)")
+        lines.append("forecast: " + (result.risk or evidence(result.steps_run, [], horizon_steps(result.steps_run))))
     if result.tokens_per_second:
         lines.append(f"speed: {result.tokens_per_second:.0f} tokens/s")
     return lines

@@ -6,7 +6,9 @@ The metric is the one each trainer optimises: GRPO's mean reward (higher is bett
 trainer's training loss (lower is better). The **starting level** is the mean of the first tenth of the
 finite values, at least ``START_STEPS`` (``start_steps``): in a 20-step trial the first two (the weights have
 moved at most once by then); in a 180-step rung the first 18, so a slow learner's start is known as well as
-its end (with two steps, their noise alone hides any gain under about a third of a reward unit).
+its end (with two steps, their noise alone hides any gain under about a third of a reward unit). A run longer
+than any rung (``LONG_RUN``: `tuner verify`, a long `tuner trial`) starts from its first two steps again, so the
+same config does not read worse the longer it is verified.
 
 **Effect (``progress``).** The mean improvement over the trial relative to the starting level: the
 area between the curve and the starting level, per step, over the steps after the start. For GRPO in
@@ -59,6 +61,14 @@ MIN_EFFECT = 0.01
 START_STEPS = 2
 # ... and the first tenth of a longer trial.
 START_SHARE = 10
+# A run longer than the search's longest rung (20 -> 60 -> 180 steps) is a long run (`tuner verify`, a long
+# `tuner trial`): its starting level is the untouched model's, its first START_STEPS steps, as a 20-step trial's.
+# The first tenth of a 500-step run would be 50 steps, by which a config that reaches the reward ceiling at step 7
+# already sits there: measured from that start, its progress read 0.08 at 300 steps where the same config and
+# seed read 0.62 at 20. The test keeps its error rate: the start's noise (2 steps) is in its variance, the step
+# noise estimated from the whole run; what is lost is power on a slow learner's first steps, which a long run's
+# 100+ step tail makes up for.
+LONG_RUN = 180
 # Two start steps and at least two in the last third, with steps in between.
 MIN_STEPS = 6
 # A difference further than this many MADs from the median difference is clipped: a spike, not noise.
@@ -125,7 +135,10 @@ def judge_learning(entry: Adapter, history: list[dict[str, Any]]) -> Learning:
 
 
 def start_steps(steps: int) -> int:
-    """How many of a trial's first values make its starting level: the first tenth, at least START_STEPS."""
+    """How many of a trial's first values make its starting level: the first tenth, at least START_STEPS; a long
+    run's (more than LONG_RUN steps) START_STEPS, the untouched model's."""
+    if steps > LONG_RUN:
+        return START_STEPS
     return max(START_STEPS, steps // START_SHARE)
 
 

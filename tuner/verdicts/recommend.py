@@ -21,27 +21,31 @@ from tuner.config.precision import PRECISIONS
 from tuner.config.trainers import Adapter, lora_config_kwargs, split_params
 from tuner.errors import TunerError
 from tuner.records import Status, is_ok
+from tuner.verdicts.forecast import VERIFY_FACTOR  # the length the horizon line asks a user to verify: 25x
 from tuner.verdicts.learning import ALPHA, MIN_EFFECT
+
+# A config the forecast puts at risk (tuner.verdicts.forecast) is recommended only when no config without risk
+# learns at least this share as fast.
+SAFE_SHARE = 0.9
 
 RULE = (f"highest learning speed (progress x tokens/s; progress: the mean improvement per step over the trial's "
         f"starting level) among trials that stayed ok and learned (the last third better than the start with "
         f"one-sided p < {ALPHA:g}, by at least {MIN_EFFECT:g}), confirmed ok on every confirmation seed and "
-        f"learning on them (each progress > 0, together p < {ALPHA:g}); diverged, collapsed, crashed and oom trials are never recommended")
-
-
-# A long run is commonly 25-250x a trial's steps (DESIGN: verdicts bounded by their horizon): the length the
-# horizon line asks a user to verify before starting one.
-VERIFY_FACTOR = 25
+        f"learning on them (each progress > 0, together p < {ALPHA:g}); diverged, collapsed, crashed and oom trials "
+        f"are never recommended; a trial the forecast puts at risk only when no trial without risk learns "
+        f"{SAFE_SHARE:g}x as fast")
 
 
 def horizon(best: dict[str, Any], file: str = "recommended.yaml") -> str:
     """What a recommendation's verdict covers, and the command that extends it: "held 20 steps on seeds 0, 1, 2
-    (...); nothing is known beyond step 20: tuner verify recommended.yaml --steps 500 before a long run"."""
+    (...); forecast: no growing risk signal through step 500; nothing is measured beyond step 20: tuner verify
+    recommended.yaml --steps 500 before a long run"."""
     steps = int(best.get("steps_run") or best.get("max_steps") or 0)
     seeds = {best.get("seed"), *((best.get("confirmation") or {}).get("seeds") or [])} - {None}
     on = f" on seed{'s' if len(seeds) != 1 else ''} {', '.join(str(s) for s in sorted(seeds))}" if seeds else ""
-    return (f"horizon: held {steps} steps{on}; nothing is known beyond step {steps}: tuner verify {file} "
-            f"--steps {VERIFY_FACTOR * steps} before a long run")
+    forecast = best.get("risk") or f"no growing risk signal through step {VERIFY_FACTOR * steps}"
+    return (f"horizon: held {steps} steps{on}; forecast: {forecast}; nothing is measured beyond step {steps}: "
+            f"tuner verify {file} --steps {VERIFY_FACTOR * steps} before a long run")
 
 
 def learned(trial: dict[str, Any]) -> bool:
@@ -67,12 +71,24 @@ def speed_so_far(trial: dict[str, Any]) -> float:
     return float(progress) * float(speed)
 
 
+def at_risk(trial: dict[str, Any]) -> bool:
+    return bool(trial.get("risk"))
+
+
+def ranked(trials: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The trials that qualify (objective > 0), best first: by learning speed, except that a trial at risk goes
+    behind every trial without risk that learns at least SAFE_SHARE as fast; a trial whose longer rung
+    (tuner.search._extend) failed does not qualify, nor does that rung."""
+    failed_longer = {t.get("extends") for t in trials if t.get("extends") is not None and not is_ok(t)}
+    candidates = [t for t in trials if objective(t) > 0 and t.get("number") not in failed_longer]
+    return sorted(candidates, key=lambda t: (objective(t) * (SAFE_SHARE if at_risk(t) else 1.0), not at_risk(t)),
+                  reverse=True)
+
+
 def recommend(trials: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The best trial record (``status``, ``params``, ``tokens_per_second``, ``progress`` ...), or None."""
-    candidates = [t for t in trials if objective(t) > 0]
-    if not candidates:
-        return None
-    return max(candidates, key=objective)
+    order = ranked(trials)
+    return order[0] if order else None
 
 
 def failure_summary(trials: list[dict[str, Any]], top: int = 3) -> str:

@@ -1,0 +1,189 @@
+"""Ground truth for the forecast: configs run to the search's trial length and to 25x it, side by side, and how the
+forecast at the trial length did on the long runs' outcomes.
+
+    python -m bench.horizon                                  # 5 trainers x 4 configs, seed 0, 20 and 500 steps
+    python -m bench.horizon --trainers grpo,sft --configs 8 --seeds 0,1 --model tiny-pretrained --short 60
+    python -m bench.horizon --render bench/horizon.json      # the summary again, from the recorded runs
+
+For each trainer, configs are drawn by Optuna's RandomSampler from the shipped space (as bench/reference.py
+draws them, the precisions this machine cannot run left out) and run as ``tuner trial`` runs them, each in its
+own process: first ``--short`` steps (the search's trial), then, for each config that was ``ok`` there,
+``--factor`` times as many. Every long run is classified:
+
+- ``held``: ok to its last step, and learned if the short run learned;
+- ``failed late``: stopped by the guard (diverged, collapsed) or crashed after the short run's length;
+- ``regressed``: ok, but the short run learned and the long one did not (its last third no better than its start).
+
+The forecast is the short run's own (``risk`` in its result: tuner.verdicts.forecast at the trial length, as the
+search sees it); none of these configs was used to set its rules, so all are held out. Recall: late failures
+(failed late or regressed) flagged at risk; precision: flags that came true. Every long run's per-step history is
+kept (the keys the forecast and the learning test read) so a later rule can be fitted and judged offline
+(``forecast_again``) without re-running them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+if __package__ in (None, ""):
+    sys.path.insert(0, str(REPO))
+
+OUTPUT = REPO / "bench" / "horizon.json"
+TRAINERS = ("grpo", "dpo", "kto", "reward", "sft")
+KEEP = ("step", "loss", "reward", "reward_std", "reward_groups", "frac_reward_zero_std", "grad_norm", "learning_rate",
+        "headroom", "headroom_site", "weight_norm", "update_ratio", "update_lost", "loss_scale", "step_skipped",
+        "kl", "entropy", "rewards/margins")
+
+
+def _trial(trainer: str, params: dict[str, Any], model: str, steps: int, seed: int, root: Path, name: str
+           ) -> dict[str, Any]:
+    from tuner.trial import TrialSpec, run_trial_isolated
+
+    spec = TrialSpec(trainer=trainer, params=params, model=model, max_steps=steps, seed=seed)
+    started = time.perf_counter()
+    result = run_trial_isolated(spec, root / name, timeout=max(600, 3 * steps))
+    summary = result.summary()
+    summary["status"] = str(summary["status"].value if hasattr(summary["status"], "value") else summary["status"])
+    return {**{k: summary.get(k) for k in ("status", "reason", "stopped_at_step", "steps_run", "progress",
+                                           "progress_p_value", "learned", "risk", "risk_signal", "risk_step",
+                                           "tokens_per_second")},
+            "seconds": round(time.perf_counter() - started, 1),
+            "history": [{k: row[k] for k in KEEP if k in row} for row in result.history]}
+
+
+def classify(short: dict[str, Any], long: dict[str, Any]) -> str:
+    if long["status"] != "ok":
+        return "failed late" if (long.get("stopped_at_step") or 0) > short["steps_run"] else "failed early"
+    if short.get("learned") and not long.get("learned"):
+        return "regressed"
+    return "held"
+
+
+def run(trainers: list[str], configs: int, seeds: list[int], model: str, short: int, factor: int, workers: int,
+        echo=print) -> dict[str, Any]:
+    from bench import report
+    from bench.reference import random_configs, shipped_space
+    from tuner.inputs.models import resolve_model
+
+    os.environ["OMP_NUM_THREADS"] = "1"  # one thread per trial, as a search runs them (bench/reference.py)
+    path = resolve_model(model)
+    root = Path(tempfile.mkdtemp(prefix="bench-horizon-"))
+    jobs = [(trainer, i, params, seed) for trainer in trainers
+            for i, params in enumerate(random_configs(shipped_space(trainer), configs, seed=17))
+            for seed in seeds]
+    started = time.perf_counter()
+
+    def both(job) -> dict[str, Any]:
+        trainer, i, params, seed = job
+        name = f"{trainer}-{i}-s{seed}"
+        first = _trial(trainer, params, path, short, seed, root, name + "-short")
+        row = {"trainer": trainer, "config": i, "seed": seed, "params": params, "short": first, "long": None}
+        if first["status"] == "ok":
+            row["long"] = _trial(trainer, params, path, short * factor, seed, root, name + "-long")
+            row["outcome"] = classify(first, row["long"])
+        else:
+            row["outcome"] = f"not ok at {short}"
+        flag = f"at risk ({first['risk_signal']})" if first.get("risk") else "no risk"
+        echo(f"[horizon] {name}: {first['status']} at {short}, {flag}; {row['outcome']}"
+             + (f" ({row['long']['status']} at step {row['long']['stopped_at_step']})" if row["long"] else "")
+             + f" [{time.perf_counter() - started:.0f} s]")
+        return row
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        rows = list(pool.map(both, jobs))
+    return {"command": None, "machine": report.machine(), "versions": report.versions(), "model": model,
+            "short": short, "long": short * factor, "factor": factor, "seeds": seeds, "configs_per_trainer": configs,
+            "seconds": round(time.perf_counter() - started), "runs": rows, "summary": summarize(rows)}
+
+
+def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per trainer and in all: late failures among configs ok at the trial length, and the forecast's recall and
+    precision on them."""
+    def table(group: list[dict[str, Any]]) -> dict[str, Any]:
+        ok = [r for r in group if r["long"] is not None]
+        late = [r for r in ok if r["outcome"] in ("failed late", "regressed")]
+        flagged = [r for r in ok if r["short"].get("risk")]
+        hits = [r for r in late if r["short"].get("risk")]
+        return {"runs": len(group), "ok_at_trial_length": len(ok), "late_failures": len(late),
+                "late_failure_steps": sorted(r["long"].get("stopped_at_step") or r["long"]["steps_run"] for r in late),
+                "flagged": len(flagged), "flagged_and_failed": len(hits),
+                "recall": round(len(hits) / len(late), 3) if late else None,
+                "precision": round(len(hits) / len(flagged), 3) if flagged else None,
+                "outcomes": {o: sum(r["outcome"] == o for r in group) for o in sorted({r["outcome"] for r in group})}}
+
+    trainers = sorted({r["trainer"] for r in rows})
+    return {"all": table(rows), **{t: table([r for r in rows if r["trainer"] == t]) for t in trainers}}
+
+
+def forecast_again(data: dict[str, Any]) -> dict[str, Any]:
+    """The forecast re-run offline on each short run's recorded history (today's rules on yesterday's runs)."""
+    from tuner.verdicts.forecast import forecast, horizon_steps
+
+    rows = []
+    for r in data["runs"]:
+        short = dict(r["short"])
+        precision = r["params"].get("precision", "fp32")
+        risks = forecast(short["history"], r["trainer"], precision, horizon_steps(short["steps_run"] or 1))
+        short["risk"] = str(risks[0]) if risks else ""
+        rows.append({**r, "short": short})
+    return summarize(rows)
+
+
+def lines(data: dict[str, Any]) -> list[str]:
+    out = [f"`{data.get('command')}` on {data['machine'].get('cpu')} ({data['machine'].get('cpus')} cores), "
+           f"{data['machine'].get('date')}: {data['model']} model, {data['configs_per_trainer']} configs per trainer "
+           f"from the shipped spaces, seeds {data['seeds']}, {data['short']} steps and {data['long']} "
+           f"({data['factor']}x); {data['seconds']} s.", "",
+           "| trainer | runs | ok at the trial length | late failures (steps) | flagged at risk | recall | precision | outcomes |",
+           "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for name, t in data["summary"].items():
+        out.append(f"| {name} | {t['runs']} | {t['ok_at_trial_length']} | {t['late_failures']} "
+                   f"{t['late_failure_steps'] or ''} | {t['flagged']} | {_ratio(t['recall'])} | "
+                   f"{_ratio(t['precision'])} | {t['outcomes']} |")
+    return out
+
+
+def _ratio(value) -> str:
+    return "undefined (none)" if value is None else f"{value:.2f}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.horizon", description=__doc__.splitlines()[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog="\n".join(__doc__.splitlines()[2:5]))
+    parser.add_argument("--trainers", default=",".join(TRAINERS))
+    parser.add_argument("--configs", type=int, default=4, help="configs per trainer (default %(default)s)")
+    parser.add_argument("--seeds", default="0", help="comma-separated (default %(default)s)")
+    parser.add_argument("--model", default="tiny")
+    parser.add_argument("--short", type=int, default=20, help="the trial length (default %(default)s)")
+    parser.add_argument("--factor", type=int, default=25, help="the long run, in trial lengths (default %(default)s)")
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--output", default=str(OUTPUT))
+    parser.add_argument("--render", metavar="JSON", help="print the summary of a recorded run (the forecast re-run "
+                                                         "offline on its short histories) and stop")
+    args = parser.parse_args(argv)
+    if args.render:
+        data = json.loads(Path(args.render).read_text())
+        data["summary"] = forecast_again(data)
+        print("\n".join(lines(data)))
+        return 0
+    data = run(args.trainers.split(","), args.configs, [int(s) for s in args.seeds.split(",")], args.model,
+               args.short, args.factor, args.workers)
+    data["command"] = " ".join(["python -m bench.horizon", *(sys.argv[1:] if argv is None else argv)])
+    Path(args.output).write_text(json.dumps(data, indent=0, default=str) + "\n")
+    print("\n".join(lines(data)))
+    print(f"wrote {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

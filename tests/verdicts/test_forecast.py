@@ -1,0 +1,106 @@
+"""The late-failure forecast (tuner.verdicts.forecast) on recorded and constructed histories.
+
+late_overflow_history.json is a real trial (how it was made is in the file): SFT on the tiny model in fp16-pure at
+a constant lr 1e-4, signals every 2 steps; its activations grew from step 28 and its grad norm went NaN at step
+51. steady_histories.json holds three real 150-step trials that stayed ok (fp16-pure at lr 1e-5, fp32 at 1e-4,
+DPO in bf16-pure at 1e-4).
+"""
+
+import json
+import math
+import random
+from pathlib import Path
+
+import pytest
+
+from tuner.verdicts.forecast import HEADROOM_NOW, MIN_T, evidence, forecast, horizon_steps
+
+HERE = Path(__file__).parent
+LATE = json.loads((HERE / "late_overflow_history.json").read_text())
+STEADY = json.loads((HERE / "steady_histories.json").read_text())
+
+
+def _upto(history, step):
+    return [row for row in history if row["step"] <= step]
+
+
+def test_the_recorded_late_overflow_is_flagged_before_its_failing_step():
+    failed_at = LATE["stopped_at_step"]
+    assert LATE["status"] == "diverged" and failed_at == 51
+    flagged = [step for step in range(10, failed_at) if forecast(_upto(LATE["history"], step), "sft", "fp16-pure",
+                                                                   horizon_steps(step))]
+    assert flagged and min(flagged) < failed_at - 10  # at least 10 steps of warning
+    risks = forecast(_upto(LATE["history"], 40), "sft", "fp16-pure", horizon_steps(40))
+    assert risks[0].signal == "headroom"
+    assert "decoder layer 1" in risks[0].message and "float16's range" in risks[0].message
+    assert 40 < risks[0].step <= horizon_steps(40)  # projected ahead, inside the horizon
+
+
+def test_a_spike_in_the_recent_steps_is_a_risk_without_any_trend():
+    risks = forecast(_upto(LATE["history"], 46), "sft", "fp16-pure", horizon_steps(46))
+    spike = next(r for r in risks if r.signal == "headroom")
+    assert "reached 57%" in spike.message and "step 44" in spike.message and spike.step is None
+
+
+@pytest.mark.parametrize("record", STEADY, ids=lambda r: f"{r['trainer']}-{r['params']['precision']}")
+def test_steady_histories_are_not_flagged_at_any_length(record):
+    assert record["status"] == "ok"
+    trainer, precision = record["trainer"], record["params"]["precision"]
+    for step in range(10, 151, 10):
+        risks = forecast(_upto(record["history"], step), trainer, precision, horizon_steps(step))
+        assert not risks, (step, [str(r) for r in risks])
+    assert evidence(150, [], horizon_steps(150)) == "held 150 steps; no growing risk signal through step 3750"
+
+
+def _noise(seed: int, steps: int = 60) -> list[dict]:
+    """A flat run: every signal noisy around a constant level, nothing growing."""
+    rng = random.Random(seed)
+    return [{"step": s, "loss": 2 + rng.gauss(0, 0.2), "grad_norm": math.exp(rng.gauss(0, 0.5)),
+             "headroom": 0.01 * math.exp(rng.gauss(0, 0.3)), "headroom_site": 1.0,
+             "frac_reward_zero_std": rng.choice([0.0, 0.25, 0.5, 0.75]), "reward": 0.5 + rng.gauss(0, 0.1),
+             "learning_rate": 1e-5, "update_lost": rng.uniform(0, 0.3)} for s in range(1, steps + 1)]
+
+
+@pytest.mark.parametrize("steps", [20, 60, 180, 600])
+def test_flat_noise_rarely_raises_a_risk_at_any_length(steps):
+    # each rule needs a steady trend (t >= MIN_T): on flat noise its false alarms stay rare, and do not grow with length
+    flagged = sum(bool(forecast(_noise(seed, steps), "grpo", "fp16-pure", horizon_steps(steps))) for seed in range(200))
+    assert MIN_T >= 3 and flagged <= 10  # <= 5%; the t-test's own rate is ~1% a rule
+
+
+def _fading(steps: int, reward_rising: bool) -> list[dict]:
+    rng = random.Random(3)
+    rows = []
+    for s in range(1, steps + 1):
+        zero = min(1.0, 0.3 + 0.01 * s + rng.gauss(0, 0.05))
+        reward = (0.2 + 0.6 * s / steps if reward_rising else 0.5) + rng.gauss(0, 0.03)
+        rows.append({"step": s, "frac_reward_zero_std": zero, "reward": reward, "grad_norm": 1 + rng.random() * 0.1})
+    return rows
+
+
+def test_grpo_reward_spread_fading_below_the_ceiling_is_a_collapse_ahead():
+    risks = forecast(_fading(40, reward_rising=False), "grpo", "fp32", horizon_steps(40))
+    assert [r.signal for r in risks] == ["reward_spread"]
+    assert 40 < risks[0].step < 100 and "GRPO stops learning" in risks[0].message
+    # the same fading while the reward climbs is the task being solved, not a collapse
+    assert not forecast(_fading(40, reward_rising=True), "grpo", "fp32", horizon_steps(40))
+    # and the rule is GRPO's own signal
+    assert not forecast(_fading(40, reward_rising=False), "dpo", "fp32", horizon_steps(40))
+
+
+def test_half_precision_updates_that_round_away_are_a_risk_only_for_half_weights():
+    rows = [{"step": s, "learning_rate": 1e-6, "update_lost": 0.8, "loss": 1.0} for s in range(1, 21)]
+    risks = forecast(rows, "sft", "bf16-pure", horizon_steps(20))
+    assert [r.signal for r in risks] == ["update_lost"] and "bfloat16 weights: 80%" in risks[0].message
+    assert not forecast(rows, "sft", "fp32", horizon_steps(20))
+    assert not forecast(rows, "sft", "bf16-mixed", horizon_steps(20))  # fp32 weights under autocast
+    # a schedule decaying to zero leaves late updates unchanged by design: only steps near the peak rate count
+    decaying = [{**row, "learning_rate": 1e-4 * (1 - s / 20), "update_lost": 0.1 if s < 10 else 0.9}
+                for s, row in enumerate(rows, 1)]
+    assert not forecast(decaying, "sft", "bf16-pure", horizon_steps(20))
+
+
+def test_headroom_already_near_the_top_is_a_risk_and_says_where():
+    rows = [{"step": s, "headroom": HEADROOM_NOW + 0.1, "headroom_site": -2.0} for s in (1, 5, 10)]
+    (risk,) = forecast(rows, "reward", "fp16-mixed", horizon_steps(10))
+    assert "the head (logits)" in risk.message and "float16" in risk.message

@@ -1,0 +1,223 @@
+"""Late failure forecast from a short trial's early-warning signals: pure functions of its per-step history.
+
+    risks = forecast(history, trainer="sft", precision="fp16-pure", horizon=500)
+    evidence(steps_run=20, risks=risks)
+    # "at risk: activations in decoder layer 1 at 38% of float16's range, growing 4.1% a step: overflow expected
+    #  near step 60"   or   "held 20 steps; no growing risk signal through step 500"
+
+A trial's guard (tuner.verdicts.guard) says what went wrong in the steps it ran; this says what the trends
+of those steps project for a run ``horizon`` steps long (the recommendation's verify length, 25x the trial).
+Each rule reads one signal (tuner.trial.signals logs the first three; the trainer logs the others):
+
+- ``headroom``: the largest activation as a share of the compute dtype's range, growing geometrically: the
+  step where the fitted growth reaches 1.0 (overflow). Only float16 comes near; bfloat16 and float32 have the
+  range of float32.
+- ``update_lost``: half-precision weights whose updates round away (the share of sampled weights a step left
+  unchanged, at a learning rate still >= half its peak): training that stalls.
+- ``reward_spread`` (GRPO): the share of prompt groups without reward spread (``frac_reward_zero_std``)
+  rising while the reward does not: the policy turning deterministic below the ceiling, GRPO's learning
+  signal fading; the step where the fitted rise reaches every group (the guard's collapse).
+- ``grad_norm``: the gradient norm growing geometrically, steadily (not one spike), to 100x its early level
+  within the horizon: the path to a divergence.
+
+A rule fires only on a fitted trend that is steady (t-statistic >= MIN_T), large (a geometric one at least
+doubles over the steps it was fitted on) and projects the failure inside the horizon, so a noisy flat history
+or a slow drift does not. What the rules do not see: failures with no trend in these signals
+(a data batch that breaks a run at step 3,000, a learning-rate schedule that warms up past the trial).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from tuner.config.precision import PRECISIONS
+
+__all__ = ["FINAL_NORM", "HEAD", "MIN_T", "VERIFY_FACTOR", "Risk", "evidence", "forecast", "horizon_steps",
+           "site_name"]
+
+FINAL_NORM, HEAD = -1, -2  # tuner.trial.signals' headroom_site values that are not a decoder layer's index
+
+VERIFY_FACTOR = 25  # a long run is commonly 25-250x a trial's steps: the horizon a trial's forecast looks to
+MIN_T = 3.0  # a trend's slope over its standard error: steady, not one run's noise
+HEADROOM_NOW = 0.5  # a share of the dtype's range already this high is a risk without any trend
+LOST_SHARE = 0.5  # half the sampled weights unchanged by a step at >= half the peak learning rate
+GRAD_GROWTH = 100.0  # the gradient norm this many times its early level: on the way to a divergence
+GROWTH_SEEN = 2.0  # a geometric trend must at least double over the steps it is fitted on to be projected
+_MIN_POINTS = 4
+
+
+@dataclass(frozen=True)
+class Risk:
+    signal: str  # headroom, update_lost, reward_spread, grad_norm
+    message: str  # what, where, how fast, and when
+    step: int | None = None  # the projected step of the failure, None: no step projected (already there)
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def forecast(history: list[dict[str, Any]], trainer: str, precision: str, horizon: int) -> list[Risk]:
+    """The risks a run of ``horizon`` steps faces by the trends of ``history`` (a trial's per-step rows), the
+    earliest projected first."""
+    rows = [row for row in history if isinstance(row.get("step"), (int, float))]
+    if not rows:
+        return []
+    risks = [risk for rule in (_headroom, _update_lost, _reward_spread, _grad_norm)
+             if (risk := rule(rows, trainer, precision, horizon)) is not None]
+    return sorted(risks, key=lambda r: r.step if r.step is not None else 0)
+
+
+def horizon_steps(steps: int) -> int:
+    """How far a trial of ``steps`` steps is forecast: VERIFY_FACTOR times its length."""
+    return VERIFY_FACTOR * max(int(steps), 1)
+
+
+def evidence(steps_run: int, risks: list[Risk], horizon: int | None = None) -> str:
+    """One line: the first risk, or how far the evidence reaches without one."""
+    if risks:
+        return "at risk: " + risks[0].message + (f" (and {len(risks) - 1} more)" if len(risks) > 1 else "")
+    through = f" through step {horizon}" if horizon else ""
+    return f"held {steps_run} steps; no growing risk signal{through}"
+
+
+# -- the rules ------------------------------------------------------------------------------------
+
+def _headroom(rows, trainer, precision, horizon) -> Risk | None:
+    points = [(row["step"], row["headroom"], row.get("headroom_site")) for row in rows
+              if isinstance(row.get("headroom"), (int, float)) and row["headroom"] > 0]
+    if not points:
+        return None
+    dtype = PRECISIONS[precision].compute_dtype
+    recent = points[len(points) // 2:] if len(points) >= 2 * _MIN_POINTS else points  # the trend now
+    high = max(recent, key=lambda p: p[1] if math.isfinite(p[1]) else math.inf)
+    if not math.isfinite(high[1]) or high[1] >= HEADROOM_NOW:
+        where = site_name(int(high[2])) if high[2] is not None else "the model"
+        return Risk("headroom", f"activations in {where} reached {_share(high[1])} of {dtype}'s range at step "
+                                f"{int(high[0])}: overflow is one spike away", None)
+    step, share, site = points[-1]
+    where = site_name(int(site)) if site is not None else "the model"
+    fit = _fit([s for s, _, _ in recent], [math.log(v) for _, v, _ in recent])
+    if not _growing(fit, recent[-1][0] - recent[0][0]):
+        return None
+    # from the last point, at the fitted growth: log(share) reaches log(1) = 0
+    reach = int(step + math.ceil(-math.log(share) / fit.slope))
+    if reach > horizon:
+        return None
+    return Risk("headroom", f"activations in {where} at {_share(share)} of {dtype}'s range, growing "
+                            f"{math.expm1(fit.slope):.1%} a step: overflow expected near step {reach}", reach)
+
+
+def _update_lost(rows, trainer, precision, horizon) -> Risk | None:
+    weights = PRECISIONS[precision].weight_dtype
+    if weights == "float32":
+        return None
+    rates = [row["learning_rate"] for row in rows if isinstance(row.get("learning_rate"), (int, float))]
+    peak = max(rates, default=0.0)
+    lost = [row["update_lost"] for row in rows if isinstance(row.get("update_lost"), (int, float))
+            and row["step"] > 1 and (not peak or row.get("learning_rate", peak) >= 0.5 * peak)]
+    if len(lost) < 2:
+        return None
+    share = sorted(lost)[len(lost) // 2]
+    if share < LOST_SHARE:
+        return None
+    return Risk("update_lost", f"{weights} weights: {share:.0%} of the sampled weights are left unchanged by a step "
+                               f"(updates below half of {weights}'s resolution round away): training stalls",
+                None)
+
+
+def _reward_spread(rows, trainer, precision, horizon) -> Risk | None:
+    if trainer != "grpo":
+        return None
+    points = [(row["step"], row["frac_reward_zero_std"]) for row in rows
+              if isinstance(row.get("frac_reward_zero_std"), (int, float))]
+    if len(points) < 2 * _MIN_POINTS:
+        return None
+    steps, zero = [s for s, _ in points], [v for _, v in points]
+    fit = _fit(steps, zero)
+    if fit is None or fit.slope <= 0 or fit.t < MIN_T:
+        return None
+    # The reward still rising in the second half: the spread fades because the policy is solving the task.
+    rewards = [(row["step"], row["reward"]) for row in rows[len(rows) // 2:]
+               if isinstance(row.get("reward"), (int, float))]
+    rising = _fit([s for s, _ in rewards], [r for _, r in rewards]) if len(rewards) >= _MIN_POINTS else None
+    if rising is not None and rising.slope > 0 and rising.t >= 2.0:
+        return None
+    now = fit.value(steps[-1])
+    if now >= 1.0:
+        return None  # already there: the guard's rule, not a forecast
+    reach = int(steps[-1] + math.ceil((1.0 - now) / fit.slope))
+    if reach > horizon:
+        return None
+    first = sum(zero[:len(zero) // 4 or 1]) / (len(zero) // 4 or 1)
+    return Risk("reward_spread", f"groups without reward spread rose from {first:.2f} to {now:.2f} over "
+                                 f"{int(steps[-1])} steps while the reward held: at this rate no group has any near "
+                                 f"step {reach}, and GRPO stops learning (collapse)", reach)
+
+
+def _grad_norm(rows, trainer, precision, horizon) -> Risk | None:
+    points = [(row["step"], row["grad_norm"]) for row in rows
+              if isinstance(row.get("grad_norm"), (int, float)) and math.isfinite(row["grad_norm"])
+              and row["grad_norm"] > 0 and not row.get("step_skipped")]
+    if len(points) < 2 * _MIN_POINTS:
+        return None
+    early = sorted(v for _, v in points[:_MIN_POINTS])[_MIN_POINTS // 2]
+    late = points[len(points) // 3:]  # past the first steps' settling
+    if len(late) < 2 * _MIN_POINTS:
+        return None
+    fit = _fit([s for s, _ in late], [math.log(v) for _, v in late])
+    if not _growing(fit, late[-1][0] - late[0][0]):
+        return None
+    now = math.exp(fit.value(late[-1][0]))
+    reach = int(late[-1][0] + math.ceil(max(0.0, math.log(GRAD_GROWTH * early / now)) / fit.slope))
+    if reach > horizon:
+        return None
+    return Risk("grad_norm", f"the gradient norm grows {math.expm1(fit.slope):.1%} a step ({early:.3g} early, "
+                             f"{now:.3g} now): {GRAD_GROWTH:g}x its early level near step {reach}, on the way to a "
+                             "divergence", reach)
+
+
+def site_name(site: int) -> str:
+    """A ``headroom_site`` in words: "decoder layer 3", "the final norm", "the head (logits)"."""
+    if site == HEAD:
+        return "the head (logits)"
+    if site == FINAL_NORM:
+        return "the final norm"
+    return f"decoder layer {int(site)}"
+
+
+# -- a least-squares line with its slope's t-statistic --------------------------------------------
+
+@dataclass(frozen=True)
+class _Fit:
+    slope: float
+    intercept: float
+    t: float
+
+    def value(self, x: float) -> float:
+        return self.intercept + self.slope * x
+
+
+def _fit(xs: list[float], ys: list[float]) -> _Fit | None:
+    n = len(xs)
+    if n < _MIN_POINTS or len(set(xs)) < 2:
+        return None
+    mx, my = sum(xs) / n, sum(ys) / n
+    sxx = sum((x - mx) ** 2 for x in xs)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
+    intercept = my - slope * mx
+    residual = sum((y - intercept - slope * x) ** 2 for x, y in zip(xs, ys))
+    error = math.sqrt(residual / (n - 2) / sxx) if n > 2 else 0.0
+    t = slope / error if error > 0 else (math.inf if slope else 0.0)
+    return _Fit(slope, intercept, t)
+
+
+def _growing(fit: _Fit | None, span: float) -> bool:
+    """A geometric trend worth projecting: steady (t >= MIN_T) and at least doubling over the steps it was fitted
+    on (a slow drift projected 25x past its evidence is not a forecast)."""
+    return fit is not None and fit.slope > 0 and fit.t >= MIN_T and fit.slope * span >= math.log(GROWTH_SEEN)
+
+
+def _share(value: float) -> str:
+    return "overflow (inf)" if not math.isfinite(value) else f"{value:.0%}" if value >= 0.01 else f"{value:.1e}"
