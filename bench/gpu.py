@@ -11,7 +11,8 @@ writes the JSON after each stage: a run cut short keeps what it measured.
 
 1. ``search``: tuner's search (``prepare`` + ``run_search``, as ``tuner search --model Qwen2.5-0.5B --trainer grpo``
    runs it) on the Qwen2.5-0.5B shape (bench/shapes.py: its published config, seeded random weights, built on the
-   machine), for GRPO and for DPO, with the shipped spaces (fp16-mixed included) and the memory plan deciding how
+   machine; GRPO's reward: ``hash_reward`` below, since a random model scores 0 on the built-in task), for GRPO and
+   for DPO, with the shipped spaces (fp16-mixed included) and the memory plan deciding how
    many trials share the GPU. Per trial: status, tokens/s, peak GPU memory against the estimate; per search: the
    plan, trials at once (their MLflow runs' overlap), wall time, the pick (bench.real_model).
 2. ``speed``: GRPO's pick against TRL's defaults at the shipped space's generation lengths (``precision:
@@ -47,6 +48,30 @@ SECTION = "## On a GPU: the headline command and the speed claim (issue 37)"
 GPU = {"trials": 4, "max_steps": 8, "repeats": 3, "speed_steps": 10}
 DRY = {"trials": 2, "max_steps": 3, "repeats": 1, "speed_steps": 3}
 SEED = 4  # the search's seed (bench.real_model.SEED: TPE's first draws cover both ends of the memory plan)
+# GRPO's reward on the shaped model. Its weights are random: every completion scores 0 on the built-in task, every
+# group has no reward spread, and the guard rightly stops each trial as collapsed at step 5 (the first GPU run,
+# 2026-11-26: all 4 GRPO trials). A reward with spread on any text lets the trials run their steps, as a pretrained
+# model's would: a hash of the completion's token ids, in [0, 1) (its text will not do: the shape's 151,936-token
+# vocabulary is mostly outside the tiny tokenizer's, so most completions decode to ""; the second GPU run's trials
+# collapsed on a text hash). It measures speed and memory, not learning.
+REWARD = "bench.gpu:hash_reward"
+
+
+def hash_reward(completions, **kwargs) -> list[float]:
+    """A reward in [0, 1) from each completion's token ids (CRC-32; its text where TRL passes no ids): spread
+    within every group, whatever the model."""
+    import zlib
+
+    ids = kwargs.get("completion_ids")
+    if ids is not None and len(ids) == len(completions):
+        return [zlib.crc32(str(list(map(int, i))).encode()) / 2**32 for i in ids]
+
+    def text(completion) -> str:
+        if isinstance(completion, list):  # conversational: the messages' contents
+            return "".join(str(m.get("content", "")) for m in completion if isinstance(m, dict))
+        return str(completion)
+
+    return [zlib.crc32(text(c).encode()) / 2**32 for c in completions]
 
 
 class Clock:
@@ -69,7 +94,7 @@ def _search(trainer: str, sizes: dict[str, int], model: str | None, store: Path,
     space = str(REPO / "tuner" / "search_spaces" / f"{trainer}.yaml") if dry else None
     figures = real_model.run(trainer=trainer, trials=sizes["trials"], max_steps=sizes["max_steps"], seed=SEED,
                              model=model, search_space=space, store=store / trainer, compare="off", time_build=False,
-                             echo=echo)
+                             echo=echo, reward_funcs=[REWARD] if trainer == "grpo" and not dry else None)
     return {"model": figures["model"], "search": figures["search"], "trials": figures["trials"],
             "seconds": figures["total_seconds"]}
 
@@ -87,11 +112,12 @@ def _pick(search: dict[str, Any]) -> tuple[dict[str, Any] | None, str]:
     return best, f"trial {best['number']}, the fastest ok trial (nothing recommended)"
 
 
-def _run(trainer: str, params: dict[str, Any], model: str, steps: int, signals_every: int) -> dict[str, Any]:
+def _run(trainer: str, params: dict[str, Any], model: str, steps: int, signals_every: int,
+         rewards: list[str] | None) -> dict[str, Any]:
     from tuner.trial import TrialSpec, run_trial
 
     spec = TrialSpec(trainer=trainer, params=params, model=model, max_steps=steps, seed=0, warmup_steps=2,
-                     signals_every=signals_every)
+                     signals_every=signals_every, reward_funcs=rewards)
     result = run_trial(spec)
     _release()
     steps_times = [r["step_time"] for r in result.history if r.get("step_time") is not None and r["step"] > 2]
@@ -113,19 +139,22 @@ def _release() -> None:
 
 
 def _speed(pick: dict[str, Any], label: str, space_fixed: dict[str, Any], model: str, sizes: dict[str, int],
-           echo: Callable[[str], None]) -> dict[str, Any]:
+           rewards: list[str] | None, echo: Callable[[str], None]) -> dict[str, Any]:
     from tuner.search.driver import hardware_precisions
 
     defaults = {"precision": "bf16-mixed"}  # TRL's config with nothing set: fp32 weights, bf16 autocast
-    if defaults["precision"] not in hardware_precisions(None):  # a CPU (the dry run), or a GPU without bf16
+    if defaults["precision"] in hardware_precisions(None):  # unsupported here: a CPU (the dry run), a GPU without bf16
         defaults["precision"] = "fp32"
     configs = {"A": (f"the pick ({label})", dict(pick["params"]), 5),
                "B": ("TRL defaults + the space's fixed values", {**defaults, **space_fixed}, 5),
                "C": ("the pick, signals off", dict(pick["params"]), 0)}
+    # One discarded run first: the first trial in this process pays the CUDA context and the kernels' caches (the
+    # GPU run of 2026-11-26: the pick's first run read 1088 tokens/s, its next 1889).
+    _run("grpo", configs["A"][1], model, min(3, sizes["speed_steps"]), 5, rewards)
     rows = []
     for repeat in range(sizes["repeats"]):
         for key, (name, params, every) in configs.items():  # A B C A B C ...: a drift falls on every config alike
-            row = _run("grpo", params, model, sizes["speed_steps"], every)
+            row = _run("grpo", params, model, sizes["speed_steps"], every, rewards)
             history = row.pop("history")
             rows.append({"config": key, "name": name, "repeat": repeat, **row,
                          "signals_rows": sum(1 for h in history if "weight_norm" in h)})
@@ -143,22 +172,30 @@ def _speed(pick: dict[str, Any], label: str, space_fixed: dict[str, Any], model:
         x, y = summary[a][key], summary[b][key]
         return round(x / y, 3) if x and y else None
 
-    return {"configs": summary, "rows": rows,
+    per_repeat = [{"repeat": i, "pick_over_trl_defaults": _over(rows[3 * i], rows[3 * i + 1]),
+                   "signals_off_over_on": _over(rows[3 * i + 2], rows[3 * i])} for i in range(len(rows) // 3)]
+    return {"configs": summary, "rows": rows, "per_repeat": per_repeat,
             "pick_over_trl_defaults": ratio("A", "B", "tokens_per_second_median"),
             "signals_step_time_ratio": ratio("A", "C", "step_seconds_median"),
             "signals_tokens_ratio": ratio("C", "A", "tokens_per_second_median")}
 
 
-def _fp16(pick: dict[str, Any], model: str, sizes: dict[str, int]) -> dict[str, Any]:
+def _over(a: dict[str, Any], b: dict[str, Any]) -> float | None:
+    x, y = a.get("tokens_per_second"), b.get("tokens_per_second")
+    return round(x / y, 3) if x and y else None
+
+
+def _fp16(pick: dict[str, Any], model: str, sizes: dict[str, int], rewards: list[str] | None) -> dict[str, Any]:
     params = {**pick["params"], "precision": "fp16-mixed"}
-    row = _run("grpo", params, model, sizes["speed_steps"], 1)
+    row = _run("grpo", params, model, sizes["speed_steps"], 1, rewards)
     history = row.pop("history")
     keep = ("step", "loss_scale", "step_skipped", "scale_backoffs", "headroom", "headroom_site", "grad_norm",
             "update_ratio")
     return {"params": params, **row, "steps": [{k: h[k] for k in keep if k in h} for h in history]}
 
 
-def run(*, dry: bool, budget: float, output: Path, echo: Callable[[str], None] = print) -> dict[str, Any]:
+def run(*, dry: bool, budget: float, output: Path, echo: Callable[[str], None] = print,
+        reuse: dict[str, Any] | None = None) -> dict[str, Any]:
     import torch
 
     from bench import report
@@ -175,11 +212,22 @@ def run(*, dry: bool, budget: float, output: Path, echo: Callable[[str], None] =
         figures["skipped"].append("everything: no CUDA GPU here (use --dry on a CPU)")
         return _write(figures, output, clock)
     model = "tiny" if dry else None
+    rewards = None if dry else [REWARD]  # GRPO's: the built-in reward on the tiny model
     with tempfile.TemporaryDirectory(prefix="bench-gpu-") as scratch:
         store = Path(scratch)
         searches: dict[str, Any] = {}
 
         def search(trainer: str, estimate: float) -> None:
+            earlier = (reuse or {}).get("stages", {}).get(f"search_{trainer}")
+            if earlier and "trials" in earlier:  # --reuse: that run's search, its model built again here
+                from bench import real_model
+
+                earlier["model"] = {**earlier["model"], **real_model.build_model(None if not dry else "tiny",
+                                                                                 time_build=False)}
+                earlier["reused_from"] = reuse.get("machine", {}).get("date")
+                searches[trainer] = figures["stages"][f"search_{trainer}"] = earlier
+                echo(f"[gpu] search {trainer}: reused from the run of {earlier['reused_from']}")
+                return
             if not clock.fits(estimate):
                 figures["skipped"].append(f"search {trainer}: {budget - clock.elapsed():.0f} s left")
                 return
@@ -204,7 +252,7 @@ def run(*, dry: bool, budget: float, output: Path, echo: Callable[[str], None] =
             echo(f"[gpu] speed at {clock.elapsed():.0f} s: {label}")
             try:
                 figures["stages"]["speed"] = _speed(pick, label, dict(load_space(trainer="grpo").fixed), model_path,
-                                                    sizes, echo)
+                                                    sizes, rewards, echo)
             except Exception as error:  # noqa: BLE001
                 figures["stages"]["speed"] = {"error": f"{type(error).__name__}: {error}"}
             _write(figures, output, clock)
@@ -213,7 +261,7 @@ def run(*, dry: bool, budget: float, output: Path, echo: Callable[[str], None] =
         if pick is not None and cuda and clock.fits(20):
             echo(f"[gpu] fp16-mixed at {clock.elapsed():.0f} s")
             try:
-                figures["stages"]["fp16"] = _fp16(pick, model_path, sizes)
+                figures["stages"]["fp16"] = _fp16(pick, model_path, sizes, rewards)
             except Exception as error:  # noqa: BLE001
                 figures["stages"]["fp16"] = {"error": f"{type(error).__name__}: {error}"}
             _write(figures, output, clock)
@@ -273,8 +321,18 @@ def section(data: dict[str, Any]) -> list[str]:
             lines.append(f"| {key}: {c['name']} | {_params(c['params'])} | {_num(c['tokens_per_second_median'])} | "
                          f"{', '.join(_num(v) for v in c['tokens_per_second'])} | {_num(c['step_seconds_median'], '.3f')} |")
         lines += ["", f"The pick over TRL's defaults: **{speed['pick_over_trl_defaults']}x** tokens/s (goal: at least "
-                  f"1.5x). The signals' cost: tokens/s without them over with them, {speed['signals_tokens_ratio']}; "
-                  f"step time with over without, {speed['signals_step_time_ratio']} (goal: at most 1.05)."]
+                  f"1.5x); per repeat, side by side: {[p['pick_over_trl_defaults'] for p in speed.get('per_repeat', [])]}. "
+                  f"The signals' cost: tokens/s without them over with them, {speed['signals_tokens_ratio']} (per "
+                  f"repeat {[p['signals_off_over_on'] for p in speed.get('per_repeat', [])]}); step time with over "
+                  f"without, {speed['signals_step_time_ratio']} (goal: at most 1.05)."]
+        for key in ("source", "note"):
+            if speed.get(key):
+                lines += ["", f"{key.capitalize()}: {speed[key]}."]
+    earlier = data["stages"].get("speed_run2")
+    if earlier:
+        lines += ["", f"Signals' cost in run 2 (3 repeats side by side, its pick LoRA r16 in bf16-pure): tokens/s without "
+                  f"them over with them {earlier['signals_tokens_ratio']}, step time with over without "
+                  f"{earlier['signals_step_time_ratio']}. {earlier.get('note', '')}."]
     fp16 = data["stages"].get("fp16")
     if fp16 and "error" in fp16:
         lines += ["", f"**fp16-mixed**: failed: {fp16['error']}"]
@@ -284,6 +342,10 @@ def section(data: dict[str, Any]) -> list[str]:
                   f"GradScaler scale by step {scales}; back-offs "
                   f"{max((s.get('scale_backoffs') or 0) for s in fp16['steps']) if fp16['steps'] else 0:.0f}; "
                   f"headroom (share of float16's range) {[_num(s.get('headroom'), '.2g') for s in fp16['steps']]}."]
+    if fp16 and fp16.get("note"):
+        lines += ["", f"Note: {fp16['note']}."]
+    if data.get("runs"):
+        lines += ["", "Runs behind these figures: " + "; ".join(f"{k}: {v}" for k, v in data["runs"].items()) + "."]
     if data.get("skipped"):
         lines += ["", "Skipped: " + "; ".join(data["skipped"]) + "."]
     return lines
@@ -329,6 +391,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="stop starting stages past this (default %(default)s: a rerun must fit the lease)")
     parser.add_argument("--output", default=None, help="default: bench/gpu.json (--dry: a temporary file)")
     parser.add_argument("--render", metavar="JSON", help="write the RESULTS section from JSON and stop")
+    parser.add_argument("--reuse", metavar="JSON", help="take the searches from this earlier run (a rerun of the "
+                                                        "later stages when the lease is short)")
     parser.add_argument("--results", default=str(RESULTS), help="the RESULTS.md that --render writes")
     args = parser.parse_args(argv)
     if args.render:
@@ -337,7 +401,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     output = Path(args.output) if args.output else (
         Path(tempfile.gettempdir()) / "bench-gpu-dry.json" if args.dry else OUTPUT)
-    figures = run(dry=args.dry, budget=args.budget_seconds, output=output)
+    reuse = json.loads(Path(args.reuse).read_text()) if args.reuse else None
+    figures = run(dry=args.dry, budget=args.budget_seconds, output=output, reuse=reuse)
     figures["command"] = " ".join(["python -m bench.gpu", *(sys.argv[1:] if argv is None else argv)])
     _write(figures, output)
     print("\n".join(section(figures)))

@@ -232,7 +232,8 @@ def trial_figures(record: dict[str, Any], history: list[dict[str, Any]]) -> dict
 
 def run(*, trainer: str = "grpo", trials: int = 2, max_steps: int = 2, seed: int = SEED, model: str | None = None,
         search_space: str | None = None, store: str | os.PathLike | None = None, compare: str = "auto",
-        time_build: bool = True, echo: Callable[[str], None] = print) -> dict[str, Any]:
+        time_build: bool = True, echo: Callable[[str], None] = print,
+        reward_funcs: list[str] | None = None) -> dict[str, Any]:
     """The whole measurement; returns the figures (what --output holds)."""
     import yaml
 
@@ -269,6 +270,7 @@ def run(*, trainer: str = "grpo", trials: int = 2, max_steps: int = 2, seed: int
 
     t0 = time.perf_counter()
     prepared = prepare(SearchOptions(trainer=trainer, model=built["path"], search_space=search_space, trials=trials,
+                                     reward_funcs=reward_funcs,
                                      max_steps=max_steps, seed=seed, store=str(store), confirm_seeds=0))
     prepare_seconds = time.perf_counter() - t0
     with TreeMemory() as tree:

@@ -199,6 +199,13 @@ def render(results: dict[str, Any]) -> str:
     real_model = load_real_model()
     if real_model is not None:
         lines += ["", *real_model_section(real_model)]
+    gpu_json = REPO / "bench" / "gpu.json"
+    if gpu_json.is_file():  # bench/gpu.py's run on a lent GPU: rendered with every run of the bench
+        import json
+
+        from bench import gpu
+
+        lines += ["", *gpu.section(json.loads(gpu_json.read_text()))]
     return "\n".join(lines) + "\n"
 
 

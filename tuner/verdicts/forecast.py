@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tuner.config.precision import PRECISIONS
+from tuner.config.trainers import adapter
 
 __all__ = ["FINAL_NORM", "HEAD", "MIN_T", "VERIFY_FACTOR", "Risk", "evidence", "forecast", "horizon_steps",
            "site_name"]
@@ -128,7 +129,7 @@ def _update_lost(rows, trainer, precision, horizon) -> Risk | None:
 
 
 def _reward_spread(rows, trainer, precision, horizon) -> Risk | None:
-    if trainer != "grpo":
+    if not adapter(trainer).uses_reward_funcs:  # an online trainer's groups (GRPO's frac_reward_zero_std)
         return None
     points = [(row["step"], row["frac_reward_zero_std"]) for row in rows
               if isinstance(row.get("frac_reward_zero_std"), (int, float))]
@@ -139,8 +140,9 @@ def _reward_spread(rows, trainer, precision, horizon) -> Risk | None:
     if fit is None or fit.slope <= 0 or fit.t < MIN_T:
         return None
     # The reward still rising in the second half: the spread fades because the policy is solving the task.
-    rewards = [(row["step"], row["reward"]) for row in rows[len(rows) // 2:]
-               if isinstance(row.get("reward"), (int, float))]
+    metric = adapter(trainer).progress_metric  # the reward an online trainer optimises
+    rewards = [(row["step"], row[metric]) for row in rows[len(rows) // 2:]
+               if isinstance(row.get(metric), (int, float))]
     rising = _fit([s for s, _ in rewards], [r for _, r in rewards]) if len(rewards) >= _MIN_POINTS else None
     if rising is not None and rising.slope > 0 and rising.t >= 2.0:
         return None
