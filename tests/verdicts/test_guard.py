@@ -201,6 +201,46 @@ def test_grpo_finding_reward_spread_within_patience_is_normal():
     assert first_verdict(adapter("grpo"), steps(*[no_signal] * 4, *[signal] * 10)) is None
 
 
+def _no_spread_streak_fires(run_steps: int, streak: int) -> int | None:
+    guard = Guard(adapter("grpo"))
+    guard.run_steps = run_steps
+    no_signal = {"loss": 0.0, "grad_norm": 0.0, "reward": 0.2, "frac_reward_zero_std": 1.0}
+    for step in range(1, streak + 1):
+        verdict = guard.observe(step, no_signal)
+        if verdict is not None:
+            return verdict.step
+    return None
+
+
+def test_a_longer_run_waits_one_more_step_per_doubling_before_calling_no_spread_a_collapse():
+    assert _no_spread_streak_fires(20, 12) == 5  # a search's trial: as before
+    assert _no_spread_streak_fires(60, 12) == 7
+    assert _no_spread_streak_fires(600, 12) == 10
+    assert _no_spread_streak_fires(600, 9) is None  # 9 in a row at p <= 0.5 is luck somewhere in 600 steps
+
+
+@pytest.mark.parametrize("p", [0.3, 0.45])
+def test_the_no_spread_rule_does_not_fire_more_often_on_longer_healthy_runs(p):
+    # Healthy GRPO: each step has no reward spread with probability p, independently; the reward holds at 0.4.
+    # Per run, the rule's false alarms at 600 steps stay within those at 20 (plus the simulation's noise).
+    import random
+
+    def alarm_rate(run_steps: int, runs: int = 400) -> float:
+        rng, fired = random.Random(run_steps), 0
+        for _ in range(runs):
+            guard = Guard(adapter("grpo"))
+            guard.run_steps = run_steps
+            for step in range(1, run_steps + 1):
+                zero = 1.0 if rng.random() < p else 0.5
+                if guard.observe(step, {"loss": 0.0, "grad_norm": 0.3, "reward": 0.4, "frac_reward_zero_std": zero}):
+                    fired += 1
+                    break
+        return fired / runs
+
+    short, long = alarm_rate(20), alarm_rate(600)
+    assert long <= short + 0.06, (short, long)
+
+
 def test_params_unchanged_at_step_three_collapses():
     history = steps(*[{"loss": 0.69, "grad_norm": 0.8, "params_changed": 0.0}] * 4)
     verdict = first_verdict(adapter("sft"), history)

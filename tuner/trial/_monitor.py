@@ -55,6 +55,7 @@ class StepMonitor(TrainerCallback):
         self.train_started_at = time.perf_counter()
         # The explosion rules tolerate a clipped spike: the guard needs the clipping the run really uses.
         self.guard.max_grad_norm = args.max_grad_norm if args.max_grad_norm and args.max_grad_norm > 0 else None
+        self.guard.run_steps = state.max_steps or None  # the patience of a streak rule scales with the run's length
         if model is not None:
             self._initial = self._snapshot(model)
             if self.signals is not None:

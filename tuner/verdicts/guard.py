@@ -50,7 +50,11 @@ class GuardSettings:
     # One exactly-zero grad norm can be a fluke; several in a row means no gradient flows back.
     zero_grad_steps: int = 3
     # GRPO on a hard task may see equal rewards in every group for a few steps before it finds any spread.
+    # This many in a row in a run of up to zero_reward_std_run steps (a search's trial); a longer run waits one
+    # step more each time its length doubles (zero_reward_std_patience), so that a healthy run's chance of such a
+    # streak by luck does not grow with its length (below).
     zero_reward_std_steps: int = 5
+    zero_reward_std_run: int = 20
     # Equal rewards in every group after the reward rose at least this much over its first steps is a solved
     # task (the reward saturated), not a collapse.
     saturation_min_gain: float = 0.05
@@ -65,7 +69,7 @@ class GuardSettings:
 
     def __post_init__(self) -> None:
         for name in ("baseline_steps", "clipped_explosion_steps", "zero_grad_steps", "zero_reward_std_steps",
-                     "no_update_steps"):
+                     "zero_reward_std_run", "no_update_steps"):
             _check_setting(self, name, lambda value: value >= 1, "at least 1")
         _check_setting(self, "max_skipped_steps", lambda value: value >= 0, "at least 0")
         for name in ("loss_explosion_factor", "early_loss_explosion_factor", "grad_explosion_factor"):
@@ -120,6 +124,7 @@ class Guard:
         self._saturated_since: int | None = None
         self._effective_steps = 0
         self._last_learning_rate: float | None = None
+        self.run_steps: int | None = None  # the run's planned length (the monitor sets it): the patience's scale
 
     def observe(self, step: int, metrics: dict[str, float]) -> Verdict | None:
         """Feed one optimizer step's metrics; returns a Verdict the first time the guard fires, else None.
@@ -267,7 +272,7 @@ class Guard:
             return None
         self._zero_reward_std_rewards.append(reward if reward is not None else math.nan)
         streak = self._zero_reward_std_rewards
-        if len(streak) < self.settings.zero_reward_std_steps:
+        if len(streak) < zero_reward_std_patience(self.settings, self.run_steps):
             return None
         before = self._rewards[: self.settings.baseline_steps]
         start = statistics.median(before) if before else None
@@ -311,6 +316,23 @@ class Guard:
             "that match none of the model's layers)"
         )
         return Verdict(Status.COLLAPSED, reason, step, "no_update")
+
+
+def zero_reward_std_patience(settings: GuardSettings, run_steps: int | None) -> int:
+    """How many steps in a row without reward spread stop a run of ``run_steps``: ``zero_reward_std_steps`` up to
+    ``zero_reward_std_run`` steps, one more for each doubling beyond.
+
+    Why: a healthy GRPO run whose steps each have no spread with probability p (a policy sure of most answers, 4
+    groups a step) hits a streak of k somewhere in n steps with probability about n * p**k * (1 - p). Kept at
+    its 20-step value for any n, k must grow by log(n / 20) / log(1 / p): one step per doubling holds it for every
+    p <= 0.5 (p = 0.5: 0.31 for 20 steps at k = 5, 0.29 for 600 at k = 10; p = 0.3: 0.034 and 0.002). A real collapse
+    stays collapsed: it is stopped a few steps later, never missed. The guard's other streak rules (zero grad
+    norms, skipped steps, clipped explosions, no update) count events a healthy run almost never has (none in the
+    steady and 600-step histories of tests/verdicts), so their patience keeps one value."""
+    base = settings.zero_reward_std_steps
+    if not run_steps or run_steps <= settings.zero_reward_std_run:
+        return base
+    return base + math.ceil(math.log2(run_steps / settings.zero_reward_std_run))
 
 
 def _reward_words(level: float, start: float | None, best: float | None, tolerance: float) -> str:
