@@ -69,7 +69,7 @@ def classify(short: dict[str, Any], long: dict[str, Any]) -> str:
 
 
 def run(trainers: list[str], configs: int, seeds: list[int], model: str, short: int, factor: int, workers: int,
-        echo=print) -> dict[str, Any]:
+        config_seed: int = 17, echo=print) -> dict[str, Any]:
     from bench import report
     from bench.reference import random_configs, shipped_space
     from tuner.inputs.models import resolve_model
@@ -78,7 +78,7 @@ def run(trainers: list[str], configs: int, seeds: list[int], model: str, short: 
     path = resolve_model(model)
     root = Path(tempfile.mkdtemp(prefix="bench-horizon-"))
     jobs = [(trainer, i, params, seed) for trainer in trainers
-            for i, params in enumerate(random_configs(shipped_space(trainer), configs, seed=17))
+            for i, params in enumerate(random_configs(shipped_space(trainer), configs, seed=config_seed))
             for seed in seeds]
     started = time.perf_counter()
 
@@ -102,6 +102,7 @@ def run(trainers: list[str], configs: int, seeds: list[int], model: str, short: 
         rows = list(pool.map(both, jobs))
     return {"command": None, "machine": report.machine(), "versions": report.versions(), "model": model,
             "short": short, "long": short * factor, "factor": factor, "seeds": seeds, "configs_per_trainer": configs,
+            "config_seed": config_seed,
             "seconds": round(time.perf_counter() - started), "runs": rows, "summary": summarize(rows)}
 
 
@@ -141,7 +142,8 @@ def forecast_again(data: dict[str, Any]) -> dict[str, Any]:
 def lines(data: dict[str, Any]) -> list[str]:
     out = [f"`{data.get('command')}` on {data['machine'].get('cpu')} ({data['machine'].get('cpus')} cores), "
            f"{data['machine'].get('date')}: {data['model']} model, {data['configs_per_trainer']} configs per trainer "
-           f"from the shipped spaces, seeds {data['seeds']}, {data['short']} steps and {data['long']} "
+           f"from the shipped spaces (config seed {data.get('config_seed', 17)}), seeds {data['seeds']}, {data['short']} "
+           f"steps and {data['long']} "
            f"({data['factor']}x); {data['seconds']} s.", "",
            "| trainer | runs | ok at the trial length | late failures (steps) | flagged at risk | recall | precision | outcomes |",
            "| --- | --- | --- | --- | --- | --- | --- | --- |"]
@@ -163,6 +165,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trainers", default=",".join(TRAINERS))
     parser.add_argument("--configs", type=int, default=4, help="configs per trainer (default %(default)s)")
     parser.add_argument("--seeds", default="0", help="comma-separated (default %(default)s)")
+    parser.add_argument("--config-seed", type=int, default=17,
+                        help="the RandomSampler's seed that draws the configs (default %(default)s: the set the "
+                             "forecast's thresholds were checked on; another seed draws a held-out set)")
     parser.add_argument("--model", default="tiny")
     parser.add_argument("--short", type=int, default=20, help="the trial length (default %(default)s)")
     parser.add_argument("--factor", type=int, default=25, help="the long run, in trial lengths (default %(default)s)")
@@ -177,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(lines(data)))
         return 0
     data = run(args.trainers.split(","), args.configs, [int(s) for s in args.seeds.split(",")], args.model,
-               args.short, args.factor, args.workers)
+               args.short, args.factor, args.workers, config_seed=args.config_seed)
     data["command"] = " ".join(["python -m bench.horizon", *(sys.argv[1:] if argv is None else argv)])
     Path(args.output).write_text(json.dumps(data, indent=0, default=str) + "\n")
     print("\n".join(lines(data)))

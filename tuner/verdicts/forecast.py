@@ -10,15 +10,16 @@ of those steps project for a run ``horizon`` steps long (the recommendation's ve
 Each rule reads one signal (tuner.trial.signals logs the first three; the trainer logs the others):
 
 - ``headroom``: the largest activation as a share of the compute dtype's range, growing geometrically: the
-  step where the fitted growth reaches 1.0 (overflow). Only float16 comes near; bfloat16 and float32 have the
-  range of float32.
+  step where the fitted growth reaches 1.0 (overflow), projected only from within 3 decades of it (HEADROOM_FLOOR).
+  Only float16 comes near; bfloat16 and float32 have the range of float32.
 - ``update_lost``: half-precision weights whose updates round away (the share of sampled weights a step left
   unchanged, at a learning rate still >= half its peak): training that stalls.
 - ``reward_spread`` (GRPO): the share of prompt groups without reward spread (``frac_reward_zero_std``)
   rising while the reward does not: the policy turning deterministic below the ceiling, GRPO's learning
   signal fading; the step where the fitted rise reaches every group (the guard's collapse).
 - ``grad_norm``: the gradient norm growing geometrically, steadily (not one spike), to 100x its early level
-  within the horizon: the path to a divergence.
+  within the horizon, or already sitting (the last third's median) at 10x its early level: the path to a
+  divergence.
 
 A rule fires only on a fitted trend that is steady (t-statistic >= MIN_T), large (a geometric one at least
 doubles over the steps it was fitted on) and projects the failure inside the horizon, so a noisy flat history
@@ -43,8 +44,13 @@ FINAL_NORM, HEAD = -1, -2  # tuner.trial.signals' headroom_site values that are 
 VERIFY_FACTOR = 25  # a long run is commonly 25-250x a trial's steps: the horizon a trial's forecast looks to
 MIN_T = 3.0  # a trend's slope over its standard error: steady, not one run's noise
 HEADROOM_NOW = 0.5  # a share of the dtype's range already this high is a risk without any trend
+# A geometric growth is projected over at most 3 decades: activations at 1e-36 of bfloat16's range growing 40% a
+# step do not reach its top near step 250 (bench/horizon.py: 5 of 5 such bf16 projections held 500 steps), they
+# level off. Only a share within 3 decades of the top (float16's: from ~65 up) is projected.
+HEADROOM_FLOOR = 1e-3
 LOST_SHARE = 0.5  # half the sampled weights unchanged by a step at >= half the peak learning rate
 GRAD_GROWTH = 100.0  # the gradient norm this many times its early level: on the way to a divergence
+GRAD_LEVEL = 10.0  # the last third's median gradient norm this many times its early level: a basin left behind
 GROWTH_SEEN = 2.0  # a geometric trend must at least double over the steps it is fitted on to be projected
 _MIN_POINTS = 4
 
@@ -99,6 +105,8 @@ def _headroom(rows, trainer, precision, horizon) -> Risk | None:
                                 f"{int(high[0])}: overflow is one spike away", None)
     step, share, site = points[-1]
     where = site_name(int(site)) if site is not None else "the model"
+    if share < HEADROOM_FLOOR:
+        return None
     fit = _fit([s for s, _, _ in recent], [math.log(v) for _, v, _ in recent])
     if not _growing(fit, recent[-1][0] - recent[0][0]):
         return None
@@ -168,6 +176,12 @@ def _grad_norm(rows, trainer, precision, horizon) -> Risk | None:
     late = points[len(points) // 3:]  # past the first steps' settling
     if len(late) < 2 * _MIN_POINTS:
         return None
+    last = points[-(len(points) // 3):]
+    level = sorted(v for _, v in last)[len(last) // 2]
+    if level >= GRAD_LEVEL * early:
+        return Risk("grad_norm", f"the gradient norm sits at {level / early:.0f}x its early level ({early:.3g} early, "
+                                 f"median {level:.3g} over the last {len(last)} steps): training left the basin it "
+                                 "started in, the path to a divergence", None)
     fit = _fit([s for s, _ in late], [math.log(v) for _, v in late])
     if not _growing(fit, late[-1][0] - late[0][0]):
         return None
