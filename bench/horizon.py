@@ -57,7 +57,12 @@ def _trial(trainer: str, params: dict[str, Any], model: str, steps: int, seed: i
                                            "progress_p_value", "learned", "risk", "risk_signal", "risk_step",
                                            "tokens_per_second")},
             "seconds": round(time.perf_counter() - started, 1),
-            "history": [{k: row[k] for k in KEEP if k in row} for row in result.history]}
+            "history": [{k: _short(row[k]) for k in KEEP if k in row} for row in result.history]}
+
+
+def _short(value):
+    """5 significant digits: the histories stay small enough to keep in the repository."""
+    return float(f"{value:.5g}") if isinstance(value, float) else value
 
 
 def classify(short: dict[str, Any], long: dict[str, Any]) -> str:

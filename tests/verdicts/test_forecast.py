@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tuner.verdicts.forecast import HEADROOM_NOW, MIN_T, evidence, forecast, horizon_steps
+from tuner.verdicts.forecast import HEADROOM_NOW, MIN_T, evidence, forecast, horizon_steps, stalling
 
 HERE = Path(__file__).parent
 LATE = json.loads((HERE / "late_overflow_history.json").read_text())
@@ -88,16 +88,17 @@ def test_grpo_reward_spread_fading_below_the_ceiling_is_a_collapse_ahead():
     assert not forecast(_fading(40, reward_rising=False), "dpo", "fp32", horizon_steps(40))
 
 
-def test_half_precision_updates_that_round_away_are_a_risk_only_for_half_weights():
+def test_half_precision_updates_that_round_away_are_a_note_for_half_weights_not_a_late_failure_risk():
+    # bench/horizon.py: a bf16-pure KTO config with 81% of its sampled weights unchanged a step learned 14x more
+    # over 500 steps than over 20: rounding is worth saying, but it did not foretell a failure
     rows = [{"step": s, "learning_rate": 1e-6, "update_lost": 0.8, "loss": 1.0} for s in range(1, 21)]
-    risks = forecast(rows, "sft", "bf16-pure", horizon_steps(20))
-    assert [r.signal for r in risks] == ["update_lost"] and "bfloat16 weights: 80%" in risks[0].message
-    assert not forecast(rows, "sft", "fp32", horizon_steps(20))
-    assert not forecast(rows, "sft", "bf16-mixed", horizon_steps(20))  # fp32 weights under autocast
+    assert not forecast(rows, "sft", "bf16-pure", horizon_steps(20))
+    assert "bfloat16 weights: 80%" in stalling(rows, "bf16-pure")
+    assert stalling(rows, "fp32") == "" and stalling(rows, "bf16-mixed") == ""  # fp32 weights under autocast
     # a schedule decaying to zero leaves late updates unchanged by design: only steps near the peak rate count
     decaying = [{**row, "learning_rate": 1e-4 * (1 - s / 20), "update_lost": 0.1 if s < 10 else 0.9}
                 for s, row in enumerate(rows, 1)]
-    assert not forecast(decaying, "sft", "bf16-pure", horizon_steps(20))
+    assert stalling(decaying, "bf16-pure") == ""
 
 
 def test_headroom_already_near_the_top_is_a_risk_and_says_where():
