@@ -371,15 +371,10 @@ def _num(value, spec: str = ".0f") -> str:
 
 def write_section(data: dict[str, Any], results: Path = RESULTS) -> None:
     """Put the section into RESULTS.md in place of the last one (or at its end)."""
-    text = results.read_text() if results.exists() else ""
-    new = "\n".join(section(data)) + "\n"
-    if SECTION in text:
-        before, _, after = text.partition(SECTION)
-        rest = after.split("\n## ", 1)
-        text = before + new + ("\n## " + rest[1] if len(rest) > 1 else "")
-    else:
-        text = text.rstrip("\n") + "\n\n" + new
-    results.write_text(text)
+    from bench.report import replace_section
+
+    title, *rest = section(data)
+    replace_section(results, title, rest[1:] if rest and rest[0] == "" else rest)
 
 
 def main(argv: list[str] | None = None) -> int:

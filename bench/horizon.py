@@ -12,7 +12,10 @@ own process: first ``--short`` steps (the search's trial), then, for each config
 
 - ``held``: ok to its last step, and learned if the short run learned;
 - ``failed late``: stopped by the guard (diverged, collapsed) or crashed after the short run's length;
-- ``regressed``: ok, but the short run learned and the long one did not (its last third no better than its start).
+- ``regressed``: ok, but the short run learned and the long one did not (its last third no better than its start);
+- ``failed early``: stopped within the trial's length (its learning-rate schedule spans the long run's steps).
+
+All but ``held`` count as failures of the long run.
 
 The forecast is the short run's own (``risk`` in its result: tuner.verdicts.forecast at the trial length, as the
 search sees it); none of these configs was used to set its rules, so all are held out. Recall: late failures
@@ -37,7 +40,8 @@ REPO = Path(__file__).resolve().parent.parent
 if __package__ in (None, ""):
     sys.path.insert(0, str(REPO))
 
-OUTPUT = REPO / "bench" / "horizon.json"
+OUTPUT = REPO / "bench" / "horizon.json.gz"  # per-step histories: gzip keeps them ~1/6 the size
+SECTION = "## Stable for how long: the forecast against runs 25x the trial (issue 33)"
 TRAINERS = ("grpo", "dpo", "kto", "reward", "sft")
 KEEP = ("step", "loss", "reward", "reward_std", "reward_groups", "frac_reward_zero_std", "grad_norm", "learning_rate",
         "headroom", "headroom_site", "weight_norm", "update_ratio", "update_lost", "loss_scale", "step_skipped",
@@ -63,6 +67,12 @@ def _trial(trainer: str, params: dict[str, Any], model: str, steps: int, seed: i
 def _short(value):
     """5 significant digits: the histories stay small enough to keep in the repository."""
     return float(f"{value:.5g}") if isinstance(value, float) else value
+
+
+# What a user who starts the long run from a config ok at the trial length meets: a failure. "failed early": the
+# long run failed within the trial's length, since its learning-rate schedule spans 25x the steps (a linear decay
+# over 500 steps is still near its peak at step 16, where the 20-step trial's had decayed).
+FAILED = ("failed late", "failed early", "regressed")
 
 
 def classify(short: dict[str, Any], long: dict[str, Any]) -> str:
@@ -116,7 +126,7 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
     precision on them."""
     def table(group: list[dict[str, Any]]) -> dict[str, Any]:
         ok = [r for r in group if r["long"] is not None]
-        late = [r for r in ok if r["outcome"] in ("failed late", "regressed")]
+        late = [r for r in ok if r["outcome"] in FAILED]
         flagged = [r for r in ok if r["short"].get("risk")]
         hits = [r for r in late if r["short"].get("risk")]
         return {"runs": len(group), "ok_at_trial_length": len(ok), "late_failures": len(late),
@@ -144,13 +154,34 @@ def forecast_again(data: dict[str, Any]) -> dict[str, Any]:
     return summarize(rows)
 
 
+def load(path: str | Path) -> dict[str, Any]:
+    """A recorded run, gzip'd (.gz) or not."""
+    import gzip
+
+    path = Path(path)
+    with (gzip.open(path, "rt") if path.suffix == ".gz" else path.open()) as f:
+        return json.load(f)
+
+
+def save(data: dict[str, Any], path: str | Path) -> None:
+    import gzip
+
+    path = Path(path)
+    text = json.dumps(data, separators=(",", ":"), default=str) + "\n"
+    if path.suffix == ".gz":
+        with gzip.open(path, "wt") as f:
+            f.write(text)
+    else:
+        path.write_text(text)
+
+
 def lines(data: dict[str, Any]) -> list[str]:
     out = [f"`{data.get('command')}` on {data['machine'].get('cpu')} ({data['machine'].get('cpus')} cores), "
            f"{data['machine'].get('date')}: {data['model']} model, {data['configs_per_trainer']} configs per trainer "
            f"from the shipped spaces (config seed {data.get('config_seed', 17)}), seeds {data['seeds']}, {data['short']} "
            f"steps and {data['long']} "
-           f"({data['factor']}x); {data['seconds']} s.", "",
-           "| trainer | runs | ok at the trial length | late failures (steps) | flagged at risk | recall | precision | outcomes |",
+           f"({data['factor']}x); {data['seconds']} s." + (f" Role: {data['role']}." if data.get("role") else ""), "",
+           "| trainer | runs | ok at the trial length | of those, failed in the long run (steps) | flagged at risk | recall | precision | outcomes |",
            "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for name, t in data["summary"].items():
         out.append(f"| {name} | {t['runs']} | {t['ok_at_trial_length']} | {t['late_failures']} "
@@ -178,18 +209,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--factor", type=int, default=25, help="the long run, in trial lengths (default %(default)s)")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--output", default=str(OUTPUT))
-    parser.add_argument("--render", metavar="JSON", help="print the summary of a recorded run (the forecast re-run "
-                                                         "offline on its short histories) and stop")
+    parser.add_argument("--render", metavar="JSON", nargs="+", help="print the summary of recorded runs (the "
+                        "forecast re-run offline on their short histories, with today's rules) and stop")
+    parser.add_argument("--results", metavar="MD", help="with --render: also put it into this RESULTS.md as the "
+                                                         "section " + SECTION.removeprefix("## "))
     args = parser.parse_args(argv)
     if args.render:
-        data = json.loads(Path(args.render).read_text())
-        data["summary"] = forecast_again(data)
-        print("\n".join(lines(data)))
+        out: list[str] = []
+        for path in args.render:
+            data = load(path)
+            data["summary"] = forecast_again(data)
+            out += [f"**`{Path(path).name}`**: " + lines(data)[0], *lines(data)[1:], ""]
+        print("\n".join(out))
+        if args.results:
+            from bench.report import replace_section
+
+            replace_section(Path(args.results), SECTION, out[:-1])
         return 0
     data = run(args.trainers.split(","), args.configs, [int(s) for s in args.seeds.split(",")], args.model,
                args.short, args.factor, args.workers, config_seed=args.config_seed)
     data["command"] = " ".join(["python -m bench.horizon", *(sys.argv[1:] if argv is None else argv)])
-    Path(args.output).write_text(json.dumps(data, indent=0, default=str) + "\n")
+    save(data, args.output)
     print("\n".join(lines(data)))
     print(f"wrote {args.output}")
     return 0

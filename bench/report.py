@@ -209,6 +209,20 @@ def render(results: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def replace_section(path: Path, title: str, lines: list[str]) -> None:
+    """Put a section (``title``, then ``lines``) into a Markdown file in place of its last version, or at its end:
+    the runs that are not part of ``python -m bench`` (bench/gpu.py, bench/horizon.py) write their own section."""
+    text = path.read_text() if path.exists() else ""
+    new = "\n".join([title, "", *lines]) + "\n"
+    if title in text:
+        before, _, after = text.partition(title)
+        rest = after.split("\n## ", 1)
+        text = before + new + ("\n## " + rest[1] if len(rest) > 1 else "")
+    else:
+        text = text.rstrip("\n") + "\n\n" + new
+    path.write_text(text)
+
+
 # -- the real model's shape (bench/real_model.py) ---------------------------------------------------
 
 REAL_MODEL_JSON = REPO / "bench" / "real_model.json"
