@@ -153,5 +153,5 @@ def test_a_long_run_at_the_ceiling_reads_as_much_progress_as_its_first_twenty_st
     short = judge_learning(adapter("grpo"), rows[:20])
     long = judge_learning(adapter("grpo"), rows)
     assert LONG_RUN < 500 and short.learned and long.learned
-    assert long.effect == pytest.approx(short.effect, rel=0.35) and long.effect > 0.5
+    assert long.effect == pytest.approx(short.effect, rel=0.35) and long.effect > 0.3
     assert long.effect > judge_learning(adapter("grpo"), rows[:LONG_RUN]).effect  # the 180-step rung's first tenth

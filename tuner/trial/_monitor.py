@@ -11,13 +11,11 @@ from typing import Any
 from transformers import TrainerCallback
 
 from tuner.config.trainers import Adapter
-from tuner.trial.signals import Signals
+from tuner.trial.signals import Signals, weight_sample
 from tuner.verdicts.guard import Guard, GuardSettings
 
 # Trainer's end-of-training summary arrives through on_log too; it is not a step.
 _SUMMARY_KEYS = {"train_runtime", "train_loss", "train_samples_per_second", "train_steps_per_second"}
-# How many values of each trainable tensor are kept to tell whether the optimizer moved it.
-_PARAM_SAMPLE = 4096
 
 
 class StepMonitor(TrainerCallback):
@@ -39,11 +37,8 @@ class StepMonitor(TrainerCallback):
 
     # -- weights moved? ----------------------------------------------------------------------
 
-    def _snapshot(self, model):
-        return [p.detach().reshape(-1)[:_PARAM_SAMPLE].float().clone() for p in model.parameters() if p.requires_grad]
-
     def _params_changed(self, model) -> float:
-        now = self._snapshot(model)
+        now = weight_sample(model)
         changed = any(not a.equal(b) for a, b in zip(self._initial, now))
         if changed:
             self._initial = None  # moved once is enough: the no-update rule has its answer
@@ -57,7 +52,7 @@ class StepMonitor(TrainerCallback):
         self.guard.max_grad_norm = args.max_grad_norm if args.max_grad_norm and args.max_grad_norm > 0 else None
         self.guard.run_steps = state.max_steps or None  # the patience of a streak rule scales with the run's length
         if model is not None:
-            self._initial = self._snapshot(model)
+            self._initial = weight_sample(model)
             if self.signals is not None:
                 self.signals.attach(model)
 

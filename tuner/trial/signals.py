@@ -31,9 +31,14 @@ from typing import Any
 from tuner.config.precision import PRECISIONS
 from tuner.verdicts.forecast import FINAL_NORM, HEAD
 
-__all__ = ["Signals"]
+__all__ = ["SAMPLE", "Signals", "weight_sample"]
 
-_SAMPLE = 4096  # values kept of each trainable tensor for update_ratio and update_lost
+SAMPLE = 4096  # values kept of each trainable tensor: update_ratio, update_lost, and the monitor's "moved?"
+
+
+def weight_sample(model) -> list[Any]:
+    """The first SAMPLE values of each trainable tensor, copied as float32: compared after a step to see what moved."""
+    return [p.detach().reshape(-1)[:SAMPLE].float().clone() for p in model.parameters() if p.requires_grad]
 
 
 class Signals:
@@ -92,7 +97,7 @@ class Signals:
         if not self.sampled(step) or model is None:
             return
         self._armed, self._seen = True, {}
-        self._before = [p.detach().reshape(-1)[:_SAMPLE].float().clone() for p in _trainable(model)]
+        self._before = weight_sample(model) if _trainable(model) else None
 
     def end_step(self, step: int, model) -> dict[str, float]:
         """After optimizer step ``step``: the readings of a sampled step (an empty dict otherwise)."""
@@ -111,7 +116,7 @@ class Signals:
             norms = torch._foreach_norm([p.detach() for p in trainable])
             values.append(torch.linalg.vector_norm(torch.stack([n.float() for n in norms])).reshape(1))
         if self._before is not None and trainable:
-            after = [p.detach().reshape(-1)[:_SAMPLE].float() for p in trainable]
+            after = [p.detach().reshape(-1)[:SAMPLE].float() for p in trainable]
             change = torch.cat([(a - b).abs() for a, b in zip(after, self._before)])
             size = torch.cat([b.abs() for b in self._before])
             values.append(torch.stack([change.mean() / size.mean().clamp_min(1e-30), (change == 0).float().mean()]))
