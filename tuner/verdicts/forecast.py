@@ -123,11 +123,11 @@ def stalling(history: list[dict[str, Any]], precision: str) -> str:
     sampled weights a step left unchanged, at a learning rate >= half its peak, at least LOST_SHARE). In
     bench/horizon.py's runs it did not foretell a failure or a stall: a KTO config in bf16-pure with 81% of its
     sampled weights unchanged a step learned 14x more over 500 steps than over 20. "" when there is nothing to say."""
-    risk = _update_lost([r for r in history if isinstance(r.get("step"), (int, float))], "", precision, 0)
+    risk = _update_lost([r for r in history if isinstance(r.get("step"), (int, float))], precision)
     return risk.message if risk is not None else ""
 
 
-def _update_lost(rows, trainer, precision, horizon) -> Risk | None:
+def _update_lost(rows, precision) -> Risk | None:
     weights = PRECISIONS[precision].weight_dtype
     if weights == "float32":
         return None
