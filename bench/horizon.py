@@ -45,7 +45,7 @@ SECTION = "## Stable for how long: the forecast against runs 25x the trial (issu
 TRAINERS = ("grpo", "dpo", "kto", "reward", "sft")
 KEEP = ("step", "loss", "reward", "reward_std", "reward_groups", "frac_reward_zero_std", "grad_norm", "learning_rate",
         "headroom", "headroom_site", "weight_norm", "update_ratio", "update_lost", "loss_scale", "step_skipped",
-        "kl", "entropy", "rewards/margins")
+        "kl", "entropy", "rewards/margins", "weights_fp16")
 
 
 def _trial(trainer: str, params: dict[str, Any], model: str, steps: int, seed: int, root: Path, name: str
@@ -148,10 +148,21 @@ def forecast_again(data: dict[str, Any]) -> dict[str, Any]:
     for r in data["runs"]:
         short = dict(r["short"])
         precision = r["params"].get("precision", "fp32")
-        risks = forecast(short["history"], r["trainer"], precision, horizon_steps(short["steps_run"] or 1))
+        risks = forecast(with_fp16_share(short["history"], r["params"]), r["trainer"], precision,
+                         horizon_steps(short["steps_run"] or 1))
         short["risk"] = str(risks[0]) if risks else ""
         rows.append({**r, "short": short})
     return summarize(rows)
+
+
+def with_fp16_share(history: list[dict[str, Any]], params: dict[str, Any]) -> list[dict[str, Any]]:
+    """Runs recorded before tuner.trial.signals read ``weights_fp16`` get it from their config, as the reading gives
+    it on the tiny model: 1.0 for an fp16-pure full fine-tune, 0 otherwise (PEFT keeps its adapters in float32; a
+    reward model's float16 score head is 0.2% of its trainable weights)."""
+    if any("weights_fp16" in row for row in history):
+        return history
+    share = 1.0 if params.get("precision") == "fp16-pure" and not params.get("use_peft") else 0.0
+    return [{**row, "weights_fp16": share} if "weight_norm" in row else row for row in history]
 
 
 def load(path: str | Path) -> dict[str, Any]:

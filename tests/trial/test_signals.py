@@ -93,3 +93,17 @@ def test_a_trial_logs_the_readings_on_its_sampled_steps_and_an_off_switch():
     assert all(0 < r < 1 for r in moved)  # an optimizer step at lr 1e-3 moves the weights a small share
     off = run_trial(TrialSpec(**{**spec.to_dict(), "signals_every": 0}))
     assert off.status == "ok" and not any("weight_norm" in row for row in off.history)
+
+
+@pytest.mark.parametrize("use_peft, share", [(False, 1.0), (True, 0.0)])
+def test_the_share_of_float16_trainable_weights_is_read_from_the_model(use_peft, share):
+    # fp16-pure loads the model in float16; PEFT keeps its adapters in float32 on it (the forecast's fp16_weights)
+    model = _model(dtype=torch.float16)
+    if use_peft:
+        from peft import LoraConfig, get_peft_model
+
+        model = get_peft_model(model, LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
+    signals = Signals("fp16-pure", every=1)
+    signals.begin_step(1, model)
+    readings = signals.end_step(1, model)
+    assert readings["weights_fp16"] == share

@@ -105,3 +105,14 @@ def test_headroom_already_near_the_top_is_a_risk_and_says_where():
     rows = [{"step": s, "headroom": HEADROOM_NOW + 0.1, "headroom_site": -2.0} for s in (1, 5, 10)]
     (risk,) = forecast(rows, "reward", "fp16-mixed", horizon_steps(10))
     assert "the head (logits)" in risk.message and "float16" in risk.message
+
+
+def test_float16_trainable_weights_are_a_risk_and_float32_adapters_are_not():
+    # bench/horizon.py: every fp16-pure full fine-tune ok at 20 steps failed by step 500 (5 of 5)
+    rows = [{"step": s, "loss": 1.0, "grad_norm": 1.0, **({"weights_fp16": 1.0} if s % 5 == 0 else {})}
+            for s in range(1, 21)]
+    (risk,) = forecast(rows, "reward", "fp16-pure", horizon_steps(20))
+    assert risk.signal == "fp16_weights" and "100% of the trainable weights are float16" in risk.message
+    # a LoRA adapter on a float16 model: PEFT keeps it in float32 (a reward model's score head is 0.2% float16)
+    adapters = [{**row, "weights_fp16": 0.002} if "weights_fp16" in row else row for row in rows]
+    assert not forecast(adapters, "reward", "fp16-pure", horizon_steps(20))

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.horizon import FAILED, forecast_again, load
+from bench.horizon import FAILED, forecast_again, load, with_fp16_share
 from tuner.verdicts.forecast import forecast, horizon_steps
 
 SETS = sorted((Path(__file__).resolve().parents[2] / "bench").glob("horizon-seed*.json.gz"))
@@ -32,7 +32,7 @@ def test_every_run_flagged_at_risk_failed_in_its_long_run(recorded):
         if run["long"] is None:
             continue
         short = run["short"]
-        risks = forecast(short["history"], run["trainer"], run["params"].get("precision", "fp32"),
+        risks = forecast(with_fp16_share(short["history"], run["params"]), run["trainer"], run["params"].get("precision", "fp32"),
                          horizon_steps(short["steps_run"]))
         if risks:
             assert run["outcome"] in FAILED, (run["trainer"], run["config"], str(risks[0]), run["outcome"])

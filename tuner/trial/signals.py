@@ -18,6 +18,10 @@ What each reading is (the forecast, tuner.verdicts.forecast, projects them):
   ``update_lost``: the share of that sample the step left exactly unchanged. With half-precision weights an
   update below half the dtype's resolution (bfloat16: 2^-8 of the weight) rounds away to nothing: training
   that does not train.
+- ``weights_fp16``: the share of the trainable weights stored in float16 (1.0 for an fp16-pure full fine-tune; a
+  PEFT adapter kept in float32 on a float16 model reads 0). Without a float32 master copy the weights and the
+  optimizer's moments live in float16: updates below its resolution round away, a squared gradient below 6e-8 is
+  0, and the forecast reads it as a risk of its own.
 
 Only grad-enabled forward passes are read (the training forward; not GRPO's sampling or reference passes, which
 run under no_grad), and only on sampled steps (the first, then every ``every``-th): one reduction per hooked
@@ -131,6 +135,7 @@ class Signals:
                 readings["headroom_logits"] = shares[sites.index(HEAD)]
         if trainable:
             readings["weight_norm"], flat = flat[0], flat[1:]
+            readings["weights_fp16"] = _fp16_share(trainable)
         if self._before is not None and trainable:
             readings["update_ratio"], readings["update_lost"] = flat[0], flat[1]
         self._seen, self._before = {}, None
@@ -141,6 +146,13 @@ def _trainable(model) -> list[Any]:
     """The trainable weights as plain tensors; none for sharded ones (FSDP2's DTensors), which are not read."""
     params = [p for p in model.parameters() if p.requires_grad]
     return [] if any(type(p.data).__name__ == "DTensor" for p in params) else params
+
+
+def _fp16_share(trainable: list[Any]) -> float:
+    import torch
+
+    total = sum(p.numel() for p in trainable)
+    return sum(p.numel() for p in trainable if p.dtype == torch.float16) / total if total else 0.0
 
 
 def _sites(model) -> list[tuple[int, Any]]:

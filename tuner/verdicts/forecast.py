@@ -15,6 +15,10 @@ Each rule reads one signal (tuner.trial.signals logs the headroom; the trainer l
 - ``reward_spread`` (GRPO): the share of prompt groups without reward spread (``frac_reward_zero_std``)
   rising while the reward does not: the policy turning deterministic below the ceiling, GRPO's learning
   signal fading; the step where the fitted rise reaches every group (the guard's collapse).
+- ``fp16_weights``: the trainable weights themselves in float16 (tuner.trial.signals' ``weights_fp16``: an fp16-pure
+  full fine-tune; a PEFT adapter, which PEFT keeps in float32, does not count), with no float32 master copy for
+  the optimizer. A level, not a trend: on bench/horizon.py's recorded runs every such config ok at 20 steps failed
+  by step 500 (5 of 5, at steps 30-260), where the other configs failed 3 times in 69.
 - ``grad_norm``: the gradient norm growing geometrically, steadily (not one spike), to 100x its early level
   within the horizon, or already sitting (the last third's median) at 10x its early level: the path to a
   divergence.
@@ -49,6 +53,7 @@ HEADROOM_NOW = 0.5  # a share of the dtype's range already this high is a risk w
 # level off. Only a share within 3 decades of the top (float16's: from ~65 up) is projected.
 HEADROOM_FLOOR = 1e-3
 LOST_SHARE = 0.5  # half the sampled weights unchanged by a step at >= half the peak learning rate
+FP16_SHARE = 0.5  # most trainable weights in float16: the optimizer works in float16 (a fp32 score head aside)
 GRAD_GROWTH = 100.0  # the gradient norm this many times its early level: on the way to a divergence
 GRAD_LEVEL = 10.0  # the last third's median gradient norm this many times its early level: a basin left behind
 GROWTH_SEEN = 2.0  # a geometric trend must at least double over the steps it is fitted on to be projected
@@ -57,7 +62,7 @@ _MIN_POINTS = 4
 
 @dataclass(frozen=True)
 class Risk:
-    signal: str  # headroom, reward_spread, grad_norm (update_lost: stalling()'s note)
+    signal: str  # headroom, fp16_weights, reward_spread, grad_norm (update_lost: stalling()'s note)
     message: str  # what, where, how fast, and when
     step: int | None = None  # the projected step of the failure, None: no step projected (already there)
 
@@ -71,7 +76,7 @@ def forecast(history: list[dict[str, Any]], trainer: str, precision: str, horizo
     rows = [row for row in history if isinstance(row.get("step"), (int, float))]
     if not rows:
         return []
-    risks = [risk for rule in (_headroom, _reward_spread, _grad_norm)
+    risks = [risk for rule in (_headroom, _fp16_weights, _reward_spread, _grad_norm)
              if (risk := rule(rows, trainer, precision, horizon)) is not None]
     return sorted(risks, key=lambda r: r.step if r.step is not None else 0)
 
@@ -142,6 +147,16 @@ def _update_lost(rows, precision) -> Risk | None:
         return None
     return Risk("update_lost", f"{weights} weights: {share:.0%} of the sampled weights are left unchanged by a step "
                                f"(updates below half of {weights}'s resolution round away): training may stall",
+                None)
+
+
+def _fp16_weights(rows, trainer, precision, horizon) -> Risk | None:
+    shares = [row["weights_fp16"] for row in rows if isinstance(row.get("weights_fp16"), (int, float))]
+    if not shares or max(shares) < FP16_SHARE:
+        return None
+    return Risk("fp16_weights", f"{max(shares):.0%} of the trainable weights are float16, with no float32 master "
+                                "copy: updates below float16's resolution round away and the optimizer's moments "
+                                "underflow; runs like this diverge late (fp16-mixed or bf16 keep float32 weights)",
                 None)
 
 
