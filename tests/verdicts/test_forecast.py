@@ -116,3 +116,12 @@ def test_float16_trainable_weights_are_a_risk_and_float32_adapters_are_not():
     # a LoRA adapter on a float16 model: PEFT keeps it in float32 (a reward model's score head is 0.2% float16)
     adapters = [{**row, "weights_fp16": 0.002} if "weights_fp16" in row else row for row in rows]
     assert not forecast(adapters, "reward", "fp16-pure", horizon_steps(20))
+
+
+def test_grpo_reward_spread_fading_at_the_rewards_best_is_the_task_solved():
+    # bench/horizon.py (config seed 37): rewards 0.25 -> 0.9 of a 1.0 ceiling, groups losing their spread because
+    # every completion is right; it held 500 steps. The same fading below the reward's best stays a risk.
+    rows = _fading(40, reward_rising=False)
+    solved = [{**row, "reward": min(1.0, 0.25 + 0.05 * row["step"]) - 0.02 * (row["step"] % 2)} for row in rows]
+    assert not forecast(solved, "grpo", "fp32", horizon_steps(40))
+    assert forecast(rows, "grpo", "fp32", horizon_steps(40))

@@ -54,6 +54,8 @@ HEADROOM_NOW = 0.5  # a share of the dtype's range already this high is a risk w
 HEADROOM_FLOOR = 1e-3
 LOST_SHARE = 0.5  # half the sampled weights unchanged by a step at >= half the peak learning rate
 FP16_SHARE = 0.5  # most trainable weights in float16: the optimizer works in float16 (a fp32 score head aside)
+SOLVED_MARGIN = 0.05  # a GRPO reward this close to its best, and this far above its start: solved (the guard's
+#                       saturation_min_gain)
 GRAD_GROWTH = 100.0  # the gradient norm this many times its early level: on the way to a divergence
 GRAD_LEVEL = 10.0  # the last third's median gradient norm this many times its early level: a basin left behind
 GROWTH_SEEN = 2.0  # a geometric trend must at least double over the steps it is fitted on to be projected
@@ -178,6 +180,16 @@ def _reward_spread(rows, trainer, precision, horizon) -> Risk | None:
     rising = _fit([s for s, _ in rewards], [r for _, r in rewards]) if len(rewards) >= _MIN_POINTS else None
     if rising is not None and rising.slope > 0 and rising.t >= 2.0:
         return None
+    # ... or already at its best: the last quarter's mean within SOLVED_MARGIN of the best step, having risen at
+    # least that much from the first quarter's: groups lose their spread because every completion is right (the
+    # guard's "reward saturated"). bench/horizon.py (config seed 37): a GRPO config at 0.9 of a 1.0 ceiling by
+    # step 16 was flagged without this, and held 500 steps.
+    every = [row[metric] for row in rows if isinstance(row.get(metric), (int, float))]
+    quarter = max(len(every) // 4, 1)
+    if every:
+        start, recent = sum(every[:quarter]) / quarter, sum(every[-quarter:]) / quarter
+        if recent >= max(every) - SOLVED_MARGIN and recent - start >= SOLVED_MARGIN:
+            return None
     now = fit.value(steps[-1])
     if now >= 1.0:
         return None  # already there: the guard's rule, not a forecast
