@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import yaml
@@ -185,6 +186,7 @@ def test_tuner_export_yaml_and_json_after_a_real_search(anchor, tmp_path, monkey
     # json is valid and says exactly what the YAML says, which is what the search recommended.
     assert json.loads(json_path.read_text()) == exported == anchor.outcome.trl_config
     assert yaml_path.read_text().startswith("# Recommended by tuner")
+    assert yaml_path.read_text().endswith("\n") and json_path.read_text().endswith("\n")  # a whole last line
 
     parsed = trl_parse("reward", yaml_path, tmp_path / "out")
     args, model_args = parsed[1], parsed[2]
@@ -206,6 +208,29 @@ def test_tuner_export_process_prints_yaml_to_stdout(anchor, tmp_path):
                           cwd=anchor.root, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert yaml.safe_load(done.stdout) == anchor.outcome.trl_config
+
+
+@pytest.mark.parametrize("source", ["search", "from"], ids=["search", "from-a-file-without-its-last-newline"])
+@pytest.mark.parametrize("fmt", ["yaml", "json"])
+def test_every_file_tuner_export_writes_ends_with_one_newline(fmt, source, tmp_path):
+    """A text file's last line ends with a newline: without it `cat` runs the shell's prompt onto the last line,
+    and diff and git flag the file. The files `tuner export -o` writes (tuner.cli._write_export): the config, and
+    the accelerate config beside it for a search of several ranks; of a search, and of a --from search whose file
+    had no last newline."""
+    from tuner.report import fix
+
+    search = search_json("reward", {"model_name_or_path": MODEL, "learning_rate": 1e-4}, {})
+    search["recommended"]["params"] = {"precision": "fp32", "learning_rate": 1e-4}
+    search["plan"] = {"ranks": 2}  # trials of 2 processes: an accelerate config is written beside the file
+    if source == "from":
+        text = fix.edit_text("model_name_or_path: tiny\nlearning_rate: 0.3", {}, {"learning_rate": 1e-4})
+        search["fix"] = {"source": "my.yaml", "trial0": "your config diverged at step 3", "changes": [],
+                         "summary": "1 change", "text": text}
+    written = cli._write_export(str(tmp_path / f"recommended.{fmt}"), search, "exp", "RUN", fmt)
+    assert [Path(path).name for path in written] == [f"recommended.{fmt}", "recommended.accelerate.yaml"]
+    for path in written:
+        text = Path(path).read_text()
+        assert text.endswith("\n") and not text.endswith("\n\n"), (path, text[-80:])
 
 
 # -- what the export leaves out, and the lengths it writes ---------------------------------------------------
