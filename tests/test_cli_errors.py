@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from test_space import USE_PEFT
-from test_space import VALID as SPACE  # a small valid grpo space; each space case breaks one thing in it
+from helpers import USE_PEFT_LINE
+from helpers import VALID_SPACE as SPACE  # a small valid grpo space; each space case breaks one thing in it
 
 from tuner import cli
 
@@ -99,7 +99,7 @@ CASES = [
     Case("space-condition-unknown-param", with_space(), "space.yaml: params.lora_r.when: condition on unknown "
          "parameter 'use_lora'", space("when: {use_peft: true}", "when: {use_lora: true}")),
     Case("space-condition-before-dependency", with_space(), "space.yaml: params.lora_r.when: 'use_peft' must be "
-         "declared before 'lora_r'", {"space.yaml": SPACE.replace(USE_PEFT, "") + USE_PEFT}),
+         "declared before 'lora_r'", {"space.yaml": SPACE.replace(USE_PEFT_LINE, "") + USE_PEFT_LINE}),
     Case("space-unknown-trainer", with_space(), "space.yaml: trainer: unknown trainer 'ppo'",
          space("trainer: grpo", "trainer: ppo")),
     Case("space-trainer-mismatch", with_space("--trainer", "dpo"), "space.yaml: trainer: the space is for 'grpo' but "

@@ -11,60 +11,15 @@ trial 0 running every key as written.
 
 from __future__ import annotations
 
-import contextlib
-import importlib
-import io
-import warnings
-from pathlib import Path
-
 import pytest
 import yaml
+from helpers import CURRENT_NAME, PUBLISHED, refreshed, trainer_of, trl_refuses
 
 from tuner.config import trl_config, trl_keys
 from tuner.errors import TunerError
 
-PUBLISHED = sorted((Path(__file__).parent / "published").glob("*.yaml"))
-# How a refreshed file writes a key TRL refuses: its current name (the rest are removed).
-CURRENT_NAME = {"torch_dtype": "dtype", "max_seq_length": "max_length", "warmup_ratio": "warmup_steps"}
 # Keys that are tuner's search inputs, precision or the run's plumbing: a trial sets them itself.
 INPUTS = {"model_name_or_path", "dataset_name", "reward_funcs", "dtype", "bf16", "fp16", "use_peft"}
-
-
-def trainer_of(path: Path) -> str:
-    (line,) = [line for line in path.read_text().splitlines() if line.startswith("# trl ")]
-    return line.split()[2]
-
-
-def trl_refuses(trainer: str, path: Path) -> list[str]:
-    """The keys ``trl <trainer> --config path`` refuses, found as TRL's CLI finds them: not a field of its
-    dataclasses, and not an option of ``accelerate launch`` (TRL's own ``accelerate_config`` aside)."""
-    from accelerate.commands.launch import launch_command_parser
-
-    parser = importlib.import_module(f"trl.scripts.{trainer}").make_parser()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        *_, remaining, _ = parser.parse_args_and_config(
-            ["--config", str(path), "--output_dir", "/tmp/unused", "--use_cpu", "true"],
-            return_remaining_strings=True, separate_remaining_strings=True)
-    refused = []
-    for flag, value in zip(remaining[::2], remaining[1::2]):
-        if flag == "--accelerate_config":
-            continue
-        with contextlib.redirect_stderr(io.StringIO()):
-            _, unknown = launch_command_parser().parse_known_args([flag, value, "train.py"])
-        if unknown:
-            refused.append(flag[2:])
-    return refused
-
-
-def refreshed(path: Path, folder: Path) -> Path:
-    """The file with each key TRL refuses written under its current name, or removed when it has none."""
-    raw = yaml.safe_load(path.read_text())
-    refused = set(trl_refuses(trainer_of(path), path))
-    new = {CURRENT_NAME.get(k, k): v for k, v in raw.items() if k not in refused or k in CURRENT_NAME}
-    out = folder / path.name
-    out.write_text(f"# trl {trainer_of(path)} --config {path.name}\n" + yaml.safe_dump(new, sort_keys=False))
-    return out
 
 
 def test_the_published_set_covers_every_trainer_and_what_users_meet():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import optuna
 import pytest
 import yaml
+from helpers import USE_PEFT_LINE, VALID_SPACE
 
 from tuner.config.space import check_param_names, load_space, parse_space
 from tuner.config.trainers import adapter
@@ -183,54 +184,42 @@ def test_without_precisions_on_a_space_without_precision():
 
 # -- errors name the file and the key path ------------------------------------------------------------------------
 
-VALID = """\
-trainer: grpo
-fixed:
-  max_completion_length: 8
-params:
-  precision: {type: categorical, choices: [fp32, bf16-mixed]}
-  learning_rate: {type: float, low: 1.0e-5, high: 1.0e-2, log: true}
-  use_peft: {type: categorical, choices: [true, false]}
-  lora_r: {type: categorical, choices: [4, 8], when: {use_peft: true}}
-"""
-USE_PEFT = "  use_peft: {type: categorical, choices: [true, false]}\n"
-
 BROKEN = [
     ("malformed-yaml", "trainer: grpo\nparams: {a: [1\n", "malformed YAML at line 3, column 1"),
-    ("duplicate-key", VALID + "  learning_rate: {type: float, low: 0.1, high: 0.2}\n",
+    ("duplicate-key", VALID_SPACE + "  learning_rate: {type: float, low: 0.1, high: 0.2}\n",
      "duplicate key 'learning_rate' at line 9, column 3; keep only one of them"),
     ("not-a-mapping", "- grpo\n", "a search space must be a YAML mapping"),
-    ("unknown-top-level-key", VALID.replace("fixed:", "fixd:"),
+    ("unknown-top-level-key", VALID_SPACE.replace("fixed:", "fixd:"),
      "fixd: unknown key; remove it or check its spelling (did you mean 'fixed'?)"),
-    ("unknown-param-key", VALID.replace("low: 1.0e-5", "lowx: 1.0e-5"),
+    ("unknown-param-key", VALID_SPACE.replace("low: 1.0e-5", "lowx: 1.0e-5"),
      "params.learning_rate.lowx: unknown key; remove it or check its spelling (did you mean 'low'?)"),
-    ("unknown-type", VALID.replace("type: float", "type: real"),
+    ("unknown-type", VALID_SPACE.replace("type: float", "type: real"),
      "params.learning_rate: type must be one of float, int, categorical, fixed"),
-    ("missing-trainer", VALID.replace("trainer: grpo\n", ""), "trainer: required key is missing"),
-    ("missing-bound", VALID.replace("high: 1.0e-2, ", ""), "params.learning_rate.high: required key is missing"),
-    ("wrong-type", VALID.replace("low: 1.0e-5", 'low: "abc"'),
+    ("missing-trainer", VALID_SPACE.replace("trainer: grpo\n", ""), "trainer: required key is missing"),
+    ("missing-bound", VALID_SPACE.replace("high: 1.0e-2, ", ""), "params.learning_rate.high: required key is missing"),
+    ("wrong-type", VALID_SPACE.replace("low: 1.0e-5", 'low: "abc"'),
      "params.learning_rate.low: Input should be a valid number, unable to parse string as a number (got 'abc')"),
-    ("low-above-high", VALID.replace("low: 1.0e-5", "low: 0.1"),
+    ("low-above-high", VALID_SPACE.replace("low: 1.0e-5", "low: 0.1"),
      "params.learning_rate: low must not exceed high, but got low=0.1, high=0.01"),
-    ("infinite-bound", VALID.replace("high: 1.0e-2", "high: .inf"),
+    ("infinite-bound", VALID_SPACE.replace("high: 1.0e-2", "high: .inf"),
      "params.learning_rate: low and high must be finite numbers"),
-    ("log-needs-positive-low", VALID.replace("low: 1.0e-5", "low: 0"),
+    ("log-needs-positive-low", VALID_SPACE.replace("low: 1.0e-5", "low: 0"),
      "params.learning_rate: log scale needs low > 0, but got low=0.0"),
-    ("int-step", VALID + "  per_device_train_batch_size: {type: int, low: 2, high: 8, step: 0}\n",
+    ("int-step", VALID_SPACE + "  per_device_train_batch_size: {type: int, low: 2, high: 8, step: 0}\n",
      "params.per_device_train_batch_size: step must be at least 1, but got step=0"),
-    ("empty-choices", VALID.replace("choices: [4, 8]", "choices: []"), "params.lora_r.choices: must not be empty"),
-    ("choice-not-a-scalar", VALID.replace("choices: [4, 8]", "choices: [{r: 4}]"),
+    ("empty-choices", VALID_SPACE.replace("choices: [4, 8]", "choices: []"), "params.lora_r.choices: must not be empty"),
+    ("choice-not-a-scalar", VALID_SPACE.replace("choices: [4, 8]", "choices: [{r: 4}]"),
      "params.lora_r.choices.0: must be a number, string, true/false, null or a list of strings (got {'r': 4})"),
-    ("param-not-a-mapping", VALID + "  beta: 0.1\n", "params.beta: must be a mapping of names to values (got 0.1)"),
+    ("param-not-a-mapping", VALID_SPACE + "  beta: 0.1\n", "params.beta: must be a mapping of names to values (got 0.1)"),
     ("no-params", "trainer: grpo\nparams: {}\n", "params: must not be empty"),
-    ("condition-on-unknown-param", VALID.replace("{use_peft: true}", "{use_lora: true}"),
+    ("condition-on-unknown-param", VALID_SPACE.replace("{use_peft: true}", "{use_lora: true}"),
      "params.lora_r.when: condition on unknown parameter 'use_lora'"),
-    ("condition-before-dependency", VALID.replace(USE_PEFT, "") + USE_PEFT,
+    ("condition-before-dependency", VALID_SPACE.replace(USE_PEFT_LINE, "") + USE_PEFT_LINE,
      "params.lora_r.when: 'use_peft' must be declared before 'lora_r'"),
-    ("unknown-trainer", VALID.replace("trainer: grpo", "trainer: ppo"),
+    ("unknown-trainer", VALID_SPACE.replace("trainer: grpo", "trainer: ppo"),
      "trainer: unknown trainer 'ppo'; choose one of grpo, dpo, kto, reward, sft"),
-    ("unknown-precision", VALID.replace("bf16-mixed]", "fp8]"), "params.precision: unknown precision 'fp8'"),
-    ("fixed-and-searched", VALID.replace("max_completion_length: 8", "max_completion_length: 8\n  learning_rate: 0.1"),
+    ("unknown-precision", VALID_SPACE.replace("bf16-mixed]", "fp8]"), "params.precision: unknown precision 'fp8'"),
+    ("fixed-and-searched", VALID_SPACE.replace("max_completion_length: 8", "max_completion_length: 8\n  learning_rate: 0.1"),
      "fixed.learning_rate: also declared under params; keep one"),
 ]
 
@@ -247,7 +236,7 @@ def test_errors_name_the_file_and_key_path(tmp_path, text, message):
 
 def test_trainer_mismatch_names_both(tmp_path):
     path = tmp_path / "x.yaml"
-    path.write_text(VALID)
+    path.write_text(VALID_SPACE)
     with pytest.raises(TunerError, match=r"x\.yaml: trainer: the space is for 'grpo' but --trainer is 'dpo'; pass "
                        "--trainer grpo"):
         load_space(path, "dpo")
@@ -268,7 +257,7 @@ def test_unknown_trainer_without_a_file():
     ("fixed", "max_completion_len", "max_completion_length"),
 ])
 def test_unknown_names_suggest_the_closest_field(section, name, suggestion):
-    space = parse_space(yaml.safe_load(VALID.replace(suggestion + ":", name + ":")), "x.yaml")
+    space = parse_space(yaml.safe_load(VALID_SPACE.replace(suggestion + ":", name + ":")), "x.yaml")
     with pytest.raises(TunerError, match=rf"^x\.yaml: {section}\.{name}: unknown parameter for grpo; did you mean "
                        rf"'{suggestion}'\?$"):
         check_param_names(space, adapter("grpo").config_fields())

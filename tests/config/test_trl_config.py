@@ -5,32 +5,13 @@ fewest changes (tuner.report.fix.edit_text): TRL's own parser reads both, nothin
 from __future__ import annotations
 
 import pytest
+from helpers import REWARD_HALF, read
 
 from tuner.config import trl_config
 from tuner.config.space import load_yaml
 from tuner.errors import TunerError
 from tuner.report import fix
 from tuner.search._neighbours import neighbours
-
-REWARD_HALF = """\
-# trl reward --config reward.yaml
-model_name_or_path: tiny
-dtype: float16       # "half" weights
-bf16: false
-use_peft: true
-lora_r: 8
-lora_target_modules: [all-linear]
-learning_rate: 2e-4
-per_device_train_batch_size: 2
-gradient_accumulation_steps: 32
-output_dir: out
-"""
-
-
-def read(tmp_path, text: str, trainer: str | None = None) -> trl_config.SourceConfig:
-    path = tmp_path / "my.yaml"
-    path.write_text(text)
-    return trl_config.read_config(path, trainer)
 
 
 @pytest.mark.parametrize(("lines", "precision"), [

@@ -101,15 +101,32 @@ def test_check_columns_names_what_is_missing():
     )
 
 
-def test_check_columns_accepts_any_listed_set():
+# Every column set each trainer lists, as (trainer, columns): e.g. DPO extracts the prompt from chosen/rejected
+# itself, SFT takes prompt/completion as well as text.
+LISTED_SETS = [(name, columns) for name, sets in REQUIRED_COLUMNS.items() for columns in sets]
+
+
+@pytest.mark.parametrize(("trainer", "columns"), LISTED_SETS,
+                         ids=[f"{name}-{'+'.join(columns)}" for name, columns in LISTED_SETS])
+def test_check_columns_accepts_any_listed_set(trainer, columns):
     from datasets import Dataset
 
-    # DPO extracts the prompt from chosen/rejected itself; SFT takes prompt/completion as well as text.
-    assert check_columns(Dataset.from_dict({"chosen": ["a b"], "rejected": ["a c"]}), adapter("dpo"), "x") is None
-    assert check_columns(Dataset.from_dict({"prompt": ["a"], "completion": [" b"]}), adapter("sft"), "x") is None
-    # ... and a set that is none of the listed ones is refused, naming what is missing
-    assert "x" in _error(check_columns, Dataset.from_dict({"chosen": ["a b"]}), adapter("dpo"), "x")
-    assert "x" in _error(check_columns, Dataset.from_dict({"prompt": ["a"]}), adapter("sft"), "x")
+    # exactly the set's columns, one row; a KTO label is a true/false, as check_columns asks
+    dataset = Dataset.from_dict({c: [True] if c in adapter(trainer).bool_columns else ["a b"] for c in columns})
+    check_columns(dataset, adapter(trainer), "x.jsonl")  # raises TunerError if it refuses the set
+
+
+@pytest.mark.parametrize(("trainer", "columns", "missing"), [
+    ("dpo", {"chosen": ["a b"]}, "missing: rejected"),  # the closest set is chosen/rejected
+    ("sft", {"prompt": ["a"]}, "missing: text"),  # prompt alone is no set; of the sets one column away, the first
+    ("kto", {"prompt": ["a"], "completion": [" b"]}, "missing: label"),
+])
+def test_check_columns_refuses_a_set_that_is_none_of_the_listed_ones(trainer, columns, missing):
+    from datasets import Dataset
+
+    message = _error(check_columns, Dataset.from_dict(columns), adapter(trainer), "x.jsonl")
+    assert message.startswith(f"x.jsonl: {trainer} needs columns ") and missing in message, message
+    assert "accepted column sets: " in message  # each of these trainers lists more than one
 
 
 def test_check_columns_wants_boolean_kto_labels():

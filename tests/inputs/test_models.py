@@ -1,10 +1,10 @@
 """tuner.inputs.models: the embedded tiny model (built for real, loaded with transformers) and --model resolution."""
 
-import threading
 import time
 from pathlib import Path
 
 import pytest
+from helpers import at_once
 
 from tuner.config.trainers import adapter
 from tuner.config.trainers import names as trainer_names
@@ -59,25 +59,6 @@ def test_tiny_model_build_is_reused(tiny):
     assert build_tiny_model(tiny) == tiny
     # A complete build is returned as is, not rewritten.
     assert (tiny / "model.safetensors").stat().st_mtime_ns == before
-
-
-def at_once(build, builders: int) -> list:
-    """``build()`` called from ``builders`` threads at once; what each returned (an error any raised fails)."""
-    results, errors = [], []
-
-    def one():
-        try:
-            results.append(build())
-        except Exception as error:  # noqa: BLE001 - collected and asserted below
-            errors.append(error)
-
-    threads = [threading.Thread(target=one) for _ in range(builders)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert not errors, errors
-    return results
 
 
 def test_concurrent_builders_leave_one_complete_build(tmp_path):

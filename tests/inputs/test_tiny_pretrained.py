@@ -10,6 +10,7 @@ claim must have held, and its code runs here end to end on the short build.
 import json
 
 import pytest
+from helpers import at_once
 
 from tuner.inputs._tiny_pretrained import (
     HEDGED_ANSWER,
@@ -54,8 +55,6 @@ def test_builds_are_deterministic_and_leave_torch_as_they_found_it(cache, tmp_pa
 
 
 def test_concurrent_builders_wait_for_one_build(tmp_path):
-    from test_models import at_once
-
     target = tmp_path / "shared"
     assert at_once(lambda: build_tiny_pretrained(target, max_steps=SHORT_STEPS), 2) == [target] * 2
     # One build and its lock file; no staging folder is left behind.

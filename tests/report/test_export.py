@@ -7,15 +7,14 @@ value we wrote is read back from the parsed config objects.
 
 from __future__ import annotations
 
-import importlib
 import json
 import subprocess
 import sys
-import warnings
 from pathlib import Path
 
 import pytest
 import yaml
+from helpers import cpu_flag, on_cpu, preference_rows, replay, trl_parse
 
 from tuner import cli
 from tuner.config.precision import PRECISIONS as PRECISION_ROWS
@@ -25,25 +24,6 @@ from tuner.verdicts import recommend
 
 TRAINERS = tuple(ADAPTERS)
 MODEL = "/models/tiny"  # TRL's parser does not open the model; any path reads back as written
-
-
-def on_cpu() -> bool:
-    import torch
-
-    return not torch.cuda.is_available()
-
-
-def trl_parse(trainer: str, path: Path, output_dir: Path, *extra: str):
-    """TRL's CLI parser on ``--config path``: (script args, trainer config, ModelConfig, dataset mixture)."""
-    parser = importlib.import_module(f"trl.scripts.{trainer}").make_parser()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", FutureWarning)  # transformers' deprecation notes about TRL's defaults
-        return parser.parse_args_and_config(["--config", str(path), "--output_dir", str(output_dir), *extra])
-
-
-def cpu_flag(config: dict) -> tuple[str, ...]:
-    # What the export's header tells a CPU user of a bf16: true file: add --use_cpu to the trl command.
-    return ("--use_cpu", "true") if config.get("bf16") and on_cpu() else ()
 
 
 def sampled_params(trainer: str, use_peft: bool, precision: str, seed: int) -> dict:
@@ -194,13 +174,6 @@ def test_recommend_of_nothing_is_none():
 # -- tuner export after a real search ---------------------------------------------------------
 
 
-@pytest.fixture(scope="session")
-def anchor(tmp_path_factory, tiny_model):
-    import test_search  # the anchor grid search, run once per session whichever file asks first
-
-    return test_search.anchor_search(tmp_path_factory)
-
-
 @pytest.mark.slow
 def test_tuner_export_yaml_and_json_after_a_real_search(anchor, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(anchor.root)  # the default --store ./mlflow is the search's store
@@ -213,6 +186,7 @@ def test_tuner_export_yaml_and_json_after_a_real_search(anchor, tmp_path, monkey
     # json is valid and says exactly what the YAML says, which is what the search recommended.
     assert json.loads(json_path.read_text()) == exported == anchor.outcome.trl_config
     assert yaml_path.read_text().startswith("# Recommended by tuner")
+    assert yaml_path.read_text().endswith("\n") and json_path.read_text().endswith("\n")  # a whole last line
 
     parsed = trl_parse("reward", yaml_path, tmp_path / "out")
     args, model_args = parsed[1], parsed[2]
@@ -234,6 +208,29 @@ def test_tuner_export_process_prints_yaml_to_stdout(anchor, tmp_path):
                           cwd=anchor.root, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert yaml.safe_load(done.stdout) == anchor.outcome.trl_config
+
+
+@pytest.mark.parametrize("source", ["search", "from"], ids=["search", "from-a-file-without-its-last-newline"])
+@pytest.mark.parametrize("fmt", ["yaml", "json"])
+def test_every_file_tuner_export_writes_ends_with_one_newline(fmt, source, tmp_path):
+    """A text file's last line ends with a newline: without it `cat` runs the shell's prompt onto the last line,
+    and diff and git flag the file. The files `tuner export -o` writes (tuner.cli._write_export): the config, and
+    the accelerate config beside it for a search of several ranks; of a search, and of a --from search whose file
+    had no last newline."""
+    from tuner.report import fix
+
+    search = search_json("reward", {"model_name_or_path": MODEL, "learning_rate": 1e-4}, {})
+    search["recommended"]["params"] = {"precision": "fp32", "learning_rate": 1e-4}
+    search["plan"] = {"ranks": 2}  # trials of 2 processes: an accelerate config is written beside the file
+    if source == "from":
+        text = fix.edit_text("model_name_or_path: tiny\nlearning_rate: 0.3", {}, {"learning_rate": 1e-4})
+        search["fix"] = {"source": "my.yaml", "trial0": "your config diverged at step 3", "changes": [],
+                         "summary": "1 change", "text": text}
+    written = cli._write_export(str(tmp_path / f"recommended.{fmt}"), search, "exp", "RUN", fmt)
+    assert [Path(path).name for path in written] == [f"recommended.{fmt}", "recommended.accelerate.yaml"]
+    for path in written:
+        text = Path(path).read_text()
+        assert text.endswith("\n") and not text.endswith("\n\n"), (path, text[-80:])
 
 
 # -- what the export leaves out, and the lengths it writes ---------------------------------------------------
@@ -284,22 +281,6 @@ def test_a_length_from_the_users_own_space_is_kept():
     assert config["max_length"] == 64
     assert info["lengths"] == [{"name": "max_length", "value": 64,
                                 "why": "your search space's fixed value (every trial ran with it)"}]
-
-
-def preference_rows(n: int) -> list[dict]:
-    """Pairs in the built-in data's words, far longer than the shipped reward space's max_length of 64."""
-    import random
-
-    from tuner.inputs._tiny_data import ANIMALS, COLOURS
-
-    rng = random.Random(0)
-    rows = []
-    for i in range(n):
-        words = 40 + (i * 7) % 110  # 40 .. 149 words: a spread of lengths to take a percentile of
-        rows.append({"prompt": f"do you like the {rng.choice(COLOURS)} {rng.choice(ANIMALS)}",
-                     "chosen": " yes good " + " ".join(rng.choice(COLOURS) for _ in range(words)),
-                     "rejected": " no bad " + " ".join(rng.choice(ANIMALS) for _ in range(words))})
-    return rows
 
 
 def token_lengths(rows: list[dict], model: str) -> list[int]:
@@ -380,12 +361,10 @@ def test_export_of_a_real_cpu_search_on_the_users_data_loads_in_trl_without_harn
         return (params["precision"] == "fp32" and not params["use_peft"] and 3e-4 <= params["learning_rate"] <= 3e-3
                 and params["per_device_train_batch_size"] * params["gradient_accumulation_steps"] <= 16)
 
-    import test_search
-
-    seed = next(s for s in range(2000) if learns(test_search.replay(prepared.space, "random", s, 1)[0]))
+    seed = next(s for s in range(2000) if learns(replay(prepared.space, "random", s, 1)[0]))
     prepared.options.seed = seed  # the random sampler's first draw for this seed is that config
     outcome = search.run_search(prepared, echo=lambda line: None)
-    assert outcome.records[0]["params"] == test_search.replay(prepared.space, "random", seed, 1)[0]
+    assert outcome.records[0]["params"] == replay(prepared.space, "random", seed, 1)[0]
     assert outcome.recommended is not None, outcome.records
 
     out = tmp_path / "recommended.yaml"

@@ -6,7 +6,7 @@ written here; tests/search/test_from_config.py runs the same answer on real sear
 from __future__ import annotations
 
 import pytest
-from test_trl_config import REWARD_HALF, read
+from helpers import REWARD_HALF, read
 
 from tuner.report import fix
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from helpers import CONFIRM_SPACE
 
 from tuner.search import _extend as extend
 from tuner.search import driver as search
@@ -93,13 +94,11 @@ def test_default_budget_fits_two_rungs_of_the_default_search():
     assert budget >= 4 * 60 + 2 * 180  # the best 4 of 12 at 60 steps, then the best 2 of those at 180
 
 
-# The reward model at learning rates that learn clearly within 12 steps (test_search's confirmation space); a 4-step
+# The reward model at learning rates that learn clearly within 12 steps (helpers.CONFIRM_SPACE); a 4-step
 # rung can show no learning at all (the judgement needs tuner.verdicts.learning.MIN_STEPS = 6 values), so only a longer rung
 # can recommend.
 def longer_space() -> str:
-    import test_search
-
-    return test_search.CONFIRM_SPACE
+    return CONFIRM_SPACE
 
 
 def run_in(root, **options) -> tuple[search.SearchOutcome, list[str]]:

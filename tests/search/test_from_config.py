@@ -12,8 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from test_export import cpu_flag, trl_parse
-from test_search import run_search_in
+from helpers import cpu_flag, run_search_in, trl_parse
 
 from tuner.config import trl_config
 from tuner.config.space import load_yaml

@@ -15,7 +15,7 @@ from pathlib import Path
 import optuna
 import pytest
 import yaml
-from test_published_configs import PUBLISHED, refreshed, trainer_of
+from helpers import PUBLISHED, refreshed, trainer_of
 
 from tuner import cli
 from tuner.errors import TunerError

@@ -24,20 +24,13 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import SFT_SPACE  # the cheapest real trials: SFT on the tiny model, batch 2, 32 tokens
 
 from tuner.records import Status
 from tuner.report.progress import Progress, resume_command
 from tuner.stores import tracking
 from tuner.trial._files import MetricsTail
 
-# The cheapest real trials (tests/search/test_reliability.py's space): SFT on the tiny model, batch 2, 32 tokens.
-SPACE = """trainer: sft
-fixed:
-  max_length: 32
-  per_device_train_batch_size: 2
-params:
-  learning_rate: {type: categorical, choices: [1.0e-4, 2.0e-4, 3.0e-4]}
-"""
 STEPS = 40
 # Every step of these trials takes at least SLOW_STEP_S longer (the TUNER_FAULT=slow hook), so a trial runs for
 # 10 s or more however fast the machine is: long enough to be seen running, never so long that a slow one drags.
@@ -283,7 +276,7 @@ def test_search_streams_running_trials_to_mlflow_and_the_log(tmp_path, tiny_mode
     for name, value in SLOW.items():
         monkeypatch.setenv(name, value)
     monkeypatch.setattr(Progress, "live_every", 1.0)  # the non-terminal status line, often enough to see here
-    (tmp_path / "space.yaml").write_text(SPACE)
+    (tmp_path / "space.yaml").write_text(SFT_SPACE)
     store = tmp_path / "mlflow"
     seen: list[tuple[str, str, int]] = []
     stop = threading.Event()
@@ -337,7 +330,7 @@ def test_search_streams_running_trials_to_mlflow_and_the_log(tmp_path, tiny_mode
 
 @pytest.mark.slow
 def test_interrupted_search_says_what_is_kept_and_how_to_resume(tmp_path, tiny_model):
-    (tmp_path / "space.yaml").write_text(SPACE)
+    (tmp_path / "space.yaml").write_text(SFT_SPACE)
     store, db = tmp_path / "S", tmp_path / "S" / "mlflow.db"
     args = [sys.executable, "-m", "tuner.cli", "search", "--trainer", "sft", "--search-space",
             str(tmp_path / "space.yaml"), "--sampler", "grid", "--trials", "3", "--max-steps", str(STEPS),

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from helpers import run_search_in
 
 from tuner.config.space import load_space, parse_space
 from tuner.config.trainers import adapter
@@ -99,8 +100,6 @@ def test_cpu_trials_are_bounded_by_cpus_and_host_memory(tmp_path, tiny_model):
 @pytest.mark.slow
 def test_a_config_too_big_for_the_machine_is_recorded_not_run(tmp_path, tiny_model):
     """A real search: a batch of a million sequences cannot fit in host RAM; the other config runs."""
-    from test_search import run_search_in
-
     space = """\
 trainer: sft
 fixed: {use_peft: false, max_length: 64, precision: fp32}

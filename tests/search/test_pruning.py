@@ -6,6 +6,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pytest
+from helpers import run_search_in, runs_of
 
 from tuner.config.space import parse_space
 from tuner.records import Status, new_record
@@ -92,8 +93,6 @@ def test_a_trial_far_behind_at_a_rung_is_pruned_there_whatever_the_timing(tmp_pa
     """Grid order, one at a time: a learning rate that learns finishes first; one 100000x smaller is judged at the
     first rung (step 10 of 40) by its figures there and stopped: pruned at step 10 exactly, never recorded from
     a later step or from its end, and the search goes on."""
-    from test_search import run_search_in, runs_of
-
     for name, value in TIMINGS[timing].items():
         monkeypatch.setenv(name, value)
     space = """\

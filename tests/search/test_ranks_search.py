@@ -15,9 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from test_ranks import rank_processes
-from test_reliability import expected_exit_code, kill_session, wait_for
-from test_reliability import spawn as spawn  # noqa: F401 - the fixture, used by name
+from helpers import expected_exit_code, kill_session, preference_rows, rank_processes, wait_for
 
 from tuner import cli
 
@@ -30,8 +28,6 @@ SPACE = {"trainer": "reward", "fixed": {"precision": "fp32", "use_peft": False, 
 
 
 def test_a_two_process_search_judges_records_and_exports_a_launchable_config(tmp_path, tiny_model, monkeypatch):
-    from test_export import preference_rows
-
     from tuner.stores import tracking
 
     rows = preference_rows(96)
@@ -95,7 +91,7 @@ def _marked_ranks(mark: str) -> list[int]:
 
 
 def test_a_killed_driver_leaves_no_rank_running_and_the_search_resumes_with_its_ranks(tmp_path, tiny_model,
-                                                                                      spawn):  # noqa: F811
+                                                                                      spawn):
     mark = f"ranks-{uuid.uuid4().hex}"
     tuner = str(Path(sys.executable).with_name("tuner"))
     store = tmp_path / "mlflow"

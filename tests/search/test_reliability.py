@@ -22,18 +22,22 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.request
 from pathlib import Path
 
 import psutil
 import pytest
+from helpers import (
+    SEARCH_TIMEOUT,
+    Spawner,
+    expected_exit_code,
+    kill_session,
+    output_of,
+    session_members,
+    wait_for,
+)
 
 pytestmark = pytest.mark.slow
-
-# Generous: one short search takes about 2 minutes on a 2-core machine that other test suites load too
-# (most of it is Ray starting and each Ray worker importing torch and TRL once).
-SEARCH_TIMEOUT = 480
 
 # The cheapest real search: SFT on the tiny model, batch 2, 32 tokens, and a grid over learning rates only,
 # so every trial is "ok", takes seconds, and the trial numbers map to known params.
@@ -48,91 +52,6 @@ params:
 
 
 # -- processes ---------------------------------------------------------------------------------------------
-
-
-def _session_members(sid: int) -> list[psutil.Process]:
-    members = []
-    for process in psutil.process_iter(["status"]):
-        try:
-            if os.getsid(process.pid) == sid and process.info["status"] != psutil.STATUS_ZOMBIE:
-                members.append(process)
-        except (ProcessLookupError, PermissionError, psutil.Error):
-            continue
-    return members
-
-
-def kill_session(sid: int) -> None:
-    """SIGKILL every live process of the session ``sid`` (one we started with start_new_session)."""
-    for _ in range(5):
-        members = _session_members(sid)
-        if not members:
-            return
-        for process in members:
-            with contextlib.suppress(psutil.Error):
-                process.kill()
-        psutil.wait_procs(members, timeout=10)
-
-
-class Spawner:
-    """Starts commands in their own session with output in a log file; kills every session at the end."""
-
-    def __init__(self, folder: Path):
-        self.folder = folder
-        self.started: list[tuple[subprocess.Popen, Path]] = []
-
-    def start(self, args: list[str], name: str, cwd: Path | None = None,
-              env: dict[str, str] | None = None) -> subprocess.Popen:
-        log = self.folder / f"{name}.log"
-        with log.open("ab") as out:
-            process = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                       cwd=cwd or self.folder, env={**os.environ, **(env or {})},
-                                       start_new_session=True)
-        process.log = log  # type: ignore[attr-defined]
-        self.started.append((process, log))
-        return process
-
-    def run(self, args: list[str], name: str, timeout: float = SEARCH_TIMEOUT, **kwargs) -> tuple[int, str]:
-        """Run to the end (killed with its whole session after ``timeout``): (exit code, output)."""
-        process = self.start(args, name, **kwargs)
-        try:
-            code = process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            kill_session(process.pid)
-            pytest.fail(f"{name} still running after {timeout:.0f}s; output:\n{output_of(process)[-4000:]}")
-        return code, output_of(process)
-
-    def cleanup(self) -> None:
-        for process, _ in reversed(self.started):
-            kill_session(process.pid)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                process.wait(10)
-
-
-def output_of(process: subprocess.Popen) -> str:
-    return process.log.read_text(errors="replace")  # type: ignore[attr-defined]
-
-
-@pytest.fixture
-def spawn(tmp_path):
-    spawner = Spawner(tmp_path)
-    yield spawner
-    spawner.cleanup()
-
-
-def wait_for(condition, what: str, timeout: float = SEARCH_TIMEOUT, process: subprocess.Popen | None = None,
-             interval: float = 1.0):
-    """Poll ``condition`` until it returns something truthy; fail if ``process`` exits first or time runs out."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        if process is not None and process.poll() is not None:
-            pytest.fail(f"waiting for {what}: the process exited with {process.returncode} first; output:\n"
-                        f"{output_of(process)[-4000:]}")
-        time.sleep(interval)
-    tail = f"; output:\n{output_of(process)[-4000:]}" if process is not None else ""
-    pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}{tail}")
 
 
 def free_port() -> int:
@@ -240,14 +159,6 @@ def load_search(uri: str, experiment: str):
     from tuner.stores.tracking import load_search as load
 
     return load(uri, experiment)
-
-
-def expected_exit_code(search: dict) -> int:
-    """The rule (README "Exit codes"): 0 when a config was recommended, 3 when some trial was ok but none
-    qualified, 4 when no trial was ok."""
-    if search["recommended"] is not None:
-        return 0
-    return 3 if any(r["status"] == "ok" for r in search["trials"]) else 4
 
 
 def descendants(pid: int) -> dict[int, float]:
@@ -416,7 +327,7 @@ def test_driver_killed_mid_search_resumes_same_run_keeping_finished_trials(sampl
     finally:
         kill_all(started)  # if the test fails, leave nothing behind either
     kill_session(driver.pid)
-    assert not _session_members(driver.pid)
+    assert not session_members(driver.pid)
     in_flight = optuna_params(store / "optuna.db", running_optuna_trials(store / "optuna.db"))
     before = trials_with_a_verdict(db, "r1")
     assert 2 <= len(before) < 5
@@ -444,7 +355,7 @@ def test_driver_killed_mid_search_resumes_same_run_keeping_finished_trials(sampl
     assert code == expected_exit_code(load_search(local_uri(store), "r1")[1]), out[-4000:]
     # a search that ends normally leaves no Ray process either
     try:
-        wait_for(lambda: not _session_members(resume.pid) and not still_running(resumed_started),
+        wait_for(lambda: not session_members(resume.pid) and not still_running(resumed_started),
                  "the resumed search's Ray processes to end", timeout=60)
     finally:
         kill_all(resumed_started)
@@ -677,7 +588,7 @@ class RayNode:
         self.process, self.temp_dir = process, temp_dir
 
     def raylet(self) -> psutil.Process:
-        return next(p for p in _session_members(self.process.pid) if p.name() == "raylet")
+        return next(p for p in session_members(self.process.pid) if p.name() == "raylet")
 
     def node_id(self) -> str:
         flag = next(a for a in self.raylet().cmdline() if a.startswith("--node_id="))
@@ -686,7 +597,7 @@ class RayNode:
     def trial_processes(self) -> set[int]:
         """PIDs of the trials running on this node now: the children of a trial forkserver."""
         running = set()
-        for process in _session_members(self.process.pid):
+        for process in session_members(self.process.pid):
             with contextlib.suppress(psutil.Error):
                 if "multiprocessing.forkserver" in " ".join(process.cmdline()):
                     running.update(child.pid for child in process.children())

@@ -2,7 +2,8 @@
 tiny local model; and, without training, how Optuna is told about unstable trials.
 
 Every search runs in its own folder (its ./mlflow store, Optuna study and Ray results live there). The
-anchor grid from the issue runs once per session and is shared with tests/report/test_export.py.
+anchor grid from the issue runs once per session: the ``anchor`` fixture (tests/conftest.py), which
+tests/report/test_export.py uses too.
 """
 
 from __future__ import annotations
@@ -12,11 +13,11 @@ import math
 import statistics
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import CONFIRM_SPACE, Finished, mlflow_client, replay, run_search_in, runs_of
 
 from tuner.config.space import parse_space
 from tuner.records import Status
@@ -24,18 +25,6 @@ from tuner.search import driver as search
 from tuner.search._sampling import constraint_of, make_sampler, tell
 from tuner.stores import tracking
 from tuner.verdicts import recommend
-
-# The issue's anchor: the reward trainer on {fp16-pure, bf16-pure, fp32} x {1e-4, 0.3}.
-ANCHOR_SPACE = """\
-trainer: reward
-fixed:
-  per_device_train_batch_size: 8
-  use_peft: false
-  max_length: 64
-params:
-  precision: {type: categorical, choices: [fp16-pure, bf16-pure, fp32]}
-  learning_rate: {type: categorical, choices: [1.0e-4, 0.3]}
-"""
 
 # Every point blows up (fp16 weights at a large step size): nothing can be recommended. learning_rate is a
 # float so the random sampler has something to draw.
@@ -52,65 +41,6 @@ params:
 
 # MLflow keeps an infinity as the largest float (tracking._metric_value); NaN as NaN.
 LARGEST_FLOAT = 1.7976931348623157e308
-
-
-@dataclass
-class Finished:
-    root: Path  # the working directory the search ran in; ./mlflow is its store
-    experiment: str
-    prepared: search.Prepared
-    outcome: search.SearchOutcome
-    echoed: list[str]
-
-    def by_params(self, **wanted) -> dict[str, Any]:
-        (found,) = [r for r in self.outcome.records if all(r["params"][k] == v for k, v in wanted.items())]
-        return found
-
-
-def run_search_in(root: Path, space: str | None = None, **options) -> Finished:
-    """A real search through the Python API, run in ``root`` (so ./mlflow and ./mlflow/ray land there)."""
-    root.mkdir(parents=True, exist_ok=True)
-    if space is not None:
-        (root / "space.yaml").write_text(space)
-        options["search_space"] = str(root / "space.yaml")
-    options.setdefault("experiment", "test")
-    echoed: list[str] = []
-    with pytest.MonkeyPatch.context() as mp:
-        mp.chdir(root)
-        prepared = search.prepare(search.SearchOptions(store=str(root / "mlflow"), **options))
-        outcome = search.run_search(prepared, echo=echoed.append)
-    return Finished(root, options["experiment"], prepared, outcome, echoed)
-
-
-_SHARED: dict[str, Finished] = {}
-
-
-def anchor_search(tmp_path_factory) -> Finished:
-    """The anchor grid, once per session (tests/report/test_export.py calls this too)."""
-    if "anchor" not in _SHARED:
-        _SHARED["anchor"] = run_search_in(
-            tmp_path_factory.mktemp("anchor"), ANCHOR_SPACE, trainer="reward", sampler="grid",
-            max_steps=20,  # the issue's budget; fp16-pure at 0.3 breaks within the first few steps
-            confirm_seeds=1, confirm_top=4,  # erratic lr-0.3 configs rank high on progress; deeper candidates back them up
-            experiment="anchor",
-        )
-    return _SHARED["anchor"]
-
-
-@pytest.fixture(scope="session")
-def anchor(tmp_path_factory, tiny_model) -> Finished:
-    return anchor_search(tmp_path_factory)
-
-
-def mlflow_client(finished: Finished):
-    return tracking.client(finished.prepared.tracking_uri)
-
-
-def runs_of(finished: Finished, kind: str):
-    client = mlflow_client(finished)
-    experiment = client.get_experiment_by_name(finished.experiment)
-    return client.search_runs([experiment.experiment_id], filter_string=f"tags.`tuner.kind` = '{kind}'",
-                              max_results=1000)
 
 
 def non_finite(value: float) -> bool:
@@ -226,24 +156,6 @@ def sampled_by_number(finished: Finished) -> dict[int, dict[str, Any]]:
 
 def verdicts_by_number(finished: Finished) -> dict[int, tuple]:
     return {r["number"]: (r["status"], r["stopped_at_step"], r["reason"]) for r in finished.outcome.records}
-
-
-def replay(space, sampler: str, seed: int, n: int, told: list[dict[str, Any]] | None = None):
-    """What the search's proposer (tuner.search._sampling.Proposer: the sampler, staged for tpe) proposes for ``space``
-    with ``seed``, asked n times with no training; with ``told``, each proposal is answered with that trial's
-    recorded outcome, as the search answered it."""
-    import optuna
-
-    from tuner.search._sampling import Proposer
-
-    study = optuna.create_study(sampler=make_sampler(sampler, seed, n), direction="maximize")
-    proposer = Proposer(study, space, sampler, n)
-    proposed = {}
-    for i in range(n):
-        trial, proposed[i] = proposer.ask()
-        if told is not None:
-            proposer.tell(trial, {**told[i], "params": proposed[i]})
-    return proposed
 
 
 @pytest.fixture(scope="module")
@@ -544,18 +456,6 @@ def test_free_slots_confirm_the_best_so_far_then_the_final_candidates_each_run_o
     while (job := other.next([trial(5, 300.0), trial(6, 900.0), trial(7, 800.0)], final=True)) is not None:
         late.append(handed(job))
     assert late == [(6, 1), (6, 2), (7, 1), (7, 2)] and len(early) + len(late) == other.most_runs
-
-
-CONFIRM_SPACE = """\
-trainer: reward
-fixed:
-  per_device_train_batch_size: 8
-  use_peft: false
-  max_length: 64
-  precision: fp32
-params:
-  learning_rate: {type: categorical, choices: [1.0e-3, 2.0e-3]}
-"""
 
 
 @pytest.mark.slow

@@ -32,15 +32,13 @@ from pathlib import Path
 
 import psutil
 import pytest
+from helpers import CONFIRM_SPACE, SFT_SPACE
 
 # Before the fix the driver waited 60 s for the GCS that the signal had killed, then Ray ended it with exit code 1.
 # Measured since: 0.2 to 2 s on a loaded 2-core machine; a driver stuck in a Ray call is ended by its watcher thread
 # after tuner.stores.interrupts.ANSWER_WITHIN_S (5 s).
 EXIT_WITHIN_S = 30
 SEARCH_TIMEOUT_S = 480  # a whole short search on a 2-core machine other suites load too: about 2 minutes, often less
-
-# The cheapest real trials: SFT on the tiny model, batch 2, 32 tokens, three learning rates (test_live's space).
-from test_live import SPACE as SFT_SPACE  # noqa: E402
 
 # -- processes --------------------------------------------------------------------------------------------------
 
@@ -292,9 +290,7 @@ def test_sigterm_to_the_group_during_trials_then_resume(searches, tmp_path):
 @pytest.mark.slow
 def test_sigterm_to_the_group_during_confirmation_then_resume(searches, tmp_path):
     space, store, trials = tmp_path / "space.yaml", tmp_path / "S", 2
-    import test_search
-
-    space.write_text(test_search.CONFIRM_SPACE)  # trials that learn in 8 steps: the best one gets a confirmation run
+    space.write_text(CONFIRM_SPACE)  # trials that learn in 8 steps: the best one gets a confirmation run
     # only the confirmation run (seed 1) is slowed: it is still running when the test looks
     search = searches(search_args(space, store, trials, 8, "--confirm-seeds", "1", "--confirm-top", "1"),
                       env={"TUNER_FAULT": "slow@1", "TUNER_FAULT_WHEN": "seed=1"})

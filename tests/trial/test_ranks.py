@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import rank_processes
 
 from tuner.trial import TrialSpec, run_trial, run_trial_isolated
 from tuner.trial._faults import FAULT_ENV, FAULT_WHEN_ENV
@@ -22,23 +23,6 @@ GRPO = {"learning_rate": 0.05, "per_device_train_batch_size": 8, "num_generation
 
 def _rank_results(workdir: Path) -> dict[int, dict]:
     return {int(p.stem[4:]): json.loads(p.read_text())["result"] for p in workdir.glob("rank[0-9]*.json")}
-
-
-def rank_processes(marker: bytes, where: str = "cmdline") -> list[int]:
-    """Live rank processes (tuner.trial._rank) whose command line (or ``where="environ"``: environment) holds
-    ``marker``; a zombie has ended and is not counted."""
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            if b"tuner.trial._rank" not in (entry / "cmdline").read_bytes() or marker not in (entry / where).read_bytes():
-                continue
-            if (entry / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
-                pids.append(int(entry.name))
-        except OSError:
-            continue
-    return pids
 
 
 def _rank_pids(workdir: Path) -> list[int]:

@@ -50,7 +50,7 @@ def _run_in(spec: TrialSpec, workdir: Path, metrics_path) -> TrialResult:
     from tuner.inputs import data, models, rewards
     from tuner.trial._monitor import StepMonitor
     from tuner.trial.signals import Signals
-    from tuner.trial.trainer import build_trainer
+    from tuner.trial.trainer import build_trainer, trained_quietly
 
     started = time.perf_counter()
     reset_peak_memory()
@@ -86,7 +86,8 @@ def _run_in(spec: TrialSpec, workdir: Path, metrics_path) -> TrialResult:
         if "RANK" in os.environ:  # a rank (tuner.trial.ranks): its log says what kind of job it is part of
             print(f"rank {os.environ.get('RANK')} of {os.environ['WORLD_SIZE']}: "
                   f"{trainer.accelerator.distributed_type.value}, fsdp: {trainer.is_fsdp_enabled}", flush=True)
-        trainer.train()
+        with trained_quietly():  # no FutureWarning for TRL's own calls to transformers' renamed methods
+            trainer.train()
     except Exception as e:  # noqa: BLE001 - any training failure is this trial's outcome, not the search's
         result.status = Status.OOM if is_oom(e) else Status.CRASHED
         result.reason = describe_exception(e)

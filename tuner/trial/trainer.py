@@ -5,7 +5,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import warnings
 from typing import Any
 
 from tuner.config import precision as precisions
@@ -80,7 +82,8 @@ def build_trainer(entry: Adapter, model_path: str, params: dict[str, Any], datas
                   peft_config=peft_config, callbacks=callbacks)
     if entry.uses_reward_funcs:
         kwargs["reward_funcs"] = reward_funcs
-    built = getattr(trl, entry.trainer_class)(**kwargs)
+    with trained_quietly():  # PEFT reads the renamed is_gradient_checkpointing as it wraps the model for LoRA
+        built = getattr(trl, entry.trainer_class)(**kwargs)
     # With tqdm off, Trainer prints every log dict; tuner reports progress itself.
     built.remove_callback(PrinterCallback)
     return built
@@ -90,6 +93,24 @@ def build_trainer(entry: Adapter, model_path: str, params: dict[str, Any], datas
 # TRL's configs still declare the old ones, gradient_checkpointing defaulting to True.
 RENAMED_ARGS = (("gradient_checkpointing", "activation_checkpointing"),
                 ("gradient_checkpointing_kwargs", "activation_checkpointing_kwargs"))
+
+# transformers 5 renamed the model's methods too, and TRL (1.16) and PEFT (0.21) still call the old ones: TRL while
+# it trains, around every generation (GRPO: trl.models.utils._unwrap_model_for_generation) and every reference pass
+# (DPO, KTO: disable_gradient_checkpointing), whether checkpointing is on or not; PEFT as it wraps a model for LoRA
+# (PeftModel reads is_gradient_checkpointing). Each warns "`...` is deprecated and will be removed in v6" in the
+# trial's log about a call neither tuner nor its user makes; trained_quietly ignores exactly these three while a
+# trial's trainer is built and while it trains. Any other FutureWarning still shows.
+LIBRARY_CALLS_TO_RENAMED = r"`(is_gradient_checkpointing|gradient_checkpointing_enable|gradient_checkpointing_disable)` " \
+                           r"is deprecated"
+
+
+@contextlib.contextmanager
+def trained_quietly():
+    """While a trial's trainer is built and trains: TRL's and PEFT's own calls to transformers' renamed checkpointing
+    methods warn nothing (the warnings filters are restored after)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=LIBRARY_CALLS_TO_RENAMED, category=FutureWarning)
+        yield
 
 
 def current_names(config_type, args: dict[str, Any]) -> dict[str, Any]:

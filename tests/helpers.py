@@ -1,0 +1,388 @@
+"""What several test files share: search spaces, config files, searches run through the Python API, TRL's own
+parser, and the processes of end-to-end tests. Test modules import from here (``from helpers import ...``: tests/ is on
+sys.path as pytest's rootdir-relative "prepend" import mode puts it there for tests/conftest.py), never from one
+another; fixtures that several files use (``anchor``, ``spawn``) are in tests/conftest.py.
+
+Only the standard library, pytest, PyYAML and psutil are imported here at the top: the pure-logic tests that import
+this module do not pay for torch, TRL, Ray or MLflow, which each helper imports when it is called.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import psutil
+import pytest
+import yaml
+
+if TYPE_CHECKING:
+    from tuner.config import trl_config
+    from tuner.search import driver
+
+TESTS = Path(__file__).resolve().parent
+
+# -- search spaces ---------------------------------------------------------------------------------------------------
+
+# The issue's anchor: the reward trainer on {fp16-pure, bf16-pure, fp32} x {1e-4, 0.3}.
+ANCHOR_SPACE = """\
+trainer: reward
+fixed:
+  per_device_train_batch_size: 8
+  use_peft: false
+  max_length: 64
+params:
+  precision: {type: categorical, choices: [fp16-pure, bf16-pure, fp32]}
+  learning_rate: {type: categorical, choices: [1.0e-4, 0.3]}
+"""
+
+# The reward model at learning rates that learn clearly within 8 to 12 steps (the anchor grid's fp32 cell): a search
+# of it recommends, so a confirmation run or a longer rung follows.
+CONFIRM_SPACE = """\
+trainer: reward
+fixed:
+  per_device_train_batch_size: 8
+  use_peft: false
+  max_length: 64
+  precision: fp32
+params:
+  learning_rate: {type: categorical, choices: [1.0e-3, 2.0e-3]}
+"""
+
+# The cheapest real trials: SFT on the tiny model, batch 2, 32 tokens, three learning rates that all train cleanly.
+SFT_SPACE = """trainer: sft
+fixed:
+  max_length: 32
+  per_device_train_batch_size: 2
+params:
+  learning_rate: {type: categorical, choices: [1.0e-4, 2.0e-4, 3.0e-4]}
+"""
+
+# A small valid grpo space: each bad-space case (tests/config/test_space.py, tests/test_cli_errors.py) breaks one
+# thing in it.
+VALID_SPACE = """\
+trainer: grpo
+fixed:
+  max_completion_length: 8
+params:
+  precision: {type: categorical, choices: [fp32, bf16-mixed]}
+  learning_rate: {type: float, low: 1.0e-5, high: 1.0e-2, log: true}
+  use_peft: {type: categorical, choices: [true, false]}
+  lora_r: {type: categorical, choices: [4, 8], when: {use_peft: true}}
+"""
+USE_PEFT_LINE = "  use_peft: {type: categorical, choices: [true, false]}\n"  # VALID_SPACE's line that lora_r depends on
+
+
+# -- searches through the Python API ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Finished:
+    root: Path  # the working directory the search ran in; ./mlflow is its store
+    experiment: str
+    prepared: driver.Prepared
+    outcome: driver.SearchOutcome
+    echoed: list[str]
+
+    def by_params(self, **wanted) -> dict[str, Any]:
+        (found,) = [r for r in self.outcome.records if all(r["params"][k] == v for k, v in wanted.items())]
+        return found
+
+
+def run_search_in(root: Path, space: str | None = None, **options) -> Finished:
+    """A real search through the Python API, run in ``root`` (so ./mlflow and ./mlflow/ray land there)."""
+    from tuner.search import driver
+
+    root.mkdir(parents=True, exist_ok=True)
+    if space is not None:
+        (root / "space.yaml").write_text(space)
+        options["search_space"] = str(root / "space.yaml")
+    options.setdefault("experiment", "test")
+    echoed: list[str] = []
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(root)
+        prepared = driver.prepare(driver.SearchOptions(store=str(root / "mlflow"), **options))
+        outcome = driver.run_search(prepared, echo=echoed.append)
+    return Finished(root, options["experiment"], prepared, outcome, echoed)
+
+
+def mlflow_client(finished: Finished):
+    from tuner.stores import client
+
+    return client(finished.prepared.tracking_uri)
+
+
+def runs_of(finished: Finished, kind: str):
+    """The search's MLflow runs tagged ``tuner.kind`` = ``kind`` ("search" or "trial")."""
+    client = mlflow_client(finished)
+    experiment = client.get_experiment_by_name(finished.experiment)
+    return client.search_runs([experiment.experiment_id], filter_string=f"tags.`tuner.kind` = '{kind}'",
+                              max_results=1000)
+
+
+def replay(space, sampler: str, seed: int, n: int, told: list[dict[str, Any]] | None = None):
+    """What the search's proposer (tuner.search._sampling.Proposer: the sampler, staged for tpe) proposes for ``space``
+    with ``seed``, asked n times with no training; with ``told``, each proposal is answered with that trial's
+    recorded outcome, as the search answered it."""
+    import optuna
+
+    from tuner.search._sampling import Proposer, make_sampler
+
+    study = optuna.create_study(sampler=make_sampler(sampler, seed, n), direction="maximize")
+    proposer = Proposer(study, space, sampler, n)
+    proposed = {}
+    for i in range(n):
+        trial, proposed[i] = proposer.ask()
+        if told is not None:
+            proposer.tell(trial, {**told[i], "params": proposed[i]})
+    return proposed
+
+
+# -- TRL's own parser, and the files users hand it -------------------------------------------------------------------
+
+
+def on_cpu() -> bool:
+    import torch
+
+    return not torch.cuda.is_available()
+
+
+def trl_parse(trainer: str, path: Path, output_dir: Path, *extra: str):
+    """TRL's CLI parser on ``--config path``: (script args, trainer config, ModelConfig, dataset mixture)."""
+    import importlib
+    import warnings
+
+    parser = importlib.import_module(f"trl.scripts.{trainer}").make_parser()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # transformers' deprecation notes about TRL's defaults
+        return parser.parse_args_and_config(["--config", str(path), "--output_dir", str(output_dir), *extra])
+
+
+def cpu_flag(config: dict) -> tuple[str, ...]:
+    # What the export's header tells a CPU user of a bf16: true file: add --use_cpu to the trl command.
+    return ("--use_cpu", "true") if config.get("bf16") and on_cpu() else ()
+
+
+def preference_rows(n: int) -> list[dict]:
+    """Pairs in the built-in data's words, far longer than the shipped reward space's max_length of 64."""
+    import random
+
+    from tuner.inputs._tiny_data import ANIMALS, COLOURS
+
+    rng = random.Random(0)
+    rows = []
+    for i in range(n):
+        words = 40 + (i * 7) % 110  # 40 .. 149 words: a spread of lengths to take a percentile of
+        rows.append({"prompt": f"do you like the {rng.choice(COLOURS)} {rng.choice(ANIMALS)}",
+                     "chosen": " yes good " + " ".join(rng.choice(COLOURS) for _ in range(words)),
+                     "rejected": " no bad " + " ".join(rng.choice(ANIMALS) for _ in range(words))})
+    return rows
+
+
+# A hand-written `trl reward --config` file: a LoRA reward model in fp16 ("half") weights with large gradient
+# accumulation, docs/failures.md's first row.
+REWARD_HALF = """\
+# trl reward --config reward.yaml
+model_name_or_path: tiny
+dtype: float16       # "half" weights
+bf16: false
+use_peft: true
+lora_r: 8
+lora_target_modules: [all-linear]
+learning_rate: 2e-4
+per_device_train_batch_size: 2
+gradient_accumulation_steps: 32
+output_dir: out
+"""
+
+
+def read(tmp_path: Path, text: str, trainer: str | None = None) -> trl_config.SourceConfig:
+    """``text`` written to tmp_path/my.yaml and read as `tuner search --from` reads it."""
+    from tuner.config import trl_config
+
+    path = tmp_path / "my.yaml"
+    path.write_text(text)
+    return trl_config.read_config(path, trainer)
+
+
+# tests/config/published/: published `trl <trainer> --config` files, each with its source and commit in a comment.
+PUBLISHED = sorted((TESTS / "config" / "published").glob("*.yaml"))
+# How a refreshed file writes a key TRL refuses: its current name (the rest are removed).
+CURRENT_NAME = {"torch_dtype": "dtype", "max_seq_length": "max_length", "warmup_ratio": "warmup_steps"}
+
+
+def trainer_of(path: Path) -> str:
+    (line,) = [line for line in path.read_text().splitlines() if line.startswith("# trl ")]
+    return line.split()[2]
+
+
+def trl_refuses(trainer: str, path: Path) -> list[str]:
+    """The keys ``trl <trainer> --config path`` refuses, found as TRL's CLI finds them: not a field of its
+    dataclasses, and not an option of ``accelerate launch`` (TRL's own ``accelerate_config`` aside)."""
+    import importlib
+    import io
+    import warnings
+
+    from accelerate.commands.launch import launch_command_parser
+
+    parser = importlib.import_module(f"trl.scripts.{trainer}").make_parser()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        *_, remaining, _ = parser.parse_args_and_config(
+            ["--config", str(path), "--output_dir", "/tmp/unused", "--use_cpu", "true"],
+            return_remaining_strings=True, separate_remaining_strings=True)
+    refused = []
+    for flag, value in zip(remaining[::2], remaining[1::2]):
+        if flag == "--accelerate_config":
+            continue
+        with contextlib.redirect_stderr(io.StringIO()):
+            _, unknown = launch_command_parser().parse_known_args([flag, value, "train.py"])
+        if unknown:
+            refused.append(flag[2:])
+    return refused
+
+
+def refreshed(path: Path, folder: Path) -> Path:
+    """The file with each key TRL refuses written under its current name, or removed when it has none."""
+    raw = yaml.safe_load(path.read_text())
+    refused = set(trl_refuses(trainer_of(path), path))
+    new = {CURRENT_NAME.get(k, k): v for k, v in raw.items() if k not in refused or k in CURRENT_NAME}
+    out = folder / path.name
+    out.write_text(f"# trl {trainer_of(path)} --config {path.name}\n" + yaml.safe_dump(new, sort_keys=False))
+    return out
+
+
+# -- processes -------------------------------------------------------------------------------------------------------
+
+# Generous: one short search takes about 2 minutes on a 2-core machine that other test suites load too
+# (most of it is Ray starting and each Ray worker importing torch and TRL once).
+SEARCH_TIMEOUT = 480
+
+
+def session_members(sid: int) -> list[psutil.Process]:
+    members = []
+    for process in psutil.process_iter(["status"]):
+        try:
+            if os.getsid(process.pid) == sid and process.info["status"] != psutil.STATUS_ZOMBIE:
+                members.append(process)
+        except (ProcessLookupError, PermissionError, psutil.Error):
+            continue
+    return members
+
+
+def kill_session(sid: int) -> None:
+    """SIGKILL every live process of the session ``sid`` (one we started with start_new_session)."""
+    for _ in range(5):
+        members = session_members(sid)
+        if not members:
+            return
+        for process in members:
+            with contextlib.suppress(psutil.Error):
+                process.kill()
+        psutil.wait_procs(members, timeout=10)
+
+
+class Spawner:
+    """Starts commands in their own session with output in a log file; kills every session at the end (the
+    ``spawn`` fixture of tests/conftest.py)."""
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+        self.started: list[tuple[subprocess.Popen, Path]] = []
+
+    def start(self, args: list[str], name: str, cwd: Path | None = None,
+              env: dict[str, str] | None = None) -> subprocess.Popen:
+        log = self.folder / f"{name}.log"
+        with log.open("ab") as out:
+            process = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                       cwd=cwd or self.folder, env={**os.environ, **(env or {})},
+                                       start_new_session=True)
+        process.log = log  # type: ignore[attr-defined]
+        self.started.append((process, log))
+        return process
+
+    def run(self, args: list[str], name: str, timeout: float = SEARCH_TIMEOUT, **kwargs) -> tuple[int, str]:
+        """Run to the end (killed with its whole session after ``timeout``): (exit code, output)."""
+        process = self.start(args, name, **kwargs)
+        try:
+            code = process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            kill_session(process.pid)
+            pytest.fail(f"{name} still running after {timeout:.0f}s; output:\n{output_of(process)[-4000:]}")
+        return code, output_of(process)
+
+    def cleanup(self) -> None:
+        for process, _ in reversed(self.started):
+            kill_session(process.pid)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(10)
+
+
+def output_of(process: subprocess.Popen) -> str:
+    return process.log.read_text(errors="replace")  # type: ignore[attr-defined]
+
+
+def wait_for(condition, what: str, timeout: float = SEARCH_TIMEOUT, process: subprocess.Popen | None = None,
+             interval: float = 1.0):
+    """Poll ``condition`` until it returns something truthy; fail if ``process`` exits first or time runs out."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        if process is not None and process.poll() is not None:
+            pytest.fail(f"waiting for {what}: the process exited with {process.returncode} first; output:\n"
+                        f"{output_of(process)[-4000:]}")
+        time.sleep(interval)
+    tail = f"; output:\n{output_of(process)[-4000:]}" if process is not None else ""
+    pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}{tail}")
+
+
+def expected_exit_code(search: dict) -> int:
+    """The rule (README "Exit codes"): 0 when a config was recommended, 3 when some trial was ok but none
+    qualified, 4 when no trial was ok."""
+    if search["recommended"] is not None:
+        return 0
+    return 3 if any(r["status"] == "ok" for r in search["trials"]) else 4
+
+
+def rank_processes(marker: bytes, where: str = "cmdline") -> list[int]:
+    """Live rank processes (tuner.trial._rank) whose command line (or ``where="environ"``: environment) holds
+    ``marker``; a zombie has ended and is not counted."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if b"tuner.trial._rank" not in (entry / "cmdline").read_bytes() or marker not in (entry / where).read_bytes():
+                continue
+            if (entry / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+                pids.append(int(entry.name))
+        except OSError:
+            continue
+    return pids
+
+
+def at_once(build, builders: int) -> list:
+    """``build()`` called from ``builders`` threads at once; what each returned (an error any raised fails)."""
+    results, errors = [], []
+
+    def one():
+        try:
+            results.append(build())
+        except Exception as error:  # noqa: BLE001 - collected and asserted below
+            errors.append(error)
+
+    threads = [threading.Thread(target=one) for _ in range(builders)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors, errors
+    return results
