@@ -4,9 +4,12 @@ can be used before anything runs, its lock, the client, and a search's experimen
 from __future__ import annotations
 
 import contextlib
+import importlib.metadata
+import importlib.util
 import os
 import tempfile
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -14,6 +17,18 @@ from tuner.errors import TunerError
 from tuner.stores import _empty_store as empty_store
 
 DEFAULT_STORE = Path("mlflow")  # relative to where tuner runs, like ./mlruns for plain MLflow
+
+# The URI schemes MLflow's tracking-store registry registers (mlflow.tracking._tracking_service.utils,
+# _register_tracking_stores, read in MLflow 3.17). They are written out because no public MLflow API lists them:
+# the registry is private, and the public ways to ask (MlflowClient(uri), mlflow.set_tracking_uri and a first call)
+# build the store, which connects to a database or creates one. "" is a plain path (a file store). MLflow also
+# registers "databricks-uc" and "uc", only to refuse them as tracking URIs: they are left out, so they fail here.
+BUILT_IN_SCHEMES = frozenset({"", "file", "databricks", "http", "https"})
+# SQLAlchemy's engines (mlflow.store.db.db_types.DATABASE_ENGINES), registered when SQLAlchemy is installed; a
+# driver may follow the engine: postgresql+psycopg2.
+DATABASE_ENGINES = ("postgresql", "mysql", "sqlite", "mssql")
+# Tracking-store plugins: packages add a scheme under this public entry-point group (MLflow's plugin docs).
+PLUGIN_GROUP = "mlflow.tracking_store"
 
 
 def default_tracking_uri(store: Path = DEFAULT_STORE) -> str:
@@ -61,21 +76,32 @@ def check_tracking(uri: str, store: Path = DEFAULT_STORE) -> None:
 
 
 def check_tracking_scheme(uri: str) -> None:
-    """An unknown --tracking-uri scheme otherwise fails inside MLflow after Ray has started. MLflow's store registry
-    is private; its public ways to ask (``MlflowClient(uri)``, ``mlflow.set_tracking_uri`` and a first call) build
-    the store, which connects to a database or creates one: this asks the registry which scheme it knows, and
-    nothing is written."""
-    if uri.startswith(("http://", "https://", "sqlite:///", "file:")):
-        return
-    from mlflow.tracking._tracking_service.utils import _tracking_store_registry
-
-    try:
-        _tracking_store_registry.get_store_builder(uri)
-    except Exception:  # noqa: BLE001 - MLflow raises its own exception types for an unsupported scheme
+    """An unknown --tracking-uri scheme otherwise fails inside MLflow after Ray has started. The URI's scheme, as
+    MLflow reads it, is looked up in MLflow's schemes (BUILT_IN_SCHEMES, DATABASE_ENGINES) and its plugins'; nothing
+    is built or written."""
+    if not _mlflow_knows(_scheme(uri)):
         raise TunerError(
             f"--tracking-uri {uri}: MLflow cannot use this kind of URI; pass http(s)://HOST:PORT of a tracking "
             "server or sqlite:///PATH/mlflow.db, or drop --tracking-uri to use the local store"
-        ) from None
+        )
+
+
+def _scheme(uri: str) -> str:
+    """The scheme MLflow picks a tracking store by (mlflow.utils.uri.get_uri_scheme): the bare names databricks,
+    databricks-uc and uc are schemes themselves; a one-letter scheme is a Windows drive, so a path."""
+    if uri in ("databricks", "databricks-uc", "uc"):
+        return uri
+    scheme = urllib.parse.urlparse(uri).scheme
+    return "" if len(scheme) == 1 and scheme.isalpha() else scheme
+
+
+def _mlflow_knows(scheme: str) -> bool:
+    if scheme.startswith(DATABASE_ENGINES):  # MLflow's rule: ENGINE or ENGINE+DRIVER, nothing else
+        engine, _, driver = scheme.partition("+")
+        return engine in DATABASE_ENGINES and "+" not in driver and importlib.util.find_spec("sqlalchemy") is not None
+    if scheme in BUILT_IN_SCHEMES:
+        return True
+    return scheme in {e.name for e in importlib.metadata.entry_points(group=PLUGIN_GROUP)}
 
 
 @contextlib.contextmanager
