@@ -239,7 +239,7 @@ def run(*, trainer: str = "grpo", trials: int = 2, max_steps: int = 2, seed: int
 
     from bench import report
     from tuner.search.driver import SearchOptions, prepare, run_search
-    from tuner.stores.tracking import client
+    from tuner.stores.mlflow_store import client
 
     started = time.perf_counter()
     machine = report.machine()

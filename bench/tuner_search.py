@@ -25,7 +25,7 @@ def run_tuner_search(trainer: str, search_space: str | None, sampler: str, max_s
                      trials: int | None = None, seed: int = 0, confirm_seeds: int | None = None) -> dict[str, Any]:
     """``confirm_seeds`` None keeps tuner's default (the top candidates re-run on more seeds)."""
     from tuner.search.driver import SearchOptions, prepare, run_search
-    from tuner.stores.tracking import client
+    from tuner.stores.mlflow_store import client
 
     lines: list[str] = []
     started = time.perf_counter()

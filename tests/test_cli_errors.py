@@ -247,10 +247,10 @@ def cache_dir(tuner_cache_dir) -> str:
 @pytest.fixture(scope="module")
 def empty_store(tmp_path_factory) -> Path:
     """An MLflow store database with no searches in it, made once and copied into each case that needs one."""
-    from tuner.stores import tracking
+    from tuner.stores import mlflow_store
 
     folder = tmp_path_factory.mktemp("empty-store")
-    tracking.client(tracking.default_tracking_uri(folder)).search_experiments()
+    mlflow_store.client(mlflow_store.default_tracking_uri(folder)).search_experiments()
     return folder / "mlflow.db"
 
 
@@ -366,10 +366,10 @@ def test_help_exits_0_and_shows_examples(args, tmp_path):
 def two_searches(tmp_path_factory) -> tuple[Path, dict[str, str]]:
     """A real MLflow store holding a search (parent run + one trial run) in each of experiments alpha and beta,
     tagged as tuner tags them; the checks below fail before any artifact is read."""
-    from tuner.stores import tracking
+    from tuner.stores import mlflow_store
 
     folder = tmp_path_factory.mktemp("two-searches")
-    client = tracking.client(tracking.default_tracking_uri(folder))
+    client = mlflow_store.client(mlflow_store.default_tracking_uri(folder))
     ids = {}
     for name in ("alpha", "beta"):
         experiment = client.create_experiment(name)

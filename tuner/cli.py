@@ -266,18 +266,18 @@ def cmd_verify(args) -> int:
 
 def cmd_export(args) -> int:
     from tuner.report import export
-    from tuner.stores import tracking
+    from tuner.stores import mlflow_store, run_reader
 
     _check_output(args.output)
-    uri = args.tracking_uri or tracking.default_tracking_uri(Path(args.store))
+    uri = args.tracking_uri or mlflow_store.default_tracking_uri(Path(args.store))
     if not args.tracking_uri and not (Path(args.store) / "mlflow.db").exists():
         raise TunerError(f"no MLflow store at {args.store}/mlflow.db; run tuner search first or pass --store/--tracking-uri")
-    if tracking.is_server(uri):
-        tracking.check_tracking(uri, Path(args.store))  # MLflow's client would retry for minutes
+    if mlflow_store.is_server(uri):
+        mlflow_store.check_tracking(uri, Path(args.store))  # MLflow's client would retry for minutes
     from mlflow.exceptions import MlflowException
 
     try:
-        run, search = tracking.load_search(uri, args.experiment, args.run_id)
+        run, search = run_reader.load_search(uri, args.experiment, args.run_id)
     except MlflowException as e:  # e.g. a --run-id that is not in this store
         where = f"--run-id {args.run_id}" if args.run_id else f"--experiment {args.experiment}"
         cause = " ".join(str(e.message).split())[:200]
@@ -322,12 +322,12 @@ def _write_export(output: str, search, experiment: str, run_id: str, fmt: str = 
 def cmd_ui(args) -> int:
     import subprocess
 
-    from tuner.stores import tracking
+    from tuner.stores import mlflow_store
 
     store = Path(args.store)
     if not (store / "mlflow.db").exists():
         raise TunerError(f"no MLflow store at {store}/mlflow.db; run tuner search first or pass --store")
-    uri = tracking.default_tracking_uri(store)
+    uri = mlflow_store.default_tracking_uri(store)
     print(f"MLflow UI for {uri} on http://127.0.0.1:{args.port} (Ctrl-C to stop)", flush=True)
     # Its own process group, and the whole group stopped however tuner ui ends (Ctrl-C, SIGTERM, an error):
     # the server's workers would otherwise keep running and keep the port.
@@ -362,9 +362,9 @@ def _stop_group(leader, grace: float = 10.0) -> None:
 
 def cmd_report(args) -> int:
     from tuner.report import document as report
-    from tuner.stores import tracking
+    from tuner.stores import mlflow_store
 
-    uri = args.tracking_uri or tracking.default_tracking_uri(Path(args.store))
+    uri = args.tracking_uri or mlflow_store.default_tracking_uri(Path(args.store))
     if not args.tracking_uri and not (Path(args.store) / "mlflow.db").exists():
         raise TunerError(f"no MLflow store at {args.store}/mlflow.db; run tuner search first or pass --store/--tracking-uri")
     rendered = report.report_search(uri, args.experiment, args.run_id, args.out)
@@ -375,11 +375,11 @@ def cmd_report(args) -> int:
 
 
 def cmd_sync(args) -> int:
-    from tuner.stores import tracking
+    from tuner.stores import run_writer
 
     if not args.tracking_uri:
         raise TunerError("tuner sync needs --tracking-uri: the server the search was logging to")
-    sent, left = tracking.sync_pending(args.tracking_uri, Path(args.store))
+    sent, left = run_writer.sync_pending(args.tracking_uri, Path(args.store))
     print(f"sent {sent} kept writes to {args.tracking_uri}" + (f"; {left} still pending" if left else ""))
     return EXIT_OK if not left else EXIT_PENDING
 

@@ -129,9 +129,9 @@ def test_relative_paths_search_from_another_folder_runs_ok_trials(tiny_model, tm
     # 0 with a recommendation; 3 (tuner.cli.EXIT_NOTHING_RECOMMENDED) when the trial ran ok but 3 steps were too
     # few to show learning. Not 2 (refused) and not 4 (no trial ok): what matters here is that the trial ran.
     assert code in (0, 3), err
-    from tuner.stores import tracking
+    from tuner.stores import mlflow_store
 
-    client = tracking.client(tracking.default_tracking_uri(folder / STORE))
+    client = mlflow_store.client(mlflow_store.default_tracking_uri(folder / STORE))
     experiment = client.get_experiment_by_name("relative")
     (parent,) = client.search_runs([experiment.experiment_id], filter_string="tags.`tuner.kind` = 'search'")
     assert parent.data.params["trainer"] == "grpo"  # from the space

@@ -339,7 +339,7 @@ def test_real_search_report_matches_trial_outcomes(real_search):
     import matplotlib.image
 
     from tuner.report import _plots as plots
-    from tuner.stores import tracking
+    from tuner.stores import mlflow_store
 
     tmp, outcome = real_search
     records = outcome.records
@@ -349,7 +349,7 @@ def test_real_search_report_matches_trial_outcomes(real_search):
     # and fp32 at 1e-3 trains cleanly; the other two cells are whatever the trials measured
     assert cell(records, "fp32", 1e-3)["status"] == "ok"
 
-    uri = tracking.default_tracking_uri(tmp / "mlflow")
+    uri = mlflow_store.default_tracking_uri(tmp / "mlflow")
     rendered = report.report_search(uri, outcome.experiment, out=tmp / "report", min_count=2)
     rep = rendered.report
     assert rendered.run_id == outcome.parent_run_id
@@ -374,7 +374,7 @@ def test_real_search_report_matches_trial_outcomes(real_search):
     assert plotted_points(plots.stability_map(records)) == len(records)
     assert "![stability_map](plots/stability_map.png)" in (tmp / "report" / "report.md").read_text()
 
-    client = tracking.client(uri)
+    client = mlflow_store.client(uri)
     logged = {a.path for a in client.list_artifacts(outcome.parent_run_id)}
     assert {"report.md", "plots", "search.json"} <= logged
     assert {a.path for a in client.list_artifacts(outcome.parent_run_id, "plots")} == {

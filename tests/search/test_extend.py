@@ -11,7 +11,7 @@ from helpers import CONFIRM_SPACE
 from tuner.search import _extend as extend
 from tuner.search import driver as search
 from tuner.search._extend import WAIT, Extension
-from tuner.stores import tracking
+from tuner.stores import mlflow_store, run_reader
 
 BASE = {"trainer": "reward", "params": {}, "max_steps": 20, "seed": 0}
 
@@ -125,7 +125,7 @@ def test_a_search_too_short_to_show_learning_recommends_after_a_longer_rung(tmp_
     assert best is not None and best["max_steps"] == 12 and best["learned"]
     # confirmed at its own length, on another seed
     assert best["confirmation"]["confirmed"] and outcome.search["confirmations"][0]["max_steps"] == 12
-    runs = tracking.trial_runs(tracking.default_tracking_uri(tmp_path / "longer" / "mlflow"), outcome.parent_run_id)
+    runs = run_reader.trial_runs(mlflow_store.default_tracking_uri(tmp_path / "longer" / "mlflow"), outcome.parent_run_id)
     longer = [r for r in runs if r.data.tags.get("tuner.extension") == "true"]
     assert len(longer) == 1 and longer[0].data.tags["tuner.extends"] == str(best["number"])
 

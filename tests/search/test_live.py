@@ -28,7 +28,7 @@ from helpers import SFT_SPACE  # the cheapest real trials: SFT on the tiny model
 
 from tuner.records import Status
 from tuner.report.progress import Progress, resume_command
-from tuner.stores import tracking
+from tuner.stores import mlflow_store, run_reader, run_writer
 from tuner.trial._files import MetricsTail
 
 STEPS = 40
@@ -122,8 +122,8 @@ def summary(status: str = "ok", steps: int = 4) -> dict:
     return {"status": status, "reason": "", "stopped_at_step": steps, "steps_run": steps, "tokens_per_second": 10.0}
 
 
-def new_search(store: Path, experiment: str = "live") -> tracking.SearchTracker:
-    tracker = tracking.SearchTracker(tracking.default_tracking_uri(store), experiment, store)
+def new_search(store: Path, experiment: str = "live") -> run_writer.SearchTracker:
+    tracker = run_writer.SearchTracker(mlflow_store.default_tracking_uri(store), experiment, store)
     tracker.start("search-live", {"trials": 2}, {"tuner.study": "search-live"})
     return tracker
 
@@ -153,11 +153,11 @@ def test_trial_run_is_running_with_its_steps_while_it_runs_and_complete_at_its_e
     tracker.start_trial("key-1", 1, {**SPEC, "params": {"learning_rate": 2e-4}})
     tracker.log_steps("key-1", rows(1, 2))
     tracker.start_trial("key-2", 0, {**SPEC, "seed": 1}, tags={"tuner.confirmation": "true", "tuner.confirms": "0"})
-    resumed = tracking.SearchTracker(tracker.uri, "live", tracker.store)
+    resumed = run_writer.SearchTracker(tracker.uri, "live", tracker.store)
     resumed.attach(tracker.parent_id)
     kept = resumed.stored_trials()
     assert [(r["number"], r["run_id"], r["status"]) for r in kept] == [(0, run_id, "ok")]
-    assert [r.info.run_id for r in tracking.trial_runs(tracker.uri, tracker.parent_id)] == [run_id]
+    assert [r.info.run_id for r in run_reader.trial_runs(tracker.uri, tracker.parent_id)] == [run_id]
 
 
 def test_interrupted_search_ends_its_running_trials_killed_and_resume_runs_them_again(tmp_path):
@@ -177,14 +177,14 @@ def test_interrupted_search_ends_its_running_trials_killed_and_resume_runs_them_
     assert tracker.client.get_run(done_id).data.tags["tuner.status"] == "ok"
     assert tracker.client.get_run(tracker.parent_id).info.status == "KILLED"
     # --resume keeps the finished trial and deletes the interrupted one: it runs again
-    resumed = tracking.SearchTracker(tracker.uri, "live", tracker.store)
+    resumed = run_writer.SearchTracker(tracker.uri, "live", tracker.store)
     resumed.attach(tracker.parent_id)
     assert [(r["number"], r["run_id"]) for r in resumed.stored_trials()] == [(1, done_id)]
-    assert [r.info.run_id for r in tracking.trial_runs(tracker.uri, tracker.parent_id)] == [done_id]
+    assert [r.info.run_id for r in run_reader.trial_runs(tracker.uri, tracker.parent_id)] == [done_id]
 
 
 def test_a_search_run_never_started_has_nothing_to_end(tmp_path):
-    tracker = tracking.SearchTracker(tracking.default_tracking_uri(tmp_path / "mlflow"), "live", tmp_path / "mlflow")
+    tracker = run_writer.SearchTracker(mlflow_store.default_tracking_uri(tmp_path / "mlflow"), "live", tmp_path / "mlflow")
     tracker.finish("KILLED")  # interrupted before its run was created: nothing written, nothing raised
     assert tracker.client.search_runs([tracker.experiment_id]) == []
 
@@ -203,7 +203,7 @@ def test_server_gone_mid_trial_keeps_the_writes_and_sync_completes_the_same_run(
     tracker.log_steps("key-0", rows(1, 2))
     # The server goes away: the same tracker now talks to an address nothing answers on.
     tracker.uri = f"http://127.0.0.1:{closed_port()}"
-    tracker.client = tracking.client(tracker.uri)
+    tracker.client = mlflow_store.client(tracker.uri)
     tracker.log_steps("key-0", rows(3, 3))  # tries the server once, then keeps the write
     assert tracker.spool_path.exists()
     started = time.monotonic()
@@ -218,10 +218,10 @@ def test_server_gone_mid_trial_keeps_the_writes_and_sync_completes_the_same_run(
 
     # tuner sync, in a fresh tracker: the first trial's run was created before the server went away, and is
     # found by its key; the second trial's run is created now.
-    sent, left = tracking.sync_pending(sqlite_uri, store)
+    sent, left = run_writer.sync_pending(sqlite_uri, store)
     assert (sent, left) == (6, 0) and not tracker.spool_path.exists()
-    client = tracking.client(sqlite_uri)
-    runs = {r.data.tags["tuner.trial_number"]: r for r in tracking.trial_runs(sqlite_uri, tracker.parent_id)}
+    client = mlflow_store.client(sqlite_uri)
+    runs = {r.data.tags["tuner.trial_number"]: r for r in run_reader.trial_runs(sqlite_uri, tracker.parent_id)}
     assert sorted(runs) == ["0", "1"] and runs["0"].info.run_id == live_run
     for number, status in (("0", "FINISHED"), ("1", "FAILED")):
         run = runs[number]
@@ -311,7 +311,7 @@ def test_search_streams_running_trials_to_mlflow_and_the_log(tmp_path, tiny_mode
     records = outcome.records
     assert sorted(r["number"] for r in records) == [0, 1]
     assert all(r["status"] in set(Status) and r["steps_run"] >= 1 for r in records), records
-    client = tracking.client(prepared.tracking_uri)
+    client = mlflow_store.client(prepared.tracking_uri)
     for record in records:
         run = client.get_run(record["run_id"])
         assert run.info.status == ("FINISHED" if record["status"] == "ok" else "FAILED")
@@ -369,10 +369,10 @@ def test_interrupted_search_says_what_is_kept_and_how_to_resume(tmp_path, tiny_m
                              text=True, timeout=480, start_new_session=True)
     assert resumed.returncode in (0, 3), (resumed.stdout + resumed.stderr)[-4000:]
     assert f"{kept} of 3 trials already done" in resumed.stdout
-    uri = tracking.default_tracking_uri(store)
-    parent = tracking.latest_search_run(tracking.client(uri), "stopped")
+    uri = mlflow_store.default_tracking_uri(store)
+    parent = run_reader.latest_search_run(mlflow_store.client(uri), "stopped")
     assert parent.info.status == "FINISHED"
-    runs = tracking.trial_runs(uri, parent.info.run_id)  # the interrupted trial's RUNNING run was deleted
+    runs = run_reader.trial_runs(uri, parent.info.run_id)  # the interrupted trial's RUNNING run was deleted
     # every grid point once (the trial cut short ran again, under a new trial number), each run complete
     assert sorted(float(r.data.params["learning_rate"]) for r in runs) == [1.0e-4, 2.0e-4, 3.0e-4]
     assert all(r.info.status == "FINISHED" and r.data.tags["tuner.status"] == "ok" for r in runs)

@@ -10,7 +10,7 @@ import pytest
 from tuner.search import driver as search
 
 # fp32, batch 8, gradient accumulation 2, constant schedule: the grid. On this task lr 0.1 reaches the
-from tuner.stores import tracking
+from tuner.stores import mlflow_store
 
 # ceiling (reward 1.0 for every completion) by step 5-6, lr 0.03 by step 13-18 and lr 0.01 not within 20 steps
 # (seeds 0-3 on a 2-core CPU); the test reads when each trial reached it from the trial's own rows.
@@ -50,7 +50,7 @@ def test_in_a_real_grid_the_trial_that_reached_the_ceiling_first_ranks_first(tmp
     prepared = search.prepare(search.SearchOptions(search_space="space.yaml", sampler="grid", max_steps=20, seed=2,
                                                    confirm_seeds=0, experiment="ranking", store=str(tmp_path / "mlflow")))
     outcome = search.run_search(prepared, echo=lambda line: None)
-    client = tracking.client(tracking.default_tracking_uri(tmp_path / "mlflow"))
+    client = mlflow_store.client(mlflow_store.default_tracking_uri(tmp_path / "mlflow"))
     reached = {}
     for record in outcome.records:
         assert record["status"] == "ok", record["reason"]

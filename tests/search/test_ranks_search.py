@@ -28,7 +28,7 @@ SPACE = {"trainer": "reward", "fixed": {"precision": "fp32", "use_peft": False, 
 
 
 def test_a_two_process_search_judges_records_and_exports_a_launchable_config(tmp_path, tiny_model, monkeypatch):
-    from tuner.stores import tracking
+    from tuner.stores import mlflow_store, run_reader
 
     rows = preference_rows(96)
     (tmp_path / "prefs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -37,14 +37,14 @@ def test_a_two_process_search_judges_records_and_exports_a_launchable_config(tmp
     code = cli.main(["search", "--search-space", "space.yaml", "--dataset", "prefs.jsonl", "--sampler", "grid",
                      "--max-steps", "20", "--confirm-seeds", "0", "--processes-per-trial", "2",
                      "--experiment", "ranks", "-o", "recommended.yaml"])
-    run, search = tracking.load_search(tracking.default_tracking_uri(Path("mlflow")), "ranks")
+    run, search = run_reader.load_search(mlflow_store.default_tracking_uri(Path("mlflow")), "ranks")
     records = search["trials"]
     assert code == 0 and search["recommended"] is not None, records
     assert sorted(r["params"]["learning_rate"] for r in records) == [1e-3, 2e-3]
     assert {r["status"] for r in records} == {"ok"} and all(r["learned"] for r in records), records
     assert search["plan"]["ranks"] == 2 and search["plan"]["cpus_per_trial"] == 2
     # Each trial's MLflow run has every step (rank 0's rows, averaged over both ranks by Trainer).
-    client = tracking.client(tracking.default_tracking_uri(Path("mlflow")))
+    client = mlflow_store.client(mlflow_store.default_tracking_uri(Path("mlflow")))
     trials = client.search_runs([run.info.experiment_id], f"tags.mlflow.parentRunId = '{run.info.run_id}'")
     assert len(trials) == 2
     for trial in trials:
@@ -109,9 +109,9 @@ def test_a_killed_driver_leaves_no_rank_running_and_the_search_resumes_with_its_
 
     # Resumed (at full speed), the search's trials are still 2-rank jobs: the trial cut short is run again as one.
     code, out = spawn.run([tuner, "search", "--resume", "killed", "--store", str(store)], "resume")
-    from tuner.stores import tracking
+    from tuner.stores import mlflow_store, run_reader
 
-    _, summary = tracking.load_search(tracking.default_tracking_uri(store), "killed")
+    _, summary = run_reader.load_search(mlflow_store.default_tracking_uri(store), "killed")
     assert code == expected_exit_code(summary), out[-4000:]
     assert summary["plan"]["ranks"] == 2, summary["plan"]
     assert len({r["number"] for r in summary["trials"]}) == 2  # the one cut short re-run under a number of its own

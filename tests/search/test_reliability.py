@@ -156,7 +156,7 @@ def assert_trial_run_complete(client, run) -> None:
 
 
 def load_search(uri: str, experiment: str):
-    from tuner.stores.tracking import load_search as load
+    from tuner.stores.run_reader import load_search as load
 
     return load(uri, experiment)
 
@@ -538,15 +538,15 @@ from pathlib import Path
 
 import mlflow.store.tracking.sqlalchemy_store, optuna  # noqa: F401 - imported before the go, not after
 from tuner.search import _sampling as sampling
-from tuner.stores import tracking
+from tuner.stores import mlflow_store, run_writer
 
 store, name = Path(sys.argv[1]), sys.argv[2]
 (store / f"ready-{name}").touch()
 while not (store / "go").exists():
     time.sleep(0.01)
 # the same first open that search.run_search does: both databases created under the store's lock
-with tracking.store_lock(store):
-    tracker = tracking.SearchTracker(tracking.default_tracking_uri(store), name, store)
+with mlflow_store.store_lock(store):
+    tracker = run_writer.SearchTracker(mlflow_store.default_tracking_uri(store), name, store)
     sampling.make_study("tpe", 0, 1, f"sqlite:///{store.resolve() / 'optuna.db'}", f"search-{name}")
     tracker.start(f"search-{name}", {"trials": 1}, {})
 print("opened", name)

@@ -23,7 +23,7 @@ from tuner.config.space import parse_space
 from tuner.records import Status
 from tuner.search import driver as search
 from tuner.search._sampling import constraint_of, make_sampler, tell
-from tuner.stores import tracking
+from tuner.stores import mlflow_store, run_reader
 from tuner.verdicts import recommend
 
 # Every point blows up (fp16 weights at a large step size): nothing can be recommended. learning_rate is a
@@ -39,7 +39,7 @@ params:
   learning_rate: {type: float, low: 0.3, high: 1.0, log: true}
 """
 
-# MLflow keeps an infinity as the largest float (tracking._metric_value); NaN as NaN.
+# MLflow keeps an infinity as the largest float (run_writer._metric_value); NaN as NaN.
 LARGEST_FLOAT = 1.7976931348623157e308
 
 
@@ -136,7 +136,7 @@ def test_search_logs_one_parent_run_and_one_nested_run_per_trial(anchor):
     artifacts = {a.path for a in client.list_artifacts(parent.info.run_id)}
     assert {"search.json", "results.md", "recommended.yaml"} <= artifacts
     assert parent.data.tags["tuner.recommended_trial"] == str(anchor.outcome.recommended["number"])
-    _, saved = tracking.load_search(anchor.prepared.tracking_uri, anchor.experiment)
+    _, saved = run_reader.load_search(anchor.prepared.tracking_uri, anchor.experiment)
     assert saved["recommended"]["number"] == anchor.outcome.recommended["number"]
     assert [t["number"] for t in saved["trials"]] == sorted(records)
     results_md = Path(client.download_artifacts(parent.info.run_id, "results.md", str(anchor.root))).read_text()
@@ -474,6 +474,6 @@ def test_confirmation_demotes_candidates_that_diverge_on_another_seed(tmp_path, 
     assert outcome.recommended is None
     assert "no candidate stayed stable" in search.summary_text(outcome)
     # confirmation runs are nested under the same parent and tagged as such
-    runs = tracking.trial_runs(tracking.default_tracking_uri(finished.root / "mlflow"), outcome.parent_run_id)
+    runs = run_reader.trial_runs(mlflow_store.default_tracking_uri(finished.root / "mlflow"), outcome.parent_run_id)
     confirmations = [r for r in runs if r.data.tags.get("tuner.confirmation") == "true"]
     assert len(confirmations) == 2 and all(r.data.tags["tuner.status"] == "diverged" for r in confirmations)

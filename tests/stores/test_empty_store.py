@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tuner.stores import _empty_store as empty_store
-from tuner.stores import tracking
+from tuner.stores import mlflow_store
 
 
 def _schema(database: Path) -> tuple[list, list]:
@@ -22,8 +22,8 @@ def _schema(database: Path) -> tuple[list, list]:
 
 
 def _use(database: Path, store: Path) -> list[float]:
-    client = tracking.client(f"sqlite:///{database}")
-    experiment = tracking.get_or_create_experiment(client, "e", f"sqlite:///{database}", store)
+    client = mlflow_store.client(f"sqlite:///{database}")
+    experiment = mlflow_store.get_or_create_experiment(client, "e", f"sqlite:///{database}", store)
     run = client.create_run(experiment)
     client.log_metric(run.info.run_id, "loss", 1.5, step=3)
     client.set_terminated(run.info.run_id)
@@ -43,7 +43,7 @@ def test_a_seeded_store_is_the_store_mlflow_builds_itself(tmp_path, monkeypatch)
     assert empty_store.template_path().is_file()
     assert _schema(seeded) == _schema(own)
     assert _use(seeded, seeded.parent) == [1.5]
-    client = tracking.client(f"sqlite:///{seeded}")
+    client = mlflow_store.client(f"sqlite:///{seeded}")
     # MLflow's Default experiment, added by MLflow itself on the first open, and this store's own experiment
     assert {e.name for e in client.search_experiments()} == {"Default", "e"}
     assert client.get_experiment_by_name("e").artifact_location == (seeded.parent / "artifacts").as_uri()
@@ -57,7 +57,7 @@ def test_an_existing_store_is_never_replaced(tmp_path, monkeypatch):
     assert not empty_store.seed(database)
     assert database.read_bytes() == before
     assert _use(database, database.parent) == [1.5]  # the run already there is still there beside a new one
-    client = tracking.client(f"sqlite:///{database}")
+    client = mlflow_store.client(f"sqlite:///{database}")
     assert len(client.search_runs([client.get_experiment_by_name("e").experiment_id])) == 2
 
 

@@ -19,7 +19,7 @@ import pytest
 import sqlalchemy
 
 from tuner.cli import _interrupt
-from tuner.stores import interrupts, tracking
+from tuner.stores import interrupts, mlflow_store, run_writer
 
 
 @pytest.fixture
@@ -87,7 +87,7 @@ def _signal_inside_executemany(engine, table: str) -> list[str]:
 def test_a_sigterm_inside_sqlites_executemany_leaves_the_trial_run_whole_and_the_store_writable(
         tmp_path, sigterm_interrupts):
     store = tmp_path / "mlflow"
-    tracker = tracking.SearchTracker(tracking.default_tracking_uri(store), "stop", store)
+    tracker = run_writer.SearchTracker(mlflow_store.default_tracking_uri(store), "stop", store)
     tracker.start("search-stop", {"trials": 1}, {"tuner.study": "search-stop"})
     spec = {"trainer": "sft", "params": {"learning_rate": 1e-4}, "max_steps": 4, "seed": 0, "model": "tiny"}
     run_id = tracker.start_trial("key-0", 0, spec)

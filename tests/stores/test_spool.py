@@ -1,8 +1,8 @@
-"""tuner.stores.tracking.Spool: writes kept while the MLflow server is away, replayed in order."""
+"""tuner.stores.run_writer.Spool: writes kept while the MLflow server is away, replayed in order."""
 
 import pytest
 
-from tuner.stores.tracking import Spool
+from tuner.stores.run_writer import Spool
 
 
 def test_a_spool_replays_in_order_and_keeps_what_the_server_did_not_take(tmp_path):

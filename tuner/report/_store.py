@@ -19,7 +19,7 @@ from typing import Any
 
 from tuner.errors import TunerError
 from tuner.records import SearchSummary
-from tuner.stores import tracking
+from tuner.stores import mlflow_store, run_reader
 
 
 @dataclass
@@ -36,10 +36,10 @@ def load_search(uri: str, experiment: str, run_id: str | None = None) -> StoredS
     """The latest search of ``experiment`` (or the search run ``run_id``); an MLflow error is one TunerError line."""
     from mlflow.exceptions import MlflowException
 
-    if tracking.is_server(uri):
-        tracking.check_tracking(uri)  # MLflow's client would retry an absent server for minutes
+    if mlflow_store.is_server(uri):
+        mlflow_store.check_tracking(uri)  # MLflow's client would retry an absent server for minutes
     try:
-        run, search = tracking.load_search(uri, experiment, run_id)
+        run, search = run_reader.load_search(uri, experiment, run_id)
     except MlflowException as e:  # e.g. a --run-id that is not in this store
         where = f"--run-id {run_id}" if run_id else f"--experiment {experiment}"
         cause = " ".join(str(e.message).split())[:200]
@@ -50,7 +50,7 @@ def load_search(uri: str, experiment: str, run_id: str | None = None) -> StoredS
 
 def load_histories(uri: str, records: list[dict[str, Any]]) -> dict[int, list[dict[str, Any]]]:
     """Each trial's per-step history from its nested run's result.json, by trial number."""
-    mlflow_client = tracking.client(uri)
+    mlflow_client = mlflow_store.client(uri)
     histories = {}
     with tempfile.TemporaryDirectory(prefix="tuner-report-") as tmp:
         for r in records:
@@ -66,7 +66,7 @@ def load_histories(uri: str, records: list[dict[str, Any]]) -> dict[int, list[di
 
 def log_report(uri: str, run_id: str, markdown: Path, plots: list[Path]) -> None:
     """Log report.md at the top of the search's run and each plot under plots/."""
-    mlflow_client = tracking.client(uri)
+    mlflow_client = mlflow_store.client(uri)
     mlflow_client.log_artifact(run_id, str(markdown))
     for path in plots:
         mlflow_client.log_artifact(run_id, str(path), "plots")

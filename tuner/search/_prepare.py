@@ -124,7 +124,7 @@ def prepare(options: SearchOptions) -> Prepared:
     """
     from tuner.config import trainers, values
     from tuner.inputs import models, probe
-    from tuner.stores import tracking
+    from tuner.stores import mlflow_store
 
     o = options
     check_options(o)  # choices and ranges, as the command line checks them
@@ -146,12 +146,12 @@ def prepare(options: SearchOptions) -> Prepared:
         space.grid()  # a float or int param cannot be a grid axis: say so before the slow checks
     if o.ray_address:
         _check_ray_address(o.ray_address)
-    uri = o.tracking_uri or tracking.default_tracking_uri(Path(o.store))
-    remote = tracking.is_server(uri)
+    uri = o.tracking_uri or mlflow_store.default_tracking_uri(Path(o.store))
+    remote = mlflow_store.is_server(uri)
     if o.tracking_uri:
-        tracking.check_tracking_scheme(uri)
+        mlflow_store.check_tracking_scheme(uri)
     if remote:
-        tracking.check_tracking(uri, Path(o.store))  # asks the server's /health; writes nothing
+        mlflow_store.check_tracking(uri, Path(o.store))  # asks the server's /health; writes nothing
 
     # -- the slow checks: they import torch, TRL and datasets, and build the tiny model once
     quiet_libraries()
@@ -215,10 +215,10 @@ def prepare(options: SearchOptions) -> Prepared:
     space.source = o.search_space or space.source
 
     if not remote:
-        tracking.check_tracking(uri, Path(o.store))
+        mlflow_store.check_tracking(uri, Path(o.store))
     if o.tracking_uri:
         # the local store folder is written with any tracking URI: the Optuna study (and a server's spool) live there
-        tracking.check_tracking(tracking.default_tracking_uri(Path(o.store)), Path(o.store))
+        mlflow_store.check_tracking(mlflow_store.default_tracking_uri(Path(o.store)), Path(o.store))
     experiment = o.experiment or f"{o.trainer}-{model_label(o.model)}"
     return Prepared(o, space, model_path, uri, experiment, n_trials, grid, dropped, warnings, source=source,
                     first=first if grid is None else None, origins=origins)

@@ -25,15 +25,15 @@ __all__ = ["resume_options", "reattach"]
 
 def resume_options(options) -> tuple[Any, str]:
     """The options the unfinished search was started with (resources from ``options``), and its run id."""
-    from tuner.stores import tracking
+    from tuner.stores import mlflow_store, run_reader
 
     store = Path(options.store)
-    uri = options.tracking_uri or tracking.default_tracking_uri(store)
+    uri = options.tracking_uri or mlflow_store.default_tracking_uri(store)
     if not options.tracking_uri and not (store / "mlflow.db").exists():
         raise TunerError(f"--resume {options.resume}: no MLflow store at {store}/mlflow.db; pass the --store the "
                          "search used")
-    client = tracking.client(uri)
-    run = tracking.latest_search_run(client, options.resume)
+    client = mlflow_store.client(uri)
+    run = run_reader.latest_search_run(client, options.resume)
     if run.info.status == "FINISHED":
         raise TunerError(f"--resume {options.resume}: its latest search {run.info.run_name} already finished; "
                          "start a new one with tuner search")

@@ -167,7 +167,7 @@ def _open_stores(prepared: Prepared):
     """(tracker, run name, study, records so far): the MLflow experiment and the Optuna study, before any run is
     started (a resumed search: its own run and study, reattached)."""
     from tuner.search import _resume as resuming
-    from tuner.stores import tracking
+    from tuner.stores import mlflow_store, run_writer
 
     o = prepared.options
     storage = _study_storage(o)
@@ -177,8 +177,8 @@ def _open_stores(prepared: Prepared):
                           [prepared.first] if prepared.first else None)
 
     # Creating the SQLite tables of a fresh store is not safe from two processes at once.
-    with tracking.store_lock(Path(o.store)):
-        tracker = tracking.SearchTracker(prepared.tracking_uri, prepared.experiment, Path(o.store))
+    with mlflow_store.store_lock(Path(o.store)):
+        tracker = run_writer.SearchTracker(prepared.tracking_uri, prepared.experiment, Path(o.store))
         if prepared.resume_run_id:
             return (tracker, *resuming.reattach(tracker, prepared.resume_run_id, study_named))
         run_name = "search-" + dt.datetime.now().strftime("%Y%m%d-%H%M%S-%f")[:-3]
@@ -236,10 +236,10 @@ def _run(prepared, ray, tracker, run_name, study, records, started, echo) -> Sea
 
 
 def _start_run(prepared: Prepared, tracker, run_name: str, concurrency: int) -> None:
-    from tuner.stores import tracking
+    from tuner.stores import mlflow_store
 
     o = prepared.options
-    with tracking.store_lock(Path(o.store)):
+    with mlflow_store.store_lock(Path(o.store)):
         tracker.start(run_name, {
             "trainer": o.trainer, "model": o.model, "sampler": o.sampler, "trials": prepared.n_trials,
             "max_steps": o.max_steps, "seed": o.seed,

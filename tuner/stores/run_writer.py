@@ -1,4 +1,5 @@
-"""MLflow: one parent run per search, one nested run per trial, all written from the driver.
+"""A search written to MLflow: one parent run per search, one nested run per trial, all written from the
+driver; writes kept on disk while a tracking server is away (the spool) and sent when it returns.
 
 Only the driver process writes (trials hand their metrics back through Ray), so trials running
 at the same time never contend for the SQLite store's lock and no metric point is lost.
@@ -15,19 +16,17 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import os
 import tempfile
 import time
-import urllib.error
-import urllib.request
 import uuid
 from pathlib import Path
 from typing import Any, Callable
 
 from tuner.errors import TunerError
 from tuner.records import Status, TrialRecord, is_ok, new_record
-from tuner.stores import _empty_store as empty_store
 from tuner.stores import interrupts
+from tuner.stores.mlflow_store import DEFAULT_STORE, client, get_or_create_experiment, is_server
+from tuner.stores.run_reader import trial_runs
 from tuner.stores.tags import (
     CONFIRMATION_TAG,
     EXTENSION_TAG,
@@ -44,159 +43,10 @@ from tuner.stores.tags import (
     TRIAL_NUMBER_TAG,
 )
 
-DEFAULT_STORE = Path("mlflow")  # relative to where tuner runs, like ./mlruns for plain MLflow
 LOG_ARTIFACT = "process.log"  # a trial run's file: the end of what its process printed, when it died
 RUNNING_STATUS = "running"  # the tuner.status tag of a trial run until its verdict is written
 INTERRUPTED_STATUS = "interrupted"  # the tuner.status tag of a trial run its search ended before the trial did
 RETRY_AFTER_S = 10.0  # while the server is away, writes go straight to the spool; it is tried again after this
-
-
-def default_tracking_uri(store: Path = DEFAULT_STORE) -> str:
-    return f"sqlite:///{Path(store).resolve() / 'mlflow.db'}"
-
-
-def artifact_location(store: Path = DEFAULT_STORE) -> str:
-    return (Path(store).resolve() / "artifacts").as_uri()
-
-
-def is_server(uri: str) -> bool:
-    """Whether ``uri`` names an MLflow tracking server (else a local store)."""
-    return uri.startswith(("http://", "https://"))
-
-
-def check_tracking(uri: str, store: Path = DEFAULT_STORE) -> None:
-    """Fail in one line, before anything runs, when the store cannot be written or reached."""
-    if is_server(uri):
-        try:
-            with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=5) as response:
-                if response.status != 200:
-                    raise OSError(f"HTTP {response.status}")
-        except (OSError, urllib.error.URLError) as e:
-            cause = getattr(e, "reason", e)
-            raise TunerError(
-                f"MLflow tracking server {uri} is unreachable ({cause}); start it (mlflow server --host 127.0.0.1 "
-                "--port PORT) or drop --tracking-uri to use the local store ./mlflow"
-            ) from None
-        return
-    if uri.startswith("sqlite:///"):
-        folder = Path(uri.removeprefix("sqlite:///")).parent
-    elif uri.startswith("file:"):
-        folder = Path(uri.removeprefix("file://").removeprefix("file:"))
-    else:
-        folder = Path(store)
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=folder, prefix=".write-test-"):
-            pass
-    except OSError as e:
-        raise TunerError(
-            f"MLflow store {folder} is not writable ({e.strerror or e}); pass --store DIR or --tracking-uri "
-            "for a writable location"
-        ) from None
-
-
-def check_tracking_scheme(uri: str) -> None:
-    """An unknown --tracking-uri scheme otherwise fails inside MLflow after Ray has started. MLflow's store registry
-    is private; its public ways to ask (``MlflowClient(uri)``, ``mlflow.set_tracking_uri`` and a first call) build
-    the store, which connects to a database or creates one: this asks the registry which scheme it knows, and
-    nothing is written."""
-    if uri.startswith(("http://", "https://", "sqlite:///", "file:")):
-        return
-    from mlflow.tracking._tracking_service.utils import _tracking_store_registry
-
-    try:
-        _tracking_store_registry.get_store_builder(uri)
-    except Exception:  # noqa: BLE001 - MLflow raises its own exception types for an unsupported scheme
-        raise TunerError(
-            f"--tracking-uri {uri}: MLflow cannot use this kind of URI; pass http(s)://HOST:PORT of a tracking "
-            "server or sqlite:///PATH/mlflow.db, or drop --tracking-uri to use the local store"
-        ) from None
-
-
-@contextlib.contextmanager
-def store_lock(store: Path):
-    """An exclusive lock on the store folder, for the first open of its SQLite databases."""
-    import fcntl
-
-    store = Path(store)
-    store.mkdir(parents=True, exist_ok=True)
-    with open(store / ".lock", "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-def client(uri: str):
-    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
-    # Fail a write to an absent server in seconds (then it is spooled), not after minutes of retries.
-    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
-    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
-    from mlflow.tracking import MlflowClient
-
-    import mlflow
-
-    if uri.startswith("sqlite:///"):
-        empty_store.seed(uri.removeprefix("sqlite:///"))  # a new store: a copy of an empty one, not migrations
-    mlflow.set_tracking_uri(uri)
-    return MlflowClient(tracking_uri=uri)
-
-
-def get_or_create_experiment(mlflow_client, name: str, uri: str, store: Path = DEFAULT_STORE) -> str:
-    experiment = mlflow_client.get_experiment_by_name(name)
-    if experiment is not None:
-        return experiment.experiment_id
-    # A SQLite store would otherwise put artifacts in ./mlruns; keep them beside the database.
-    location = artifact_location(store) if uri.startswith("sqlite:") else None
-    return mlflow_client.create_experiment(name, artifact_location=location)
-
-
-def find_experiment(mlflow_client, name: str):
-    experiment = mlflow_client.get_experiment_by_name(name)
-    if experiment is None:
-        names = [e.name for e in mlflow_client.search_experiments() if e.name != "Default"]
-        known = f"; experiments in this store: {', '.join(names)}" if names else "; this store has no searches yet"
-        raise TunerError(f"no experiment named {name!r}{known}")
-    return experiment
-
-
-def latest_search_run(mlflow_client, experiment_name: str, run_id: str | None = None):
-    """The latest search run of the experiment, or the search run ``run_id``, which must be one of its searches."""
-    if run_id:
-        return _search_run(mlflow_client, experiment_name, run_id)
-    experiment = find_experiment(mlflow_client, experiment_name)
-    runs = mlflow_client.search_runs([experiment.experiment_id], filter_string=f"tags.`{KIND_TAG}` = 'search'",
-                                     order_by=["attributes.start_time DESC"], max_results=1)
-    if not runs:
-        raise TunerError(f"experiment {experiment_name!r} has no tuner search runs; run tuner search first")
-    return runs[0]
-
-
-def _search_run(mlflow_client, experiment_name: str, run_id: str):
-    """--run-id: a search's parent run in --experiment; anything else is one line that names both and the fix.
-    An id MLflow does not know raises MlflowException: the command says so with the store's address."""
-    run = mlflow_client.get_run(run_id)
-    experiment = mlflow_client.get_experiment(run.info.experiment_id)
-    if experiment.name != experiment_name:
-        raise TunerError(f"--run-id {run_id} is a run of experiment {experiment.name!r}, not of --experiment "
-                         f"{experiment_name!r}; pass --experiment {experiment.name}, or a search run id of "
-                         f"{experiment_name!r}, or leave --run-id out for its latest search")
-    kind = run.data.tags.get(KIND_TAG)
-    if kind == "trial":
-        parent_id = run.data.tags.get("mlflow.parentRunId", "?")
-        try:
-            search = mlflow_client.get_run(parent_id).info.run_name
-        except Exception:  # noqa: BLE001 - the parent's name only makes the message friendlier
-            search = "?"
-        number = run.data.tags.get(TRIAL_NUMBER_TAG, "?")
-        raise TunerError(f"--run-id {run_id} is trial {number} of search {search} (run {parent_id}) in "
-                         f"{experiment_name!r}, not a search; pass --run-id {parent_id}, or leave --run-id out for "
-                         "the latest search")
-    if kind != "search":
-        raise TunerError(f"--run-id {run_id} in {experiment_name!r} is not a tuner search run (tag {KIND_TAG} is "
-                         f"{kind!r}); pass a search's run id, or leave --run-id out for the latest search")
-    return run
 
 
 def _metric_value(value: float) -> float:
@@ -578,25 +428,3 @@ def sync_pending(uri: str, store: Path) -> tuple[int, int]:
         remaining = tracker.flush()
         sent, left = sent + before - remaining, left + remaining
     return sent, left
-
-
-def trial_runs(uri: str, parent_id: str) -> list:
-    """The nested trial runs of a search (for resume)."""
-    mlflow_client = client(uri)
-    run = mlflow_client.get_run(parent_id)
-    return mlflow_client.search_runs([run.info.experiment_id],
-                                     filter_string=f"tags.`mlflow.parentRunId` = '{parent_id}'", max_results=10000)
-
-
-def load_search(uri: str, experiment: str, run_id: str | None = None) -> tuple[Any, dict]:
-    """The search's parent run and its ``search.json`` artifact (trial table + recommendation)."""
-    mlflow_client = client(uri)
-    run = latest_search_run(mlflow_client, experiment, run_id)
-    try:
-        path = mlflow_client.download_artifacts(run.info.run_id, "search.json", tempfile.mkdtemp(prefix="tuner-"))
-    except Exception:  # noqa: BLE001 - a search killed before it finished has no table yet
-        raise TunerError(
-            f"search run {run.info.run_id} in {experiment!r} has no results yet (status {run.info.status}); "
-            "wait for it to finish or resume it with tuner search --resume"
-        ) from None
-    return run, json.loads(Path(path).read_text())
