@@ -386,3 +386,36 @@ def at_once(build, builders: int) -> list:
         thread.join()
     assert not errors, errors
     return results
+
+
+# -- memory estimates of real model shapes (tests/trial/test_memory.py, tests/search/test_packing.py) ---------------
+
+def qwen05_config():
+    """Qwen2.5-0.5B's shape, built locally."""
+    from transformers import Qwen2Config
+
+    return Qwen2Config(hidden_size=896, num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2,
+                       intermediate_size=4864, vocab_size=151936, tie_word_embeddings=True)
+
+
+def qwen05_estimate(**changes):
+    """``estimate`` for the Qwen2.5-0.5B shape, bf16-mixed, batch 8 x 1024 tokens, with ``changes``."""
+    from tuner.trial.memory import estimate
+
+    config = changes.pop("config", None) or qwen05_config()
+    params = {"precision": "bf16-mixed", "per_device_train_batch_size": 8, **changes.pop("params", {})}
+    keywords = {"trainer_needs_reference": False, "sequence_classifier": False, "max_length": 1024,
+                "fused_lm_head": True, **changes}
+    return estimate(config, params=params, **keywords)
+
+
+QWEN_7B = dict(hidden_size=3584, intermediate_size=18944, num_hidden_layers=28, num_attention_heads=28,
+               num_key_value_heads=4, vocab_size=152064, max_position_embeddings=32768, rope_theta=1000000.0,
+               rms_norm_eps=1e-6, tie_word_embeddings=False, torch_dtype="bfloat16")
+FULL_FT = {"precision": "bf16-mixed", "use_peft": False, "per_device_train_batch_size": 8}  # fp32 weights, AdamW
+
+
+def qwen7b_config():
+    from transformers import AutoConfig
+
+    return AutoConfig.for_model("qwen2", **QWEN_7B)

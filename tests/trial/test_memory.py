@@ -1,5 +1,5 @@
 """tuner.trial.memory: parameter counts against transformers and PEFT (meta device: free), the estimate's monotonic
-rules, the plan's packing, and one estimate against a real training peak measured on this CPU."""
+rules, per-rank estimates (DDP, FSDP), and one estimate against a real training peak measured on this CPU."""
 
 from __future__ import annotations
 
@@ -8,21 +8,12 @@ import subprocess
 import sys
 
 import pytest
+from helpers import FULL_FT, QWEN_7B, qwen05_config, qwen05_estimate, qwen7b_config
 
 from tuner.config.trainers import adapter
 from tuner.errors import TunerError
 from tuner.trial import memory
-from tuner.trial.memory import GiB, MiB, count_parameters, estimate, lora_parameters, plan
-
-GB = 10**9
-
-
-def qwen05_config():
-    """Qwen2.5-0.5B's shape, built locally."""
-    from transformers import Qwen2Config
-
-    return Qwen2Config(hidden_size=896, num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2,
-                       intermediate_size=4864, vocab_size=151936, tie_word_embeddings=True)
+from tuner.trial.memory import MiB, count_parameters, estimate, lora_parameters
 
 
 def meta_model(config, sequence_classifier=False):
@@ -89,46 +80,38 @@ def test_lora_trainable_count_matches_peft(tiny_model):
                  peft_count(tiny, "SEQ_CLS", True, r=16, target_modules="all-linear"), 0.05)
 
 
-def _estimate(**changes):
-    config = changes.pop("config", None) or qwen05_config()
-    params = {"precision": "bf16-mixed", "per_device_train_batch_size": 8, **changes.pop("params", {})}
-    keywords = {"trainer_needs_reference": False, "sequence_classifier": False, "max_length": 1024,
-                "fused_lm_head": True, **changes}
-    return estimate(config, params=params, **keywords)
-
-
 def test_bigger_work_needs_more_memory():
-    base = _estimate()
-    assert _estimate(params={"per_device_train_batch_size": 16}).total > base.total
-    assert _estimate(max_length=2048).total > base.total
-    assert _estimate(trainer_needs_reference=True).total > base.total
-    assert _estimate(paired=True).activations > base.activations  # DPO: chosen and rejected together
-    assert _estimate(params={"precision": "bf16-pure"}).activations < base.activations  # 2-byte activations
-    assert _estimate(params={"precision": "bf16-pure"}).weights < base.weights
-    assert _estimate(completion_length=256, generations=8).generation > 0 == base.generation
+    base = qwen05_estimate()
+    assert qwen05_estimate(params={"per_device_train_batch_size": 16}).total > base.total
+    assert qwen05_estimate(max_length=2048).total > base.total
+    assert qwen05_estimate(trainer_needs_reference=True).total > base.total
+    assert qwen05_estimate(paired=True).activations > base.activations  # DPO: chosen and rejected together
+    assert qwen05_estimate(params={"precision": "bf16-pure"}).activations < base.activations  # 2-byte activations
+    assert qwen05_estimate(params={"precision": "bf16-pure"}).weights < base.weights
+    assert qwen05_estimate(completion_length=256, generations=8).generation > 0 == base.generation
 
 
 def test_full_fine_tuning_needs_more_than_lora_and_lora_has_no_reference_copy():
-    full = _estimate(trainer_needs_reference=True)
-    lora = _estimate(trainer_needs_reference=True, params={"use_peft": True, "lora_r": 16})
+    full = qwen05_estimate(trainer_needs_reference=True)
+    lora = qwen05_estimate(trainer_needs_reference=True, params={"use_peft": True, "lora_r": 16})
     assert full.total > lora.total
     assert lora.trainable < full.trainable / 50 and lora.gradients < full.gradients / 50
     assert full.reference == full.parameters * 4 and lora.reference == 0  # -mixed: an fp32 copy; LoRA: none
-    assert _estimate(params={"use_peft": True, "lora_r": 64}).trainable > lora.trainable
+    assert qwen05_estimate(params={"use_peft": True, "lora_r": 64}).trainable > lora.trainable
 
 
 def test_checkpointing_keeps_fewer_activations():
-    on = _estimate(params={"gradient_checkpointing": True})
-    off = _estimate(params={"gradient_checkpointing": False})
+    on = qwen05_estimate(params={"gradient_checkpointing": True})
+    off = qwen05_estimate(params={"gradient_checkpointing": False})
     assert on.activations < off.activations / 3 and on.total < off.total
-    assert _estimate(params={"activation_checkpointing": False}).activations == off.activations
+    assert qwen05_estimate(params={"activation_checkpointing": False}).activations == off.activations
 
 
 def test_unfused_logits_are_batch_by_sequence_by_vocabulary():
-    fused, unfused = _estimate(), _estimate(fused_lm_head=False)
+    fused, unfused = qwen05_estimate(), qwen05_estimate(fused_lm_head=False)
     assert unfused.logits >= 8 * 1024 * 151936 * 4  # the full fp32 logits: ~5 GB for a 150k vocabulary
     assert fused.logits < unfused.logits / 5
-    assert _estimate(sequence_classifier=True).logits < MiB  # a reward model has no vocabulary logits
+    assert qwen05_estimate(sequence_classifier=True).logits < MiB  # a reward model has no vocabulary logits
 
 
 def test_estimate_trial_reads_the_trainers_defaults():
@@ -141,47 +124,6 @@ def test_estimate_trial_reads_the_trainers_defaults():
     assert memory.estimate_trial(adapter("grpo"), config, params).generation > 0
     assert memory.estimate_trial(adapter("reward"), config, params).parameters == count_parameters(config, sequence_classifier=True)
     assert re.fullmatch(r"~\d+\.\d GiB: weights .* \(GiB\)", sft.describe())
-
-
-def test_plan_packs_four_15_gb_trials_on_an_80_gb_gpu():
-    p = plan([15 * GB] * 4, gpus=1, gpu_memory_bytes=80 * GB, host_memory_bytes=512 * GB, cpus=16)
-    assert (p.concurrent, p.gpus_per_trial, p.limit) == (4, 0.25, "gpu memory")
-    assert all(f.fits for f in p.fits) and p.resources() == {"cpu": 4, "gpu": 0.25}
-    two = plan(15 * GB, gpus=2, gpu_memory_bytes=80 * GB, host_memory_bytes=512 * GB, cpus=16)
-    assert (two.concurrent, two.gpus_per_trial) == (8, 0.25)
-    three = plan(20 * GB, gpus=1, gpu_memory_bytes=80 * GB, host_memory_bytes=512 * GB, cpus=16)
-    assert three.concurrent == 3 and three.gpus_per_trial * 3 <= 1 < three.gpus_per_trial * 4
-
-
-def test_plan_never_packs_more_than_the_largest_fitting_config_allows():
-    p = plan([10 * GB, 30 * GB], gpus=1, gpu_memory_bytes=80 * GB, host_memory_bytes=512 * GB, cpus=16)
-    assert p.concurrent == 2 and p.gpus_per_trial == 0.5
-    assert [f.per_gpu for f in p.fits] == [6, 2] and [f.gpus_per_trial for f in p.fits] == [0.1666, 0.5]
-
-
-def test_a_config_bigger_than_the_gpu_does_not_fit_and_says_why():
-    p = plan([100 * GB, 15 * GB], gpus=1, gpu_memory_bytes=80 * GB, host_memory_bytes=512 * GB, cpus=16)
-    big, small = p.fits
-    assert not big.fits and small.fits and p.concurrent == 4  # the others still run
-    assert f"{100 * GB / GiB:.1f} GiB" in big.reason and f"{80 * GB / GiB:.1f} GiB" in big.reason
-    assert "LoRA" in big.reason and "smaller batch" in big.reason and "checkpointing" in big.reason
-    nothing = plan(100 * GB, gpus=1, gpu_memory_bytes=80 * GB, host_memory_bytes=512 * GB, cpus=16)
-    assert nothing.concurrent == 0 and nothing.limit == "nothing fits" and "93.1 GiB" in nothing.describe()
-
-
-def test_host_memory_and_cpus_limit_concurrency():
-    per_process = memory.CPU_PROCESS_BASELINE + memory.CPU_TRAINER_RUNTIME + memory.CUDA_HOST_LIBRARIES
-    host = int(3.5 * per_process / 0.85)  # room for 3 trial processes
-    p = plan(5 * GB, gpus=1, gpu_memory_bytes=80 * GB, host_memory_bytes=host, cpus=16)
-    assert (p.concurrent, p.limit, p.gpus_per_trial) == (3, "host memory", 0.3333)
-    assert plan(5 * GB, gpus=1, gpu_memory_bytes=80 * GB, host_memory_bytes=512 * GB, cpus=2).concurrent == 2
-    # a MemoryEstimate brings its own host need: weights loaded on the host first
-    need = _estimate()
-    assert plan(need, gpus=1, gpu_memory_bytes=80 * GB, host_memory_bytes=need.host, cpus=16).concurrent == 0
-    # CPU trials: the host holds everything
-    cpu = plan([4 * GB] * 2, gpus=0, gpu_memory_bytes=0, host_memory_bytes=16 * GB, cpus=8)
-    assert (cpu.concurrent, cpu.gpus_per_trial, cpu.limit) == (3, 0.0, "host memory")
-    assert "host memory" in plan(20 * GB, gpus=0, gpu_memory_bytes=0, host_memory_bytes=16 * GB, cpus=8).fits[0].reason
 
 
 def _widened_tiny_model(tiny_model, folder):
@@ -254,18 +196,6 @@ def test_every_trial_records_its_estimate_beside_its_measured_peak(tiny_model, t
 # -- several ranks: data parallel, FSDP-sharded or not ----------------------------------------------
 
 # Qwen/Qwen2.5-7B's published config.json numbers.
-QWEN_7B = dict(hidden_size=3584, intermediate_size=18944, num_hidden_layers=28, num_attention_heads=28,
-               num_key_value_heads=4, vocab_size=152064, max_position_embeddings=32768, rope_theta=1000000.0,
-               rms_norm_eps=1e-6, tie_word_embeddings=False, torch_dtype="bfloat16")
-FULL_FT = {"precision": "bf16-mixed", "use_peft": False, "per_device_train_batch_size": 8}  # fp32 weights, AdamW
-
-
-def qwen7b_config():
-    from transformers import AutoConfig
-
-    return AutoConfig.for_model("qwen2", **QWEN_7B)
-
-
 def test_the_7b_parameter_count_the_estimate_uses_is_the_real_models():
     config = qwen7b_config()
     real = numel(meta_model(config))
@@ -308,49 +238,3 @@ def test_fsdp_divides_the_model_state_over_the_ranks_and_gathers_one_unit():
                                  sharding="none").gathered == 0
     with pytest.raises(TunerError, match="sharding must be one of"):
         memory.estimate_trial(adapter("sft"), config, FULL_FT, ranks=2, sharding="zero2")
-
-
-def _sharded(trainer, params, config=None):
-    config = config or qwen7b_config()
-    return lambda n: memory.estimate_trial(adapter(trainer), config, params, ranks=n,
-                                           sharding="fsdp" if n > 1 else None)
-
-
-def test_gpus_needed_is_the_fewest_gpus_whose_shards_fit():
-    usable = 0.85 * 80 * GiB
-    sft = _sharded("sft", FULL_FT)
-    assert sft(1).total > 80 * GiB  # a 7B full fine-tune fits no single 80 GiB GPU
-    spread = memory.gpus_needed(sft, gpus_per_node=8, gpu_memory_bytes=80 * GiB)
-    n = spread.gpus
-    assert n in (2, 4, 8) and spread.per_rank == sft(n).total <= usable
-    assert sft(n // 2).total > usable  # half as many do not fit: the fewest
-    assert spread.one_gpu == sft(1).total and not spread.reason
-    # DPO's frozen reference is sharded too, but still adds to every rank at the same count
-    dpo = _sharded("dpo", FULL_FT)
-    assert dpo(n).total > sft(n).total and dpo(n).reference <= dpo(1).reference / n + 1
-    assert memory.gpus_needed(dpo, gpus_per_node=8, gpu_memory_bytes=80 * GiB).gpus >= n
-    none = memory.gpus_needed(sft, gpus_per_node=8, gpu_memory_bytes=16 * GiB)
-    assert none.gpus is None and "all 8 GPUs" in none.reason and "16.0 GiB" in none.reason
-    assert f"~{sft(8).total / GiB:.1f} GiB per rank" in none.reason
-    # counts tried: powers of two, then the node's own
-    assert memory._rank_counts(8) == [1, 2, 4, 8] and memory._rank_counts(6) == [1, 2, 4, 6]
-    assert memory.gpus_needed(lambda n: 100 * GB // n, gpus_per_node=6, gpu_memory_bytes=20 * GB).gpus == 6
-
-
-def test_plan_with_whole_gpus_per_trial_checks_one_rank_against_one_gpu():
-    p = plan(60 * GB, gpus=8, gpu_memory_bytes=80 * GB, host_memory_bytes=2048 * GB, cpus=64, gpus_per_trial=2)
-    assert (p.concurrent, p.gpus_per_trial, p.limit, p.ranks) == (4, 2.0, "gpus", 2)
-    assert p.resources()["gpu"] == 2.0 and "2 GPUs each" in p.describe()
-    too_big = plan(70 * GB, gpus=8, gpu_memory_bytes=80 * GB, host_memory_bytes=2048 * GB, cpus=64, gpus_per_trial=4)
-    assert too_big.concurrent == 0 and "per rank (4 ranks)" in too_big.fits[0].reason
-    # each rank is a process on the host: its host need counts once per rank
-    need = memory.estimate_trial(adapter("sft"), qwen7b_config(), FULL_FT, ranks=4, sharding="fsdp")
-    host = int(need.host * 4 * 1.5 / 0.85)  # room for one 4-rank trial, not two
-    hosted = plan(need, gpus=8, gpu_memory_bytes=80 * GiB, host_memory_bytes=host, cpus=64)
-    assert (hosted.concurrent, hosted.limit, hosted.gpus_per_trial) == (1, "host memory", 4.0)  # ranks read from it
-    assert hosted.fits[0].host == 4 * need.host
-    assert plan(need, gpus=8, gpu_memory_bytes=80 * GiB, host_memory_bytes=2**50, cpus=6).concurrent == 1  # a CPU a rank
-    with pytest.raises(TunerError, match="estimate with ranks=2"):
-        plan(need, gpus=8, gpu_memory_bytes=80 * GiB, host_memory_bytes=2**50, cpus=64, gpus_per_trial=2)
-    with pytest.raises(TunerError, match="the machine has 2"):
-        plan(60 * GB, gpus=2, gpu_memory_bytes=80 * GB, host_memory_bytes=2**50, cpus=64, gpus_per_trial=4)

@@ -9,8 +9,10 @@
     _confirm.py     the best candidates re-run on other seeds
     _extend.py      longer rungs when no stable trial learned within --max-steps
     _remeasure.py   a --from search's speed re-runs: the faster trial and theirs again, side by side
+    _packing.py     how many trials of given memory estimates fit a machine at once; the GPUs a trial spans
     _placement.py   how many trials at once and what each asks of Ray, from the memory plan
     _resume.py      an interrupted search continued in the same run
+    _release.py     the trials' shared weight copies removed at the end, on every node of the Ray cluster
 
 May import: every subsystem below it (tuner.report, tuner.trial, tuner.verdicts, tuner.inputs, tuner.config,
 tuner.stores) and tuner.errors, tuner.records. Only tuner.cli imports it.

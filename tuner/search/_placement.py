@@ -1,4 +1,4 @@
-"""Where a search's trials run: tuner.trial.memory's plan applied to a search space and the Ray cluster.
+"""Where a search's trials run: the packing plan (_packing.py) applied to a search space and the Ray cluster.
 
     placement = place(trainer, model_path, space, cluster=Cluster.of_ray(ray), cpus_per_trial=1,
                       gpus_per_trial=None, concurrency=None)
@@ -15,7 +15,7 @@ estimate is over its per-trial share is reported as ``too_big`` with its numbers
 with no GPU, CPU trials. Given, it is used as written and the plan only checks it and caps concurrency.
 
 A space whose largest corner fits no single GPU spreads every trial over the fewest GPUs of a node whose FSDP
-shards fit (tuner.trial.memory.gpus_needed), one rank per GPU:
+shards fit (_packing.gpus_needed), one rank per GPU:
 
     placement = place(trainer, "Qwen2.5-7B", space, cluster=Cluster(gpus=8, gpu_memory_bytes=80 * 2**30, ...), ...)
     placement.ranks, placement.sharding     # 4, "fsdp": a trial is 4 processes, one per GPU
@@ -35,6 +35,7 @@ from typing import Any, Callable
 
 from tuner.config.trainers import Adapter
 from tuner.errors import TunerError
+from tuner.search import _packing as packing
 from tuner.trial import memory
 
 # The params tuner.trial.memory.estimate reads: the ones whose values change a trial's peak memory.
@@ -110,7 +111,7 @@ def _host_memory(ray) -> int:
 @dataclass
 class Placement:
     device: str  # "cuda" or "cpu": where the trials run
-    plan: memory.Plan
+    plan: packing.Plan
     resources: dict[str, float]  # Ray's per-trial request
     concurrency: int
     budget_bytes: int  # device memory one rank may use: its GPU share (a whole GPU with ranks), or host RAM on a CPU
@@ -229,9 +230,9 @@ def place(entry: Adapter, model_path: str, space, cluster: Cluster, *, cpus_per_
                          f"rank would need ~{ddp.total / memory.GiB:.1f} GiB ({gpu_usable / memory.GiB:.1f} GiB usable)")
     elif gpus_per_trial is None and cluster.node_gpus > 1:
         if largest(1, None).total > gpu_usable:
-            spread = memory.gpus_needed(lambda n: largest(n, "fsdp" if n > 1 else None, force=True),
-                                        gpus_per_node=cluster.node_gpus, gpu_memory_bytes=cluster.gpu_memory_bytes,
-                                        headroom=headroom)
+            spread = packing.gpus_needed(lambda n: largest(n, "fsdp" if n > 1 else None, force=True),
+                                         gpus_per_node=cluster.node_gpus, gpu_memory_bytes=cluster.gpu_memory_bytes,
+                                         headroom=headroom)
             if spread.gpus is not None:
                 whole = ranks = spread.gpus
                 sharding = "fsdp"
@@ -245,9 +246,9 @@ def place(entry: Adapter, model_path: str, space, cluster: Cluster, *, cpus_per_
     estimate_of = estimator(ranks, sharding)
     # Ray holds cpus_per_trial CPUs for a trial, and each of its processes needs a CPU of its own.
     slots = max(1, int(cluster.cpus // (max(cpus_per_trial, ranks) if ranks > 1 else cpus_per_trial)))
-    plan = memory.plan([estimate_of(c) for c in corners], gpus=cluster.gpus if on_gpu else 0,
-                       gpu_memory_bytes=cluster.gpu_memory_bytes, host_memory_bytes=cluster.host_memory_bytes,
-                       cpus=slots * ranks, headroom=headroom, gpus_per_trial=whole)
+    plan = packing.plan([estimate_of(c) for c in corners], gpus=cluster.gpus if on_gpu else 0,
+                        gpu_memory_bytes=cluster.gpu_memory_bytes, host_memory_bytes=cluster.host_memory_bytes,
+                        cpus=slots * ranks, headroom=headroom, gpus_per_trial=whole)
     if not plan.concurrent:
         reason = next(f.reason for f in plan.fits if f.reason)
         if spread is not None and spread.gpus is None:

@@ -69,7 +69,8 @@ def run_search(prepared: Prepared, echo: Callable[[str], None] = print) -> Searc
     too): SearchInterrupted says what is kept and how to resume once the search run exists, and by then every run
     it started is ended (the search run KILLED); Ray, the trials and the launcher are stopped in any case."""
     from tuner.search import _execution as execution
-    from tuner.trial import launcher, weights
+    from tuner.search import _release
+    from tuner.trial import launcher
 
     o = prepared.options
     started = time.perf_counter()
@@ -101,7 +102,7 @@ def run_search(prepared: Prepared, echo: Callable[[str], None] = print) -> Searc
                 # The shared weight copies, also on a cluster's other nodes while Ray is up. A local Ray has no
                 # other node, and after an interrupt Ray is asked nothing more: its GCS may be gone (shutdown_ray).
                 interrupted = interrupted or interrupts.signalled()  # a signal held while the search ended, too
-                weights.release_everywhere(prepared.model_path, other_nodes=bool(o.ray_address) and not interrupted)
+                _release.release_everywhere(prepared.model_path, other_nodes=bool(o.ray_address) and not interrupted)
                 execution.shutdown_ray(interrupted)  # also on errors: no Ray process outlives the search
                 if now.launcher:
                     launcher.stop(now.launcher)

@@ -2,8 +2,7 @@
 trial on the node (each still in its own process).
 
     model = from_pretrained(AutoModelForCausalLM, model_path, dtype=torch.float32)   # in a trial (tuner.trial.trainer)
-    release_everywhere(model_path)   # the search driver, at its end, Ray still up: this node and every Ray node
-    release(model_path)              # this node only
+    release(model_path)              # this node's copies (the search removes every node's: tuner.search._release)
     sweep()                          # entries idle for hours or whose checkpoint is gone, builds whose process died
 
 Why the weights are shared this way, with the measurements behind it: docs/architecture.md ("Shared weights").
@@ -27,8 +26,8 @@ import uuid
 from pathlib import Path
 from typing import Any, Iterator
 
-__all__ = ["ENV", "DIR_ENV", "IDLE_HOURS", "cache_root", "entries", "from_pretrained", "release", "release_everywhere",
-           "shared_checkpoint", "sweep"]
+__all__ = ["ENV", "DIR_ENV", "IDLE_HOURS", "cache_root", "entries", "from_pretrained", "release", "shared_checkpoint",
+           "sweep"]
 
 ENV = "TUNER_SHARED_WEIGHTS"  # auto (default): share when the trial's dtype is not the checkpoint's; always; off
 DIR_ENV = "TUNER_SHARED_WEIGHTS_DIR"  # where entries live (default: /dev/shm/tuner-weights-<uid>)
@@ -180,8 +179,8 @@ def _copy_now(model) -> bool:
 
 def release(model_path: str | None = None) -> int:
     """Remove this node's shared copies of ``model_path`` (every dtype; every model when None), and stale ones (see
-    ``sweep``). Safe while a trial runs: what it has mapped stays valid until it exits. The search driver calls it
-    at its end. Returns the bytes freed."""
+    ``sweep``). Safe while a trial runs: what it has mapped stays valid until it exits. The search calls it at
+    its end on every node (tuner.search._release). Returns the bytes freed."""
     root = cache_root()
     if root is None or not root.is_dir():
         return 0
@@ -203,44 +202,6 @@ def release(model_path: str | None = None) -> int:
             with contextlib.suppress(OSError):  # the search is over: no trial waits on it
                 (entry.parent / f".{entry.name}.lock").unlink()
     return freed
-
-
-def release_everywhere(model_path: str | None = None, timeout: float = 60.0,
-                       other_nodes: bool = True) -> dict[str, Any]:
-    """``release(model_path)`` on every other alive node of the Ray cluster while Ray is up (a zero-CPU task pinned
-    to each), then here: what trials on other nodes built does not outlive the search either. Best effort: a node
-    that does not answer within ``timeout`` keeps its copy until a later tuner run there sweeps it; never raises
-    (the driver calls it while ending the search, also on errors). ``other_nodes`` False: here only, Ray is not
-    asked (a local Ray has no other node; an interrupted search's Ray may be gone). Returns the bytes freed:
-    {"nodes": {node id: bytes}, "local": bytes}."""
-    nodes: dict[str, int] = {}
-    try:
-        import ray
-
-        if other_nodes and ray.is_initialized():
-            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-            remote = ray.remote(num_cpus=0, max_retries=0)(_release_on_node)
-            here = ray.get_runtime_context().get_node_id()  # released below without a task (a worker's start)
-            refs = {node["NodeID"]: remote.options(
-                scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)).remote(model_path)
-                for node in ray.nodes() if node.get("Alive") and node["NodeID"] != here}
-            ray.wait(list(refs.values()), num_returns=len(refs), timeout=timeout)
-            for node_id, ref in refs.items():
-                with contextlib.suppress(Exception):
-                    nodes[node_id] = ray.get(ref, timeout=0)
-    except Exception as error:  # noqa: BLE001 - called from the driver's finally: never mask what ended the search
-        _say(f"releasing on the Ray nodes failed ({type(error).__name__}: {error})")
-    try:
-        local = release(model_path)
-    except Exception as error:  # noqa: BLE001
-        _say(f"releasing here failed ({type(error).__name__}: {error})")
-        local = 0
-    return {"nodes": nodes, "local": local}
-
-
-def _release_on_node(model_path: str | None) -> int:
-    return release(model_path)
 
 
 def sweep(root: Path | None = None, idle_hours: float = IDLE_HOURS) -> int:
