@@ -73,6 +73,7 @@ def _short(value):
 # long run failed within the trial's length, since its learning-rate schedule spans 25x the steps (a linear decay
 # over 500 steps is still near its peak at step 16, where the 20-step trial's had decayed).
 FAILED = ("failed late", "failed early", "regressed")
+CANDIDATES = "learned at the trial length"
 
 
 def classify(short: dict[str, Any], long: dict[str, Any]) -> str:
@@ -137,22 +138,24 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
                 "outcomes": {o: sum(r["outcome"] == o for r in group) for o in sorted({r["outcome"] for r in group})}}
 
     trainers = sorted({r["trainer"] for r in rows})
-    return {"all": table(rows), **{t: table([r for r in rows if r["trainer"] == t]) for t in trainers}}
+    # The search's candidates: ok and learning at the trial length; a flag on a config that does not learn moves no
+    # recommendation, a miss or a false flag here does.
+    return {"all": table(rows), CANDIDATES: table([r for r in rows if r["short"].get("learned")]),
+            **{t: table([r for r in rows if r["trainer"] == t]) for t in trainers}}
 
 
 def forecast_again(data: dict[str, Any]) -> dict[str, Any]:
     """The forecast re-run offline on each short run's recorded history (today's rules on yesterday's runs)."""
+    return summarize([{**r, "short": {**r["short"], "risk": _risk_again(r)}} for r in data["runs"]])
+
+
+def _risk_again(run: dict[str, Any]) -> str:
     from tuner.verdicts.forecast import forecast, horizon_steps
 
-    rows = []
-    for r in data["runs"]:
-        short = dict(r["short"])
-        precision = r["params"].get("precision", "fp32")
-        risks = forecast(with_fp16_share(short["history"], r["params"]), r["trainer"], precision,
-                         horizon_steps(short["steps_run"] or 1))
-        short["risk"] = str(risks[0]) if risks else ""
-        rows.append({**r, "short": short})
-    return summarize(rows)
+    short = run["short"]
+    risks = forecast(with_fp16_share(short["history"], run["params"]), run["trainer"],
+                     run["params"].get("precision", "fp32"), horizon_steps(short["steps_run"] or 1))
+    return str(risks[0]) if risks else ""
 
 
 def with_fp16_share(history: list[dict[str, Any]], params: dict[str, Any]) -> list[dict[str, Any]]:
@@ -201,6 +204,24 @@ def lines(data: dict[str, Any]) -> list[str]:
     return out
 
 
+def pooled(sets: list[dict[str, Any]]) -> list[str]:
+    """The held-out sets together, today's rules re-run on them: the forecast's held-out recall and precision."""
+    rows = []
+    for data in sets:
+        again = {**data, "runs": [{**r, "short": {**r["short"], "risk": _risk_again(r)}} for r in data["runs"]]}
+        rows += again["runs"]
+    summary = summarize(rows)
+    seeds = ", ".join(str(d.get("config_seed")) for d in sets)
+    out = [f"**Held-out sets together** (config seeds {seeds}; today's rules):", "",
+           "| configs | ok at the trial length | failed in the long run | flagged at risk | recall | precision |",
+           "| --- | --- | --- | --- | --- | --- |"]
+    for name in ("all", CANDIDATES):
+        t = summary[name]
+        out.append(f"| {name} | {t['ok_at_trial_length']} | {t['late_failures']} | {t['flagged']} | "
+                   f"{_ratio(t['recall'])} | {_ratio(t['precision'])} |")
+    return out
+
+
 def _ratio(value) -> str:
     return "undefined (none)" if value is None else f"{value:.2f}"
 
@@ -231,6 +252,9 @@ def main(argv: list[str] | None = None) -> int:
             data = load(path)
             data["summary"] = forecast_again(data)
             out += [f"**`{Path(path).name}`**: " + lines(data)[0], *lines(data)[1:], ""]
+        held_out = [data for data in map(load, args.render) if data.get("held_out")]
+        if len(held_out) > 1:
+            out += [*pooled(held_out), ""]
         print("\n".join(out))
         if args.results:
             from bench.report import replace_section
