@@ -12,6 +12,7 @@ from tuner.search import _extend as extend
 from tuner.search import driver as search
 from tuner.search._extend import WAIT, Extension
 from tuner.stores import mlflow_store, run_reader
+from tuner.verdicts import recommend
 
 BASE = {"trainer": "reward", "params": {}, "max_steps": 20, "seed": 0}
 
@@ -174,3 +175,41 @@ def test_no_risk_rung_when_the_budget_is_spent_or_the_best_is_safe():
     assert Extension(BASE, budget_steps=50, timeout=1, announce=lambda line: None).next(records, []) is None
     safe = [record(1, progress=0.10, learned=True)]
     assert Extension(BASE, budget_steps=1000, timeout=1, announce=lambda line: None).next(safe, []) is None
+
+
+# A real trial at risk: a full fine-tune in fp16-pure (its trainable weights float16, tuner.verdicts.forecast's
+# fp16_weights rule, a level that needs no trend) at a learning rate it survives for 12 steps on the tiny model.
+FP16_SPACE = """\
+trainer: reward
+fixed:
+  per_device_train_batch_size: 8
+  use_peft: false
+  max_length: 64
+  precision: fp16-pure
+params:
+  learning_rate: {type: categorical, choices: [3.0e-4]}
+"""
+
+
+@pytest.mark.slow
+def test_a_real_trial_at_risk_gets_its_longer_rung_and_the_risk_is_said(tmp_path, tiny_model):
+    root = tmp_path / "risk"
+    root.mkdir()
+    (root / "space.yaml").write_text(FP16_SPACE)
+    echoed: list[str] = []
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(root)
+        prepared = search.prepare(search.SearchOptions(store=str(root / "mlflow"), search_space="space.yaml",
+                                                       experiment="risk", sampler="grid", max_steps=12, seed=0,
+                                                       confirm_seeds=1, confirm_top=1))
+        outcome = search.run_search(prepared, echo=echoed.append)
+    (first,) = [r for r in outcome.records if r["max_steps"] == 12 and "confirms" not in r]
+    assert first["status"] == "ok" and first["risk_signal"] == "fp16_weights"
+    assert "trainable weights are float16" in first["risk"]
+    # the best trial is at risk: it runs again for 3x its steps (a risk rung, or a learning rung: both are 36)
+    assert [(e["extends"], e["max_steps"]) for e in outcome.search["extensions"]][:1] == [(first["number"], 36)]
+    best = outcome.recommended
+    # nothing safe to prefer: if it is recommended at all, its risk is said, not hidden
+    assert best is None or (best.get("risk") and "at risk" in recommend.horizon(best))
+    if best is None:  # the risk came true on the longer rung: the summary says so, not only "1 ok"
+        assert f"trial {first['number']} was ok but failed on its run of 36 steps" in search.summary_text(outcome)

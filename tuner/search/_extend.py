@@ -88,9 +88,10 @@ class Extension:
         """The best trial at risk (tuner.verdicts.forecast) re-run for RATE x its steps, to confirm or clear the
         risk; nothing when the best has no risk (confirmation's turn), a rung is still running, or it would
         overspend the budget."""
-        best = rec.ranked(runs)[0]
-        if not rec.at_risk(best):
+        ranking = rec.ranked(runs)
+        if not ranking or not rec.at_risk(ranking[0]):  # none left (the risk came true on its rung), or a safe best
             return None
+        best = ranking[0]
         if self.handed - {(e["number"], e["max_steps"]) for e in runs if e.get("extends") is not None}:
             return WAIT
         steps = best["max_steps"] * RATE

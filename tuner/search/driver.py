@@ -409,7 +409,7 @@ def summary_text(outcome: SearchOutcome) -> str:
     elif outcome.recommended is None and outcome.stopped_because:
         lines.append(f"Stopped after {len(outcome.records)} trials: {outcome.stopped_because}")
     elif outcome.recommended is None:
-        lines.append(rec.failure_summary(outcome.records))
+        lines.append(rec.failure_summary(outcome.records, longer=outcome.search.get("extensions") or []))
     else:
         best = outcome.recommended
         lines.append(f"recommended: trial {best['number']}: {best['tokens_per_second']:.0f} tokens/s, progress "

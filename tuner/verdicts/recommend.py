@@ -91,8 +91,9 @@ def recommend(trials: list[dict[str, Any]]) -> dict[str, Any] | None:
     return order[0] if order else None
 
 
-def failure_summary(trials: list[dict[str, Any]], top: int = 3) -> str:
-    """Why nothing qualified: counts per status and the most common reasons."""
+def failure_summary(trials: list[dict[str, Any]], top: int = 3, longer: list[dict[str, Any]] = ()) -> str:
+    """Why nothing qualified: counts per status and the most common reasons; ``longer``: the longer rungs
+    (tuner.search._extend), whose failure takes a trial that was ok and learning out of the running."""
     statuses = collections.Counter(t.get("status") for t in trials)
     not_learning = sum(1 for t in trials if is_ok(t) and not learned(t))
     reasons = collections.Counter(
@@ -102,6 +103,9 @@ def failure_summary(trials: list[dict[str, Any]], top: int = 3) -> str:
              + (f" ({not_learning} ok but not significantly better than at their start)" if not_learning else "") + "."]
     for (signal, example), n in reasons.most_common(top):
         lines.append(f"  {n} x {signal}: e.g. {example}")
+    for rung in (r for r in longer if not is_ok(r)):
+        lines.append(f"  trial {rung['extends']} was ok but failed on its run of {rung.get('max_steps')} steps: "
+                     f"{rung.get('status')} ({rung.get('reason') or 'no reason given'})")
     causes = collections.Counter(t.get("guard_signal") or t.get("status") for t in trials if not is_ok(t))
     causes.update({"not_learning": not_learning} if not_learning else {})
     advice = [ADVICE[cause] for cause, _ in causes.most_common() if cause in ADVICE]
