@@ -3,6 +3,7 @@ trainer table and the precision modes.
 
     options.py    SearchOptions: every ``tuner search`` flag, its default, help and rule
     space.py      SearchSpace: a space YAML validated, sampled and gridded
+    user_yaml.py  every YAML file a user writes, read (2e-4 a number, a key twice an error) and validated
     values.py     every value a user writes, typed against its TRL config field
     trainers.py   the trainer table: one Adapter per TRL trainer
     precision.py  the precision table: one row per mode

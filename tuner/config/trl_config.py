@@ -29,7 +29,8 @@ from typing import Any
 
 from tuner.config import precision as precisions
 from tuner.config import trainers, trl_keys
-from tuner.config.space import CategoricalParam, FloatParam, SearchSpace, parse_space, read_yaml_file
+from tuner.config.space import CategoricalParam, FloatParam, SearchSpace, parse_space
+from tuner.config.user_yaml import read_yaml_file
 from tuner.errors import TunerError
 
 __all__ = ["HARNESS", "LR_DOWN", "LR_UP", "SPEED_KNOBS", "SourceConfig", "derive_space", "read_config",

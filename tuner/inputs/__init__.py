@@ -6,6 +6,7 @@ probe that checks them before any trial starts.
     tasks.py      exact-answer questions for a pretrained model, and their reward
     rewards.py    --reward-func: the built-in reward, TRL's, or the user's module:function
     probe.py      the user's rows, tokenizer and rewards tried before any trial starts
+    quiet.py      transformers' and datasets' progress bars and load reports kept off stderr
 
 May import: tuner.config, tuner.stores (the cache folder), tuner.errors.
 """
@@ -20,6 +21,7 @@ __all__, __getattr__ = lazy_exports(__name__, {
     "exact_answer_reward": "tuner.inputs.tasks",
     "is_tiny": "tuner.inputs.models",
     "load_dataset_spec": "tuner.inputs.data",
+    "quiet_libraries": "tuner.inputs.quiet",
     "resolve_model": "tuner.inputs.models",
     "resolve_reward_funcs": "tuner.inputs.rewards",
     "tiny_model_dir": "tuner.inputs.models",

@@ -349,7 +349,7 @@ def export_line(fix: dict[str, Any], path: str, run_id: str) -> str:
 
 def load_text(text: str) -> dict[str, Any]:
     """The edited file as a mapping (what search.json keeps as the exported config)."""
-    from tuner.config.space import load_yaml
+    from tuner.config.user_yaml import load_yaml
 
     return dict(load_yaml(text))
 

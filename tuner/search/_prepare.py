@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 from tuner.config.options import DEFAULT_TRIALS, SearchOptions, check_options
 from tuner.config.space import SearchSpace, check_param_names, load_space
-from tuner.errors import TunerError, quiet_libraries
+from tuner.errors import TunerError
+from tuner.inputs.quiet import quiet_libraries
 
 if TYPE_CHECKING:
     from tuner.config.trl_config import SourceConfig
