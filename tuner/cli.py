@@ -212,14 +212,15 @@ def _write(path: str, text: str) -> None:
 
 
 def cmd_search(args) -> int:
+    from tuner.report import results_table, summary_text
     from tuner.search import driver as search
 
     _check_output(args.output)
     options = search.options_from(**vars(args))
     prepared = search.prepare_resume(options) if args.resume else search.prepare(options)
     outcome = search.run_search(prepared)
-    print(search.results_table([*outcome.records, *outcome.search.get("extensions", [])]))
-    print(search.summary_text(outcome))
+    print(results_table([*outcome.records, *outcome.search.get("extensions", [])]))
+    print(summary_text(outcome))
     if args.output and outcome.trl_config:
         for path in _write_export(args.output, outcome.search, outcome.experiment, outcome.parent_run_id):
             print(_wrote(path, args.output, outcome.search, outcome.parent_run_id))

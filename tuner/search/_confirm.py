@@ -157,17 +157,3 @@ def judge(cands: list[dict[str, Any]], confirmations: list[dict[str, Any]]
         if recommended is None and verdict["confirmed"]:
             recommended = {**c, "confirmation": verdict, "risk": verdict["risk"]}
     return recommended, verdicts
-
-
-def describe(verdicts: list[dict[str, Any]]) -> list[str]:
-    """One line per candidate for the terminal."""
-    lines = []
-    for v in verdicts:
-        speed, progress = v["tokens_per_second"], v["progress"]
-        spread = (f"tokens/s {speed['min']:.0f}..{speed['max']:.0f}" if speed else "tokens/s -") + (
-            f", progress {progress['min']:+.3f}..{progress['max']:+.3f}" if progress else "")
-        if v["confirmed"]:
-            lines.append(f"  trial {v['number']}: confirmed on seeds {v['seeds']} ({spread})")
-        else:
-            lines.append(f"  trial {v['number']}: DEMOTED: {v['demoted_because']}")
-    return lines

@@ -13,7 +13,6 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import datetime as dt
-import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +21,8 @@ from typing import Any, Callable
 from tuner.config.options import DEFAULT_TRIALS, SAMPLERS, SearchOptions, check_options, options_from, prunes  # noqa: F401 - re-exported
 from tuner.records import SearchSummary
 from tuner.report import export
-from tuner.report.progress import Progress, SearchInterrupted, describe_params, results_table, resume_command
+from tuner.report.progress import Progress, SearchInterrupted, results_table, resume_command
+from tuner.report.summary import describe_candidates
 from tuner.search import _neighbours
 from tuner.search._prepare import (  # noqa: F401 - prepare, prepare_resume, halves: the search's API
     Prepared,
@@ -356,7 +356,7 @@ def _finish(prepared: Prepared, tracker, records, cands, confirmations, started,
     verdicts: list[dict[str, Any]] = []
     if o.confirm_seeds > 0:
         best, verdicts = confirm.judge(cands, confirmations)
-        for line in confirm.describe(verdicts):
+        for line in describe_candidates(verdicts):
             echo(line)
     else:
         best = rec.recommend([*records, *extensions])
@@ -396,34 +396,3 @@ def _finish(prepared: Prepared, tracker, records, cands, confirmations, started,
     tracker.set_tags({f"{COUNT_TAG_PREFIX}{s}": str(n) for s, n in counts.items()})
     return SearchOutcome(prepared.experiment, tracker.parent_id, records, best, config, time.perf_counter() - started,
                          verdicts, search)
-
-
-def summary_text(outcome: SearchOutcome) -> str:
-    from tuner.search import _confirm as confirm
-
-    lines = [f"\n{len(outcome.records)} trials in {outcome.wall_seconds:.0f}s (experiment {outcome.experiment!r}, "
-             f"run {outcome.parent_run_id})", f"rule: {rec.RULE}"]
-    if outcome.recommended is None and outcome.candidates:
-        lines.append("Nothing recommended: no candidate stayed stable and learning on its confirmation seeds:")
-        lines += confirm.describe(outcome.candidates)
-    elif outcome.recommended is None and outcome.stopped_because:
-        lines.append(f"Stopped after {len(outcome.records)} trials: {outcome.stopped_because}")
-    elif outcome.recommended is None:
-        lines.append(rec.failure_summary(outcome.records))
-    else:
-        best = outcome.recommended
-        lines.append(f"recommended: trial {best['number']}: {best['tokens_per_second']:.0f} tokens/s, progress "
-                     f"{best['progress']:+.3f}, {best.get('max_steps')} steps, {describe_params(best['params'])}")
-        lines.append(json.dumps(best["params"], sort_keys=True))
-        if best.get("confirmation"):
-            lines += confirm.describe([best["confirmation"]])
-        lines.append(rec.horizon(best))
-    fixed = outcome.search.get("fix")
-    if fixed:
-        from tuner.report import fix as fixes
-
-        lines += ["", *fixes.diff_lines(fixed)]
-    lines.append("review:  tuner ui          (MLflow UI on http://127.0.0.1:5000)")
-    if outcome.recommended is not None:  # with nothing recommended, tuner export has nothing to write
-        lines.append(f"export:  tuner export --experiment {outcome.experiment} -o recommended.yaml")
-    return "\n".join(lines)
