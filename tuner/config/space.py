@@ -256,7 +256,7 @@ class SearchSpace(BaseModel):
     def precisions(self) -> list[str]:
         p = self.params.get("precision")
         if p is None:
-            return [self.fixed.get("precision", precision.DEFAULT)]
+            return [str(self.fixed.get("precision", precision.DEFAULT))]
         return list(_values(p))
 
     def values_of(self, name: str) -> list[Any]:
@@ -313,6 +313,8 @@ def shipped_space_path(trainer: str) -> Path:
 def load_space(path: str | Path | None = None, trainer: str | None = None) -> SearchSpace:
     """Read and validate a space file; ``None`` means the shipped space for ``trainer``."""
     if path is None:
+        if trainer is None:
+            raise ValueError("load_space needs a space file or a trainer (for its shipped space)")
         path = shipped_space_path(trainer)
     path = Path(path)
     where = str(path)
@@ -333,7 +335,8 @@ def parse_space(raw: Any, where: str = "<memory>") -> SearchSpace:
     return space
 
 
-_MEMBERS = {"float": FloatParam, "int": IntParam, "categorical": CategoricalParam, "fixed": FixedParam}
+_MEMBERS: dict[str, type[BaseModel]] = {"float": FloatParam, "int": IntParam, "categorical": CategoricalParam,
+                                        "fixed": FixedParam}
 # How pydantic names the members of Scalar in an error path; users wrote a value, not a type.
 _SCALAR_MEMBERS = {"bool", "int", "float", "str", "list[str]", "none"}
 

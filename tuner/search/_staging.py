@@ -91,7 +91,8 @@ def expected_fastest(space, device: str) -> dict[str, Any]:
         elif name in ("per_device_train_batch_size", "gradient_accumulation_steps"):
             # A larger batch keeps the device busier; more accumulation pays the per-step costs (the optimizer
             # step, logging, the guard; GRPO: one generation per accumulated batch) once for more micro-batches.
-            pins[name] = max(choices) if choices else param.high if isinstance(param, IntParam) else None
+            sizes = [c for c in choices or [] if isinstance(c, int) and not isinstance(c, bool)]
+            pins[name] = max(sizes) if sizes else param.high if isinstance(param, IntParam) else None
         elif name == "precision" and choices:
             pins[name] = next((p for p in FAST_PRECISIONS.get(device, ()) if p in choices), None)
         elif name == "beta" and choices and 0 in choices:

@@ -49,9 +49,8 @@ from tuner.trial import TrialSpec
 from tuner.verdicts import recommend as rec
 
 if TYPE_CHECKING:
-    import subprocess
-
     from tuner.stores.run_writer import SearchTracker
+    from tuner.trial.launcher import Launcher
 
 
 @dataclass
@@ -123,7 +122,7 @@ class _EndNow:
     def __init__(self, prepared: Prepared):
         self.prepared = prepared
         self.opening: concurrent.futures.Future[_Stores] | None = None  # the stores, once open
-        self.launcher: subprocess.Popen | None = None  # this node's trial launcher (tuner.trial.launcher)
+        self.launcher: Launcher | None = None  # this node's trial launcher
 
     def end(self) -> None:
         import sys
