@@ -85,7 +85,7 @@ def _load_child(model_path: str, dtype: str, mode: str, root: str, trained: bool
     import torch
     from transformers import AutoModelForCausalLM
 
-    from tuner.errors import quiet_libraries
+    from tuner.inputs import quiet_libraries
     from tuner.trial import weights
 
     quiet_libraries()
@@ -107,8 +107,7 @@ def _trial_child(spec_dict: dict, workdir: str, mode: str, root: str, construct_
     import trl.trainer.dpo_trainer
     import trl.trainer.grpo_trainer
 
-    from tuner.errors import quiet_libraries
-    from tuner.inputs import data, models, rewards
+    from tuner.inputs import data, models, quiet_libraries, rewards
     from tuner.trial import TrialSpec, run_trial, trainer, weights
 
     quiet_libraries()

@@ -8,11 +8,15 @@ each idea spelled in its own module.
 - Status values appear as string literals only in tuner/records.py, trainer names only in tuner/config/trainers.py,
   MLflow tag names only in tuner/stores/tags.py (docstrings, which show usage, aside). A new status, trainer or tag
   is then one edit in one place.
+- A subpackage's lazily exported names are declared for type checkers too (its ``if TYPE_CHECKING:`` imports),
+  and importing tuner and every subpackage imports no heavy library (``tuner --help`` stays instant).
 """
 
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -185,3 +189,39 @@ def test_names_are_spelled_only_in_their_home(home, names):
         stray += [f"{where}:{line} {value!r}" for line, value in _literals(path)
                   if value in names and (where, value) not in NOT_A_NAME]
     assert stray == []
+
+
+def _lazy_and_declared(init: Path) -> tuple[dict[str, str], dict[str, str]]:
+    """A subpackage's lazy exports (name -> module, its ``lazy_exports`` call) and the names its ``if TYPE_CHECKING``
+    block imports for type checkers (name -> module, each ``from module import name as name``)."""
+    tree = ast.parse(init.read_text())
+    lazy, declared = {}, {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "lazy_exports":
+            lazy = {k.value: v.value for k, v in zip(node.args[1].keys, node.args[1].values)}
+        if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING":
+            declared |= {a.name: i.module for i in node.body if isinstance(i, ast.ImportFrom) for a in i.names
+                         if a.asname == a.name}
+    return lazy, declared
+
+
+@pytest.mark.parametrize("init", sorted(p for p in PACKAGE.glob("*/__init__.py") if "lazy_exports" in p.read_text()),
+                         ids=lambda p: p.parent.name)
+def test_lazy_exports_are_declared_for_type_checkers(init):
+    # Editors and mypy see a lazily exported name where it lives only through the TYPE_CHECKING import.
+    lazy, declared = _lazy_and_declared(init)
+    assert lazy and declared == lazy
+
+
+def test_the_package_and_its_subpackages_import_no_heavy_library():
+    # `tuner --help` answers at once: the subpackages' names are imported when first used, whatever a type checker
+    # is shown (TYPE_CHECKING is False at run time).
+    heavy = ["torch", "transformers", "trl", "peft", "datasets", "ray", "optuna", "mlflow", "pydantic", "matplotlib",
+             "scipy"]
+    code = ("import sys, tuner.cli\n"
+            + "".join(f"import tuner.{p.parent.name}\n" for p in sorted(PACKAGE.glob("*/__init__.py")))
+            + f"print(' '.join(m for m in {heavy!r} if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          cwd=PACKAGE.parent)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == []

@@ -11,12 +11,13 @@ import os
 import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 from tuner import __version__
 from tuner.config.options import AT_LEAST_1, Rule, flag, help_text, option_fields, value_type
 from tuner.config.trainers import ADAPTERS
 from tuner.errors import TunerError
-from tuner.records import Status
+from tuner.records import SearchSummary, Status, TrialRecord
 from tuner.stores import interrupts
 
 # Exit codes, for scripts (README "Exit codes"): 0 only when the command did what it says.
@@ -84,7 +85,7 @@ def _add_options(p: argparse.ArgumentParser, *names: str) -> None:
             continue
         meta = f.metadata
         kind = value_type(f)
-        kwargs = {"dest": f.name, "help": help_text(f).replace("%", "%%")}
+        kwargs: dict[str, Any] = {"dest": f.name, "help": help_text(f).replace("%", "%%")}
         if kind is bool:
             kwargs.update(action=argparse.BooleanOptionalAction, default=f.default)
             p.add_argument(flag(f), **kwargs)
@@ -212,21 +213,22 @@ def _write(path: str, text: str) -> None:
 
 
 def cmd_search(args) -> int:
+    from tuner.report import results_table, summary_text
     from tuner.search import driver as search
 
     _check_output(args.output)
     options = search.options_from(**vars(args))
     prepared = search.prepare_resume(options) if args.resume else search.prepare(options)
     outcome = search.run_search(prepared)
-    print(search.results_table([*outcome.records, *outcome.search.get("extensions", [])]))
-    print(search.summary_text(outcome))
+    print(results_table([*outcome.records, *outcome.search.get("extensions", [])]))
+    print(summary_text(outcome))
     if args.output and outcome.trl_config:
         for path in _write_export(args.output, outcome.search, outcome.experiment, outcome.parent_run_id):
             print(_wrote(path, args.output, outcome.search, outcome.parent_run_id))
     return search_exit_code(outcome.records, outcome.recommended)
 
 
-def search_exit_code(records: list[dict], recommended: dict | None) -> int:
+def search_exit_code(records: list[TrialRecord], recommended: TrialRecord | None) -> int:
     """0: recommended; EXIT_NO_TRIAL_OK: no trial ended ok; EXIT_NOTHING_RECOMMENDED: some did, none qualified."""
     if recommended is not None:
         return EXIT_OK
@@ -296,24 +298,25 @@ def cmd_export(args) -> int:
     return 0
 
 
-def _wrote(path: str, output: str, search, run_id: str) -> str:
+def _wrote(path: str, output: str, search: SearchSummary, run_id: str) -> str:
     """What an export says it wrote: a --from search's own file as it is, or with which changes; else the trial."""
     from tuner.report import fix
 
-    if search.get("fix") and path == output:
-        return fix.export_line(search["fix"], path, run_id)
-    best = search.get("recommended") or {}
-    return f"wrote {path} (trial {best.get('number')} of run {run_id})"
+    fixed = search.get("fix")
+    if fixed and path == output:
+        return fix.export_line(fixed, path, run_id)
+    best = search.get("recommended")
+    return f"wrote {path} (trial {best.get('number') if best else None} of run {run_id})"
 
 
-def _write_export(output: str, search, experiment: str, run_id: str, fmt: str = "yaml") -> list[str]:
+def _write_export(output: str, search: SearchSummary, experiment: str, run_id: str, fmt: str = "yaml") -> list[str]:
     """The exported TRL config, and beside it the accelerate config of a search whose trials had several ranks."""
     from tuner.report import export
 
     launch = export.render_launch(search)
     beside = export.launch_path(output) if launch is not None else None
     _write(output, export.render_export(search, experiment, run_id, fmt, beside.name if beside else None))
-    if beside is None:
+    if beside is None or launch is None:
         return [output]
     _write(str(beside), launch)
     return [output, str(beside)]

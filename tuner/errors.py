@@ -1,4 +1,6 @@
-"""The one error type the user sees: a problem they can fix, printed as one line, exit code 2."""
+"""The one error type the user sees: a problem they can fix, printed as one line, exit code 2; and any other
+exception said in one line (``describe_exception``), as a trial's crash reason or inside a TunerError about the
+user's code."""
 
 
 class TunerError(Exception):
@@ -28,31 +30,3 @@ def describe_exception(error: BaseException) -> str:
     depth = 0 if module in ("", "__main__") else len(module.split(".")) + (path.name == "__init__.py")
     shown = path.relative_to(path.parents[depth - 1]) if 0 < depth <= len(path.parents) else path
     return f"{text} ({shown}:{tb.tb_lineno} in {code.co_name})"
-
-
-def quiet_libraries() -> None:
-    """Keep library chatter off stderr, where a bad input's one line goes, and out of a search of hundreds of
-    trials: progress bars, load reports, and the datasets loader's own log of a file it cannot parse."""
-    import logging
-
-    import datasets
-    import transformers
-
-    datasets.disable_progress_bars()
-    transformers.logging.set_verbosity_error()
-    transformers.logging.disable_progress_bar()
-    logging.getLogger("datasets").setLevel(logging.CRITICAL)
-
-
-def validated(model, raw, where: str, not_a_mapping: str, describe):
-    """``model.model_validate(raw)`` for a YAML mapping the user wrote (a search space, a trial config): a value
-    that is not a mapping, or does not validate, is one TunerError line naming ``where`` and, via ``describe``,
-    the key and how to fix it."""
-    from pydantic import ValidationError
-
-    if not isinstance(raw, dict):
-        raise TunerError(f"{where}: {not_a_mapping}")
-    try:
-        return model.model_validate(raw)
-    except ValidationError as error:
-        raise TunerError(f"{where}: {describe(error)}") from None

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypedDict
+from typing import Any, TypedDict, cast
 
 
 class Status(enum.StrEnum):
@@ -92,8 +93,10 @@ class TrialRecord(TypedDict, total=False):
     max_steps: int
     seed: int
     confirms: int  # set on confirmation re-runs: the candidate trial's number
+    extends: int  # set on a longer rung's re-runs (tuner.search._extend): the trial run again for longer
     remeasures: int  # set on a --from search's speed re-runs (tuner.search._remeasure): the trial measured again
     pair: int  # ... and which pair of runs side by side it belongs to
+    confirmation: dict[str, Any]  # set on the recommended record only: its confirmation verdict (tuner.search._confirm)
     # TrialResult's summary fields:
     status: Status
     reason: str
@@ -135,7 +138,7 @@ class SearchSummary(TypedDict, total=False):
     and `tuner search --resume` read it back."""
 
     trainer: str  # the trainer table's name
-    model: str  # --model as given
+    model: str | None  # --model as given (the search's prepare puts the tiny model's alias for none)
     model_path: str  # the folder it resolved to
     use_cpu: bool  # every trial ran on a CPU
     reward_funcs: list[str] | None  # as the export names them
@@ -155,15 +158,17 @@ class SearchSummary(TypedDict, total=False):
     fix: dict[str, Any] | None  # --from: trial 0's verdict, the changes and their evidence, the edited file
 
 
-def new_record(result: dict[str, Any], *, number: int, params: dict[str, Any], max_steps: int, seed: int,
-               run_id: str | None = None, node_id: str | None = None, **extra: Any) -> TrialRecord:
-    """The driver's record of a finished trial, from its result summary (missing fields are None)."""
+def new_record(result: Mapping[str, Any], *, number: int, params: dict[str, Any], max_steps: int, seed: int,
+               run_id: str | None = None, node_id: str | None = None, **extra: int) -> TrialRecord:
+    """The driver's record of a finished trial, from its result summary (missing fields are None); ``extra``:
+    confirms, extends, remeasures and pair, as its job says (TrialJob.extra)."""
     summary = {k: result.get(k) for k in SUMMARY_FIELDS}
     summary["status"] = Status(summary["status"] or Status.CRASHED)
-    return TrialRecord(number=number, params=params, **summary, run_id=run_id, node_id=node_id,
-                       max_steps=max_steps, seed=seed, **extra)
+    # The summary's keys are SUMMARY_FIELDS, TrialResult's fields: declared in TrialRecord one by one.
+    return cast(TrialRecord, {"number": number, "params": params, **summary, "run_id": run_id, "node_id": node_id,
+                              "max_steps": max_steps, "seed": seed, **extra})
 
 
-def is_ok(record: dict[str, Any] | TrialResult) -> bool:
+def is_ok(record: Mapping[str, Any] | TrialResult) -> bool:
     status = record.status if isinstance(record, TrialResult) else record.get("status")
     return status == Status.OK

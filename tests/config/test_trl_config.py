@@ -8,7 +8,7 @@ import pytest
 from helpers import REWARD_HALF, read
 
 from tuner.config import trl_config
-from tuner.config.space import load_yaml
+from tuner.config.user_yaml import load_yaml
 from tuner.errors import TunerError
 from tuner.report import fix
 from tuner.search._neighbours import neighbours

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from helpers import CONFIRM_SPACE
 
+from tuner.report.summary import summary_text
 from tuner.search import _extend as extend
 from tuner.search import driver as search
 from tuner.search._extend import WAIT, Extension
@@ -212,4 +213,4 @@ def test_a_real_trial_at_risk_gets_its_longer_rung_and_the_risk_is_said(tmp_path
     # nothing safe to prefer: if it is recommended at all, its risk is said, not hidden
     assert best is None or (best.get("risk") and "at risk" in recommend.horizon(best))
     if best is None:  # the risk came true on the longer rung: the summary says so, not only "1 ok"
-        assert f"trial {first['number']} was ok but failed on its run of 36 steps" in search.summary_text(outcome)
+        assert f"trial {first['number']} was ok but failed on its run of 36 steps" in summary_text(outcome)

@@ -15,7 +15,7 @@ import pytest
 from helpers import cpu_flag, run_search_in, trl_parse
 
 from tuner.config import trl_config
-from tuner.config.space import load_yaml
+from tuner.config.user_yaml import load_yaml
 from tuner.records import Status
 from tuner.report import export, fix
 from tuner.trial import TrialSpec, run_trial

@@ -21,7 +21,7 @@ from helpers import CONFIRM_SPACE, Finished, mlflow_client, replay, run_search_i
 
 from tuner.config.space import parse_space
 from tuner.records import Status
-from tuner.search import driver as search
+from tuner.report.summary import summary_text
 from tuner.search._sampling import constraint_of, make_sampler, tell
 from tuner.stores import mlflow_store, run_reader
 from tuner.verdicts import recommend
@@ -188,7 +188,7 @@ def test_no_stable_trial_recommends_nothing_and_says_why(unstable_pair):
     assert finished.outcome.recommended is None and finished.outcome.trl_config is None
     assert finished.outcome.candidates == []  # nothing qualified, so nothing was re-run on other seeds
 
-    summary = search.summary_text(finished.outcome)
+    summary = summary_text(finished.outcome)
     # Says nothing qualified, counts the statuses, and names the most common failure first, with an example.
     assert "No stable config that learns found in 3 trials: 3 diverged." in summary
     (signal, kind), n = collections.Counter(
@@ -472,7 +472,7 @@ def test_confirmation_demotes_candidates_that_diverge_on_another_seed(tmp_path, 
     assert [v["number"] for v in outcome.candidates] and not any(v["confirmed"] for v in outcome.candidates)
     assert all("seed 1: diverged" in v["demoted_because"] for v in outcome.candidates)
     assert outcome.recommended is None
-    assert "no candidate stayed stable" in search.summary_text(outcome)
+    assert "no candidate stayed stable" in summary_text(outcome)
     # confirmation runs are nested under the same parent and tagged as such
     runs = run_reader.trial_runs(mlflow_store.default_tracking_uri(finished.root / "mlflow"), outcome.parent_run_id)
     confirmations = [r for r in runs if r.data.tags.get("tuner.confirmation") == "true"]

@@ -21,16 +21,14 @@ from __future__ import annotations
 import difflib
 import itertools
 import math
-import re
-from collections.abc import Hashable
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from tuner.config import precision, trainers
-from tuner.errors import TunerError, validated
+from tuner.config.user_yaml import read_yaml_file, validated
+from tuner.errors import TunerError
 
 # Precision is one dimension: where the weights live and whether autocast runs on top.
 # "-pure" loads the weights in that dtype (the bug reports' "torch_dtype half" case);
@@ -258,7 +256,7 @@ class SearchSpace(BaseModel):
     def precisions(self) -> list[str]:
         p = self.params.get("precision")
         if p is None:
-            return [self.fixed.get("precision", precision.DEFAULT)]
+            return [str(self.fixed.get("precision", precision.DEFAULT))]
         return list(_values(p))
 
     def values_of(self, name: str) -> list[Any]:
@@ -312,30 +310,11 @@ def shipped_space_path(trainer: str) -> Path:
     return trainers.adapter(trainer).default_space
 
 
-def read_yaml_file(path: Path, where: str, what: str, missing: str) -> tuple[Any, str]:
-    """A YAML file's data and text, read as tuner reads every file a user writes (``load_yaml``: 2e-4 is a number,
-    a key written twice is an error). Anything wrong is one TunerError naming ``where``; ``missing`` says how to
-    fix a file that is not there."""
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise TunerError(f"{where}: {what} not found; {missing}") from None
-    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as e:
-        raise TunerError(f"{where}: cannot read the {what} ({type(e).__name__}); pass a readable YAML file") from None
-    try:
-        return load_yaml(text), text
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(e, "problem", None) or "invalid YAML"
-        if problem.startswith("duplicate key"):
-            raise TunerError(f"{where}: {problem}{at}; keep only one of them") from None
-        raise TunerError(f"{where}: malformed YAML{at}: {problem}") from None
-
-
 def load_space(path: str | Path | None = None, trainer: str | None = None) -> SearchSpace:
     """Read and validate a space file; ``None`` means the shipped space for ``trainer``."""
     if path is None:
+        if trainer is None:
+            raise ValueError("load_space needs a space file or a trainer (for its shipped space)")
         path = shipped_space_path(trainer)
     path = Path(path)
     where = str(path)
@@ -349,31 +328,6 @@ def load_space(path: str | Path | None = None, trainer: str | None = None) -> Se
     return space
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """safe_load, except that a key given twice is an error: YAML would silently keep the last one."""
-
-    def construct_mapping(self, node, deep=False):
-        seen = set()
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)
-            if isinstance(key, Hashable) and key in seen:
-                raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
-            if isinstance(key, Hashable):
-                seen.add(key)
-        return super().construct_mapping(node, deep=deep)
-
-
-# YAML 1.1, which PyYAML follows, reads a number without a dot (2e-4, 1E5) as a string; YAML 1.2 and people
-# read it as a number.
-_UniqueKeyLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:float", re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"), list("-+0123456789"))
-
-
-def load_yaml(text: str) -> Any:
-    """``yaml.safe_load``, except that a key given twice is an error and 2e-4 is a number (raises yaml.YAMLError)."""
-    return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
-
-
 def parse_space(raw: Any, where: str = "<memory>") -> SearchSpace:
     space = validated(SearchSpace, raw, where, "a search space must be a YAML mapping with keys trainer, params "
                       "(and optionally fixed)", _describe)
@@ -381,7 +335,8 @@ def parse_space(raw: Any, where: str = "<memory>") -> SearchSpace:
     return space
 
 
-_MEMBERS = {"float": FloatParam, "int": IntParam, "categorical": CategoricalParam, "fixed": FixedParam}
+_MEMBERS: dict[str, type[BaseModel]] = {"float": FloatParam, "int": IntParam, "categorical": CategoricalParam,
+                                        "fixed": FixedParam}
 # How pydantic names the members of Scalar in an error path; users wrote a value, not a type.
 _SCALAR_MEMBERS = {"bool", "int", "float", "str", "list[str]", "none"}
 

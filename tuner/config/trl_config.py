@@ -29,7 +29,8 @@ from typing import Any
 
 from tuner.config import precision as precisions
 from tuner.config import trainers, trl_keys
-from tuner.config.space import CategoricalParam, FloatParam, SearchSpace, parse_space, read_yaml_file
+from tuner.config.space import CategoricalParam, FloatParam, SearchSpace, parse_space
+from tuner.config.user_yaml import read_yaml_file
 from tuner.errors import TunerError
 
 __all__ = ["HARNESS", "LR_DOWN", "LR_UP", "SPEED_KNOBS", "SourceConfig", "derive_space", "read_config",
@@ -429,14 +430,15 @@ def narrowed(derived: SearchSpace, space: SearchSpace) -> SearchSpace:
     effective_batch = derived.effective_batch
     if "gradient_accumulation_steps" in params or "gradient_accumulation_steps" in space.fixed:
         effective_batch = None  # the file decides the accumulation itself
-    elif "per_device_train_batch_size" in space.fixed or "per_device_train_batch_size" in space.params:
+    elif effective_batch is not None and ("per_device_train_batch_size" in space.fixed
+                                          or "per_device_train_batch_size" in space.params):
         fixed_batch = fixed.get("per_device_train_batch_size")
         choices = [fixed_batch] if fixed_batch is not None else list(getattr(params["per_device_train_batch_size"],
                                                                              "choices", []))
         if any(not isinstance(b, int) or effective_batch % b for b in choices):
             raise TunerError(f"{space.source}: per_device_train_batch_size: each value must divide the effective "
                              f"batch {effective_batch} of the --from config, or set gradient_accumulation_steps too")
-        if fixed_batch is not None:
+        if isinstance(fixed_batch, int):  # an int by now: anything else was refused above
             fixed["gradient_accumulation_steps"] = effective_batch // fixed_batch
             effective_batch = None
     raw = {"trainer": derived.trainer, "description": f"{derived.description}, narrowed by {space.source}",

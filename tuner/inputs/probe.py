@@ -93,7 +93,9 @@ def check_rows(dataset, entry: Adapter, where: str) -> dict[str, str]:
                     raise TunerError(
                         f"{where}: row {number}, column {column!r}: {entry.name} needs text or a list of "
                         f"{{role, content}} messages, got {_kind(value)}; fix or drop that row")
-        formats[column] = found or _value_format(dataset[0][column])
+        found = found or _value_format(dataset[0][column])
+        assert found is not None  # every row's format was checked above when its feature did not say
+        formats[column] = found
     if len(set(formats.values())) > 1:
         plain = [c for c, f in formats.items() if f == TEXT]
         chat = [c for c, f in formats.items() if f == MESSAGES]
@@ -163,7 +165,7 @@ def check_rewards(reward_specs: list[str] | None, reward_funcs: list, dataset, w
     columns = {k: v for k, v in rows.items() if k not in ("prompt", "completion", "completion_ids")}
     kwargs = {**columns, "trainer_state": TrainerState(), "log_extra": _ignore, "log_metric": _ignore}
     shape = f"{count} rows of {where} with {'{role, content} message' if chat else 'plain-text'} completions"
-    specs = list(reward_specs or [None] * len(reward_funcs))
+    specs: list[str | None] = [*reward_specs] if reward_specs else [None] * len(reward_funcs)
     for spec, function in zip(specs, reward_funcs):
         name = _name(spec, function)
         fix = "fix the function, or pass another --reward-func"
@@ -177,7 +179,7 @@ def check_rewards(reward_specs: list[str] | None, reward_funcs: list, dataset, w
                              "--reward-func")
         try:
             output = function(prompts=prompts, completions=completions, completion_ids=completion_ids, **kwargs)
-            if inspect.isawaitable(output):
+            if inspect.iscoroutine(output):  # an async reward function
                 output = asyncio.run(output)
         except ImportError as error:
             raise TunerError(f"reward function {name!r} needs a package that is not installed: "
@@ -237,7 +239,7 @@ def check_user_inputs(entry: Adapter, model: str, dataset: str | None, reward_fu
     if online and builtin and not reward_funcs and not tiny:
         reward_paths = [data.builtin_reward(tiny)]  # the built-in questions' exact-answer reward, said in the export
     functions = rewards.resolve_reward_funcs(reward_paths) if online else None
-    label = f"the built-in {entry.name} data" if builtin else dataset
+    label = dataset if dataset is not None and not builtin else f"the built-in {entry.name} data"
     probe_inputs(entry, loaded, label, model_path, reward_funcs, functions)
     local_model = Path(model).expanduser()
     return UserInputs(model_path, str(local_model.resolve()) if local_model.is_dir() else model,

@@ -16,6 +16,7 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from tuner.errors import TunerError, describe_exception
 
@@ -135,6 +136,8 @@ def _from_file(spec: str, file: str, function_name: str, fix: str) -> Callable:
         if str(path.parent) not in sys.path:
             sys.path.insert(0, str(path.parent))  # its own imports of modules beside it, as `trl grpo` finds them
         loader_spec = importlib.util.spec_from_file_location(name, path)
+        if loader_spec is None or loader_spec.loader is None:  # a file Python does not import (not .py)
+            raise TunerError(f"reward function {spec!r} cannot be imported: {path.name} is not a Python module; {fix}")
         module = importlib.util.module_from_spec(loader_spec)
         sys.modules[name] = module
         try:
@@ -163,7 +166,7 @@ def _split(spec: str) -> tuple[str, str]:
     return module_name, function_name
 
 
-def reward_func_spec(spec: str) -> str:
+def reward_func_spec(spec: str | Callable[..., Any]) -> str:
     """How ``spec`` is written in TRL's YAML ``reward_funcs`` list: a TRL name as is, else a dotted import path."""
     if spec == BUILTIN or spec is builtin_reward:
         return f"{__name__}.builtin_reward"

@@ -17,10 +17,10 @@ import math
 import re
 import statistics
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, TypeGuard
 
 from tuner.config import precision
-from tuner.records import UNSTABLE, Status
+from tuner.records import UNSTABLE, Status, TrialRecord
 from tuner.verdicts.learning import MIN_EFFECT as MIN_PROGRESS
 from tuner.verdicts.recommend import learned
 
@@ -32,7 +32,7 @@ NOT_LEARNING = "not learning"
 # The statuses of trials that ran and failed, in the order the tables show them.
 FAILED = tuple(s for s in Status if s in UNSTABLE)
 BAD_OUTCOMES = (*FAILED, NOT_LEARNING)
-VERBS = {**{s: s.value for s in (Status.DIVERGED, Status.COLLAPSED, Status.CRASHED)},  # the status is the verb
+VERBS: dict[str, str] = {**{s: s.value for s in (Status.DIVERGED, Status.COLLAPSED, Status.CRASHED)},  # the status is the verb
          Status.OOM: "ran out of memory", Status.TOO_BIG: "did not fit in memory (not run)",
          NOT_LEARNING: "did not learn (status ok, not significantly better than at its start)"}
 
@@ -67,7 +67,7 @@ def _label(value: Any) -> str:
     return str(value)
 
 
-def dimensions(records: list[dict[str, Any]]) -> dict[str, dict[str, list[dict[str, Any]]]]:
+def dimensions(records: list[TrialRecord]) -> dict[str, dict[str, list[TrialRecord]]]:
     """Trials grouped per dimension value: {"precision": {"fp16-pure": [records], ...}, "LoRA": {...}, ...}.
 
     Only dimensions with at least two values among the trials are kept: a constant explains nothing.
@@ -80,7 +80,7 @@ def dimensions(records: list[dict[str, Any]]) -> dict[str, dict[str, list[dict[s
     order = ["precision", "use_peft", "loss_type", "gradient_accumulation_steps", "learning_rate"]
     names = [n for n in order if n in names or n == "use_peft"] + [n for n in names if n not in order]
 
-    grouped: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    grouped: dict[str, dict[str, list[TrialRecord]]] = {}
     for name in names:
         values = {n: r["params"][name] for n, r in enumerate(records) if name in r.get("params", {})}
         if name == "use_peft":  # TRL trains without LoRA unless use_peft is set
@@ -92,7 +92,7 @@ def dimensions(records: list[dict[str, Any]]) -> dict[str, dict[str, list[dict[s
         floats = all(isinstance(v, float) for v in values.values())
         continuous = positive and floats and len(distinct) > MAX_DISCRETE_VALUES
         banded = positive and (name == "learning_rate" or continuous)
-        groups: dict[str, list[dict[str, Any]]] = collections.defaultdict(list)
+        groups: dict[str, list[TrialRecord]] = collections.defaultdict(list)
         for n, v in values.items():
             groups[lr_band(v) if banded else _label(v)].append(records[n])
         if len(groups) < 2:
@@ -113,7 +113,7 @@ def _sort_key(name: str, banded: bool, values: dict[int, Any]) -> Callable:
     return lambda item: (0, numeric[item[0]], "") if item[0] in numeric else (1, 0, item[0])
 
 
-def outcome(record: dict[str, Any]) -> str:
+def outcome(record: TrialRecord) -> str:
     """The trial's status, with stable trials split into "learned" and "not learning"."""
     status = record.get("status")
     if status == Status.OK:
@@ -163,14 +163,14 @@ def step_text(value: float | None) -> str:
     return f"{value:.0f}" if float(value).is_integer() else f"{value:.1f}"
 
 
-def breakdown(records: list[dict[str, Any]]) -> list[BreakdownRow]:
+def breakdown(records: list[TrialRecord]) -> list[BreakdownRow]:
     """One row per dimension value: how many trials ran with it and how each ended."""
     rows = []
     for dimension, groups in dimensions(records).items():
         for value, members in groups.items():
-            statuses = collections.Counter(r.get("status") for r in members)
-            steps = [r["stopped_at_step"] for r in members
-                     if r.get("status") in FAILED and r.get("stopped_at_step") is not None]
+            statuses = collections.Counter(str(r.get("status")) for r in members)
+            steps = [step for r in members
+                     if r.get("status") in FAILED and (step := r.get("stopped_at_step")) is not None]
             rows.append(BreakdownRow(dimension, value, len(members), dict(statuses),
                                      sum(1 for r in members if outcome(r) == LEARNED),
                                      statistics.median(steps) if steps else None))
@@ -185,7 +185,7 @@ def breakdown_lines(rows: list[BreakdownRow]) -> list[str]:
     return [f"{dimension}: " + "; ".join(sentences) for dimension, sentences in lines.items()]
 
 
-def crash_reasons(records: list[dict[str, Any]]) -> list[tuple[int, str, str]]:
+def crash_reasons(records: list[TrialRecord]) -> list[tuple[int, str, str]]:
     """(trials, status, reason) for each distinct reason of the crashed and oom trials, most common first. The
     step a reason names ("at step 4") is left out, so one cause hitting trials at different steps counts once."""
     counted: collections.Counter = collections.Counter()
@@ -199,22 +199,17 @@ def crash_reasons(records: list[dict[str, Any]]) -> list[tuple[int, str, str]]:
 # -- Pareto front -----------------------------------------------------------------------------------
 
 
-def pareto_front(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def pareto_front(records: list[TrialRecord]) -> list[TrialRecord]:
     """The stable trials no other stable trial beats on both tokens/s and progress, fastest first."""
-    points = [r for r in records if r.get("status") == Status.OK and finite_number(r.get("tokens_per_second"))
-              and finite_number(r.get("progress"))]
-    front = []
-    for r in points:
-        dominated = any(
-            o["tokens_per_second"] >= r["tokens_per_second"] and o["progress"] >= r["progress"]
-            and (o["tokens_per_second"] > r["tokens_per_second"] or o["progress"] > r["progress"])
-            for o in points)
-        if not dominated:
-            front.append(r)
-    return sorted(front, key=lambda r: (-r["tokens_per_second"], -r["progress"], r.get("number", 0)))
+    measured = [(r, r.get("tokens_per_second"), r.get("progress")) for r in records if r.get("status") == Status.OK]
+    points = [(r, speed, progress) for r, speed, progress in measured
+              if finite_number(speed) and finite_number(progress)]
+    front = [(r, speed, progress) for r, speed, progress in points
+             if not any(s >= speed and p >= progress and (s > speed or p > progress) for _, s, p in points)]
+    return [r for r, _, _ in sorted(front, key=lambda f: (-f[1], -f[2], f[0].get("number", 0)))]
 
 
-def finite_number(value: Any) -> bool:
+def finite_number(value: Any) -> TypeGuard[float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
@@ -228,7 +223,7 @@ class Importance:
     note: str = ""  # how it was computed, or why it was not
 
 
-def importances(records: list[dict[str, Any]], target: str) -> Importance:
+def importances(records: list[TrialRecord], target: str) -> Importance:
     """fANOVA importances (Optuna's evaluator, seeded) of each varied param for "is stable" (1/0) or "tokens/s".
 
     The study is built in memory from the records; conditional params a trial lacks count as a
@@ -240,8 +235,8 @@ def importances(records: list[dict[str, Any]], target: str) -> Importance:
         used = [r for r in records if r.get("status") != Status.INVALID]
         values = [1.0 if r.get("status") == Status.OK else 0.0 for r in used]
     elif target == "tokens/s":
-        used = [r for r in records if finite_number(r.get("tokens_per_second")) and r["tokens_per_second"] > 0]
-        values = [float(r["tokens_per_second"]) for r in used]
+        speeds = [(r, speed) for r in records if finite_number(speed := r.get("tokens_per_second")) and speed > 0]
+        used, values = [r for r, _ in speeds], [float(speed) for _, speed in speeds]
     else:
         raise ValueError(f"target must be 'is stable' or 'tokens/s', but got {target=}.")
     if len(used) < MIN_IMPORTANCE_TRIALS:
@@ -269,7 +264,7 @@ def _optuna_value(value: Any) -> Any:
     return ",".join(map(str, value)) if isinstance(value, list) else value
 
 
-def _distributions(records: list[dict[str, Any]]) -> dict[str, Any]:
+def _distributions(records: list[TrialRecord]) -> dict[str, Any]:
     from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
     names: list[str] = []
@@ -319,7 +314,7 @@ def _trials(dimension: str, value: str | None, count: str, plural: bool) -> str:
     return f"{count} {noun} with {_name(dimension, value)}"
 
 
-def hints(records: list[dict[str, Any]], min_count: int = MIN_HINT_TRIALS) -> list[str]:
+def hints(records: list[TrialRecord], min_count: int = MIN_HINT_TRIALS) -> list[str]:
     """Plain-language findings the trials support, each with its counts and what it is about: "stability:"
     (diverged, collapsed, crashed, oom), "learning:" (stable but not learning, less progress) or "speed:".
 
@@ -346,9 +341,9 @@ def hints(records: list[dict[str, Any]], min_count: int = MIN_HINT_TRIALS) -> li
                 speed.append(found)
                 faster.add((dimension, value))
     for dimension, value, other, members, rest in compared:
-        found = _failure_hint(dimension, value, other, members, rest, (dimension, value) in faster)
-        if found:
-            failure.append(found)
+        hint = _failure_hint(dimension, value, other, members, rest, (dimension, value) in faster)
+        if hint:
+            failure.append(hint)
     failure.sort(key=lambda item: -item[0])
     return [text for _, text in failure] + progress + speed
 

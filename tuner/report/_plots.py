@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tuner.config import precision
-from tuner.records import Status
+from tuner.records import Status, TrialRecord
 from tuner.report._analysis import LEARNED, NOT_LEARNING, finite_number, outcome
 from tuner.verdicts.learning import MIN_EFFECT as MIN_PROGRESS
 
@@ -45,7 +45,7 @@ def _figure(width: float, height: float):
     return Figure(figsize=(width, height), dpi=100, layout="constrained")
 
 
-def stability_map(records: list[dict[str, Any]]):
+def stability_map(records: list[TrialRecord]):
     """Learning rate (log x) against precision (categorical y); one marker per trial, coloured by outcome.
 
     Trials sharing a cell are spread vertically so none hides another; trials without a
@@ -91,7 +91,7 @@ def _positive(value: Any) -> bool:
     return finite_number(value) and value > 0
 
 
-def speed_vs_progress(records: list[dict[str, Any]], front: list[dict[str, Any]], recommended: dict[str, Any] | None):
+def speed_vs_progress(records: list[TrialRecord], front: list[TrialRecord], recommended: TrialRecord | None):
     """Tokens/s (y) against progress (x) for every trial that measured both; the stable front as a line."""
     fig = _figure(7, 4.5)
     ax = fig.add_subplot()
@@ -105,7 +105,7 @@ def speed_vs_progress(records: list[dict[str, Any]], front: list[dict[str, Any]]
                 ax.annotate(str(r["number"]), (r["progress"], r["tokens_per_second"]), fontsize=7,
                             xytext=(4, 3), textcoords="offset points", color="#555555")
     if front:
-        steps = sorted(front, key=lambda r: r["progress"])
+        steps = sorted(front, key=lambda r: r.get("progress") or 0.0)  # the front: each has its progress
         ax.plot([r["progress"] for r in steps], [r["tokens_per_second"] for r in steps], drawstyle="steps-post",
                 color="#2a9d3a", linewidth=1.2, alpha=0.7, label="stable Pareto front")
     if recommended and finite_number(recommended.get("progress")) and finite_number(recommended.get("tokens_per_second")):
@@ -122,7 +122,7 @@ def speed_vs_progress(records: list[dict[str, Any]], front: list[dict[str, Any]]
     return fig
 
 
-def curves(records: list[dict[str, Any]], histories: dict[int, list[dict[str, Any]]]):
+def curves(records: list[TrialRecord], histories: dict[int, list[dict[str, Any]]]):
     """Loss (symlog y when something blew up) and grad norm (log y) per step, one line per trial coloured by outcome.
 
     Each trial's stop step is an x on its last plotted point; a non-finite value is drawn as a

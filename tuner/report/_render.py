@@ -10,11 +10,12 @@ this module only formats them. The numbers and sentences come from ``tuner.repor
 from __future__ import annotations
 
 import collections
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tuner.records import Status
+from tuner.records import Status, TrialRecord
 from tuner.report._analysis import (
     FAILED,
     LEARNED,
@@ -36,12 +37,12 @@ class Report:
     """Every computed part of a search's report (tuner.report.document.build_report), and its two layouts."""
 
     title: str
-    records: list[dict[str, Any]]
-    recommended: dict[str, Any] | None
+    records: list[TrialRecord]
+    recommended: TrialRecord | None
     breakdown: list[BreakdownRow]
     importances: list[Importance]
     hints: list[str]
-    front: list[dict[str, Any]]
+    front: list[TrialRecord]
     min_count: int = MIN_HINT_TRIALS
     crashes: list[tuple[int, str, str]] = field(default_factory=list)  # crash_reasons()
 
@@ -49,7 +50,7 @@ class Report:
         """The terminal version: aligned tables."""
         return "\n".join(self._sections(fenced=False)) + "\n"
 
-    def markdown(self, plots: list[str] = ()) -> str:
+    def markdown(self, plots: Sequence[str] = ()) -> str:
         """report.md: the same tables in code blocks, plus the plots."""
         lines = self._sections(fenced=True)
         if plots:
@@ -114,7 +115,8 @@ class Report:
         return out
 
 
-def _align(header: list[str], rows: list[list[str]], right: set[int]) -> list[str]:
+def _align(header: list[str], rows: list[list[Any]], right: set[int]) -> list[str]:
+    """Columns padded to their widest cell (each cell as ``str`` shows it), right-aligned where ``right`` says."""
     widths = [max(len(str(c)) for c in column) for column in zip(header, *rows)]
 
     def fmt(cells):
@@ -137,7 +139,7 @@ def _breakdown_table(rows: list[BreakdownRow]) -> list[str]:
     return _align(header, table, right=set(range(2, len(header))))
 
 
-def _front_table(front: list[dict[str, Any]], recommended: dict[str, Any] | None) -> list[str]:
+def _front_table(front: list[TrialRecord], recommended: TrialRecord | None) -> list[str]:
     rows = [[r["number"], f"{r['tokens_per_second']:.0f}", f"{r['progress']:+.3f}",
              "recommended" if recommended and r["number"] == recommended["number"] else "",
              describe_params(r["params"])] for r in front]

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from tuner.errors import TunerError
-from tuner.records import SearchSummary
+from tuner.records import SearchSummary, TrialRecord
 from tuner.stores import mlflow_store, run_reader
 
 
@@ -48,7 +48,7 @@ def load_search(uri: str, experiment: str, run_id: str | None = None) -> StoredS
     return StoredSearch(run.info.run_id, run.info.run_name, run.data.params, search)
 
 
-def load_histories(uri: str, records: list[dict[str, Any]]) -> dict[int, list[dict[str, Any]]]:
+def load_histories(uri: str, records: list[TrialRecord]) -> dict[int, list[dict[str, Any]]]:
     """Each trial's per-step history from its nested run's result.json, by trial number."""
     mlflow_client = mlflow_store.client(uri)
     histories = {}

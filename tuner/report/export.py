@@ -135,8 +135,8 @@ def _measured(entry: Adapter, dataset_spec: str, model_path: str) -> tuple[int, 
 # -- the exported config -----------------------------------------------------------------------------------
 
 
-def decide_lengths(entry: Adapter, params: dict[str, Any], *, space=None, dataset: str | None = None,
-                   model_path: str | None = None) -> list[dict[str, Any]]:
+def decide_lengths(entry: Adapter, params: dict[str, Any], *, model_path: str, space=None,
+                   dataset: str | None = None) -> list[dict[str, Any]]:
     """One entry per length setting of the trainer: {"name", "value" (None: left to TRL's default), "why"}."""
     harness = harness_lengths(space)
     user_fixed = set(space.fixed) if space is not None else set()
@@ -191,7 +191,7 @@ def _apply_lengths(config: dict[str, Any], lengths: list[dict[str, Any]]) -> dic
     for length in lengths:
         config.pop(length["name"], None)
     # next to the other training settings, before the tuner-wide ones at the end
-    tail = {k: config.pop(k) for k in ("logging_nan_inf_filter", "reward_funcs") if k in config}
+    tail: dict[str, Any] = {k: config.pop(k) for k in ("logging_nan_inf_filter", "reward_funcs") if k in config}
     config.update({x["name"]: x["value"] for x in lengths if x["value"] is not None})
     config.update(tail)
     return config
@@ -213,10 +213,11 @@ def with_overrides(search: SearchSummary, overrides: dict[str, int | None]) -> S
                 raise TunerError(f"{_flag(name)} {value}: {search['trainer']} has no {name} setting")
         text = fix.edit_text(fixed["text"], {}, overrides)
         return {**search, "fix": {**fixed, "text": text}, "trl_config": fix.load_text(text)}
+    config = exported(search)
     export = dict(search.get("export") or {})
     known = {x["name"]: x for x in export.get("lengths") or []}
     if not known:  # a search from before tuner measured lengths: every length of its trainer may be set
-        known = {name: {"name": name, "value": search["trl_config"].get(name), "why": "as the search exported it"}
+        known = {name: {"name": name, "value": config.get(name), "why": "as the search exported it"}
                  for name in length_fields(adapter(search["trainer"]))}
     for name, value in overrides.items():
         if name not in known:
@@ -226,7 +227,16 @@ def with_overrides(search: SearchSummary, overrides: dict[str, int | None]) -> S
         known[name] = {"name": name, "value": value, "why": f"set by {_flag(name)}"}
     lengths = list(known.values())
     export["lengths"] = lengths
-    return {**search, "export": export, "trl_config": _apply_lengths(search["trl_config"], lengths)}
+    return {**search, "export": export, "trl_config": _apply_lengths(config, lengths)}
+
+
+def exported(search: SearchSummary) -> dict[str, Any]:
+    """The TRL config the search exports. A search that has none (nothing recommended, no --from fix) has no export,
+    and `tuner export` says so before it gets here: ValueError."""
+    config = search.get("trl_config")
+    if config is None:
+        raise ValueError("the search has no config to export")
+    return config
 
 
 # -- a trial of several processes: how to launch it ---------------------------------------------------------
@@ -239,9 +249,10 @@ def launch_config(search: SearchSummary) -> dict[str, Any] | None:
     from tuner.config import precision as precisions
 
     ranks = int((search.get("plan") or {}).get("ranks") or 1)
-    if ranks <= 1 or not search.get("recommended"):
+    best = search.get("recommended")
+    if ranks <= 1 or not best:
         return None
-    params = search["recommended"]["params"]
+    params = best["params"]
     mixed = {"bf16-mixed": "bf16", "fp16-mixed": "fp16"}.get(params.get("precision", precisions.DEFAULT), "no")
     config: dict[str, Any] = {
         "compute_environment": "LOCAL_MACHINE", "distributed_type": "MULTI_GPU", "num_machines": 1,
@@ -280,8 +291,9 @@ def header(search: SearchSummary, experiment: str, run_id: str, launch: str | No
     why."""
     from tuner.verdicts import recommend
 
-    best = search["recommended"]
-    config = search["trl_config"]
+    best, config = search.get("recommended"), exported(search)
+    if best is None:
+        raise ValueError("the search recommended no trial: its export has no header")
     export = search.get("export") or {}
     lines = [f"Recommended by tuner: experiment {experiment}, run {run_id}, trial {best['number']} "
              f"({best['tokens_per_second']:.0f} tokens/s, progress {best['progress']:+.3f}).",
@@ -292,10 +304,11 @@ def header(search: SearchSummary, experiment: str, run_id: str, launch: str | No
         lines.append(f"{length['name']}: {value}: {length['why']}.")
     lines += export.get("notes") or []
     dataset = "" if "dataset_name" in config else " --dataset_name YOUR_DATASET"
-    if launch_config(search) is None:
+    launch_with = launch_config(search)
+    if launch_with is None:
         lines.append(f"Run: trl {search['trainer']} --config THIS_FILE{dataset}")
     else:
-        ranks = launch_config(search)["num_processes"]
+        ranks = launch_with["num_processes"]
         lines.append(f"The trials ran as {ranks} processes (data parallel, a GPU each on GPUs); "
                      + (f"{launch} holds how to launch them." if launch else
                         "export with -o FILE to get the accelerate config that launches them beside it."))
@@ -311,14 +324,15 @@ def render_export(search: SearchSummary, experiment: str, run_id: str, fmt: str 
     from tuner.verdicts import recommend
 
     fixed = search.get("fix")
+    trl_config = exported(search)
     if fixed and fixed.get("text") is not None:
         # a --from search: their own file with the fewest changes (tuner.report.fix), every other line as written
         if fmt == "json":
-            return recommend.render(search["trl_config"], "json")
+            return recommend.render(trl_config, "json")
         from tuner.report import fix
 
         return fix.render_fix(fixed, experiment, run_id)
-    config = {k: v for k, v in search["trl_config"].items() if k != "use_cpu"}  # searches before this rule
+    config = {k: v for k, v in trl_config.items() if k != "use_cpu"}  # searches before this rule
     return recommend.render(config, fmt, header=header({**search, "trl_config": config}, experiment, run_id, launch)
                             if fmt == "yaml" else "")
 

@@ -17,16 +17,18 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 from typing import Any
 
 import yaml
 
 from tuner.config import precision as precisions
 from tuner.config import trl_config
-from tuner.records import Status, is_ok
+from tuner.config.trl_config import SourceConfig
+from tuner.records import Status, TrialRecord, is_ok
 
 __all__ = ["PAIRS", "SPEEDUP", "answer", "cause_of", "diff_lines", "edit_text", "load_text", "pair_ratios",
-           "export_line", "render_fix", "speed_candidate", "trial0_line"]
+           "export_line", "render_fix", "speed_candidate", "speed_of", "trial0_line"]
 
 SPEEDUP = 1.2  # a healthy config is changed for speed only when a trial ran at least this much faster
 PAIRS = 2  # ... and again in each of this many pairs of runs side by side with theirs (tuner.search._remeasure)
@@ -43,7 +45,7 @@ def _short(dtype: str) -> str:
     return {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}.get(dtype, dtype)
 
 
-def cause_of(record: dict[str, Any], params: dict[str, Any]) -> str:
+def cause_of(record: TrialRecord, params: dict[str, Any]) -> str:
     """What in their config the verdict points to, in their terms ("fp16 weights", "temperature 0.05", ...)."""
     signal = record.get("guard_signal") or ""
     precision = params.get("precision", precisions.DEFAULT)
@@ -70,7 +72,7 @@ def cause_of(record: dict[str, Any], params: dict[str, Any]) -> str:
     return ""
 
 
-def trial0_line(record: dict[str, Any] | None, params: dict[str, Any], online: bool = False) -> str:
+def trial0_line(record: TrialRecord | None, params: dict[str, Any], online: bool = False) -> str:
     """Trial 0's verdict in the user's terms."""
     if record is None:
         return "your config was not run (the search stopped before trial 0 finished)"
@@ -98,7 +100,7 @@ def trial0_line(record: dict[str, Any] | None, params: dict[str, Any], online: b
 # -- evidence --------------------------------------------------------------------------------------------------
 
 
-def _tally(records: list[dict[str, Any]], label: str) -> str:
+def _tally(records: list[TrialRecord], label: str) -> str:
     """"fp16-pure diverged in 3 of 3 trials at steps 2-4" / "fp32 was ok in 4 of 4 (learned in 3)" / mixed:
     "learning_rate 0.3: diverged in 1 of 2 trials at step 3, ok in 1 (learned in 0)"."""
     n = len(records)
@@ -136,7 +138,7 @@ def _near(value: Any, other: Any) -> bool:
     return value == other
 
 
-def evidence(name: str, old: Any, new: Any, records: list[dict[str, Any]]) -> str:
+def evidence(name: str, old: Any, new: Any, records: list[TrialRecord]) -> str:
     """The trials behind changing ``name`` from ``old`` to ``new``: how those near each value ended."""
     mine = [r for r in records if _near(r["params"].get(name), old)]
     theirs = [r for r in records if _near(r["params"].get(name), new)]
@@ -166,7 +168,8 @@ def _scalar(value: Any) -> str:
 # -- the answer ------------------------------------------------------------------------------------------------
 
 
-def _changed(source, params: dict[str, Any], keys=None) -> list[tuple[str, str, Any, Any]]:
+def _changed(source: SourceConfig, params: dict[str, Any],
+             keys: Sequence[str] | None = None) -> list[tuple[str, str, Any, Any]]:
     """(param, TRL key, their value, new value) for each TRL key the params set differently from their file."""
     entry = source.entry
     mine = trl_config.trl_values(entry, {k: v for k, v in source.params.items()})
@@ -194,7 +197,7 @@ def _changed(source, params: dict[str, Any], keys=None) -> list[tuple[str, str, 
     return out
 
 
-def _theirs_precision(source) -> dict[str, Any]:
+def _theirs_precision(source: SourceConfig) -> dict[str, Any]:
     """dtype, bf16 and fp16 as their file has them (TRL's reading: bf16 left out is on)."""
     effective = source.effective
     dtype = source.raw.get("dtype", source.raw.get("torch_dtype"))
@@ -202,12 +205,13 @@ def _theirs_precision(source) -> dict[str, Any]:
             "bf16": bool(effective.get("bf16")), "fp16": bool(effective.get("fp16"))}
 
 
-def changes_count(source, params: dict[str, Any]) -> int:
+def changes_count(source: SourceConfig, params: dict[str, Any]) -> int:
     """How many of tuner's params differ from their config (precision is one; the accumulation follows the batch)."""
     return len({name for name, *_ in _changed(source, params) if name != "gradient_accumulation_steps"})
 
 
-def smallest_fix(source, records: list[dict[str, Any]], confirmations=()) -> dict[str, Any] | None:
+def smallest_fix(source: SourceConfig, records: list[TrialRecord],
+                 confirmations: Sequence[TrialRecord] = ()) -> TrialRecord | None:
     """The trial that stayed ok and learned with the fewest changes to their config (then the fastest learner);
     a trial that went unstable or stopped learning on a confirmation seed is not one."""
     from tuner.verdicts import recommend
@@ -220,36 +224,43 @@ def smallest_fix(source, records: list[dict[str, Any]], confirmations=()) -> dic
     return min(good, key=lambda r: (changes_count(source, r["params"]), -recommend.objective(r)))
 
 
-def speed_candidate(first: dict[str, Any] | None, records: list[dict[str, Any]]) -> dict[str, Any] | None:
+def speed_candidate(first: TrialRecord | None, records: list[TrialRecord]) -> TrialRecord | None:
     """The fastest trial that stayed ok and learned at least SPEEDUP times trial 0's tokens/s, when trial 0 itself
     stayed ok and learned; None otherwise."""
-    if first is None or not is_ok(first) or not first.get("learned") or not first.get("tokens_per_second"):
+    if first is None or not is_ok(first) or not first.get("learned") or not speed_of(first):
         return None
     fast = [r for r in records if is_ok(r) and r.get("learned") and r is not first
-            and (r.get("tokens_per_second") or 0) >= SPEEDUP * first["tokens_per_second"]]
-    return max(fast, key=lambda r: r["tokens_per_second"]) if fast else None
+            and speed_of(r) >= SPEEDUP * speed_of(first)]
+    return max(fast, key=speed_of) if fast else None
 
 
-def pair_ratios(number: int, remeasures: list[dict[str, Any]]) -> list[float | None]:
+def speed_of(record: TrialRecord) -> float:
+    """Its tokens/s; 0 when it measured none."""
+    return record.get("tokens_per_second") or 0.0
+
+
+def pair_ratios(number: int, remeasures: Sequence[TrialRecord]) -> list[float | None]:
     """Per pair of speed re-runs (tuner.search._remeasure): trial ``number``'s tokens/s over trial 0's, None where
     either run was not ok or measured no speed."""
-    pairs: dict[int, dict[int, dict[str, Any]]] = {}
+    pairs: dict[int, dict[int, TrialRecord]] = {}
     for run in remeasures:
         pairs.setdefault(run.get("pair", 0), {})[run["remeasures"]] = run
     ratios = []
     for _, runs in sorted(pairs.items()):
         theirs, ours = runs.get(0), runs.get(number)
-        ok = theirs and ours and is_ok(theirs) and is_ok(ours) and theirs.get("tokens_per_second") \
-            and ours.get("tokens_per_second")
-        ratios.append(ours["tokens_per_second"] / theirs["tokens_per_second"] if ok else None)
+        ok = (theirs is not None and ours is not None and is_ok(theirs) and is_ok(ours) and speed_of(theirs) > 0
+              and speed_of(ours) > 0)
+        ratios.append(speed_of(ours) / speed_of(theirs) if ok and ours is not None and theirs is not None else None)
+
     return ratios
 
 
-def answer(source, records: list[dict[str, Any]], best: dict[str, Any] | None,
-           confirmations: list[dict[str, Any]] = (), remeasures: list[dict[str, Any]] = ()) -> dict[str, Any]:
+def answer(source: SourceConfig, records: list[TrialRecord], best: TrialRecord | None,
+           confirmations: Sequence[TrialRecord] = (), remeasures: Sequence[TrialRecord] = ()) -> dict[str, Any]:
     """What to change in their file and why (see the module docstring)."""
     first = next((r for r in records if r.get("number") == 0), None)
     healthy = first is not None and is_ok(first) and bool(first.get("learned"))
+    base = speed_of(first) if first is not None else 0.0  # trial 0's tokens/s: > 0 wherever a faster trial is found
     fix: dict[str, Any] = {"source": source.path, "trial0": trial0_line(first, source.params, source.entry.uses_reward_funcs), "healthy": healthy,
                            "notes": list(source.notes), "changes": [], "from_trial": None}
     chosen = None
@@ -262,7 +273,7 @@ def answer(source, records: list[dict[str, Any]], best: dict[str, Any] | None,
             chosen, keys = faster, trl_config.SPEED_KNOBS
         elif faster:
             said = ", ".join("not measured" if r is None else f"{r:.2f}x" for r in ratios) or "not run"
-            looked = faster["tokens_per_second"] / first["tokens_per_second"]
+            looked = speed_of(faster) / base
             unconfirmed = (f"; trial {faster['number']} looked {looked:.1f}x as fast, but not again side by side "
                            f"with yours ({said})")
     else:
@@ -271,9 +282,9 @@ def answer(source, records: list[dict[str, Any]], best: dict[str, Any] | None,
         fix["from_trial"] = chosen.get("number")
         for name, key, old, new in _changed(source, chosen["params"], keys):
             if healthy:
-                why = (f"trial {chosen['number']} ran at {chosen['tokens_per_second']:.0f} tokens/s, "
-                       f"{chosen['tokens_per_second'] / first['tokens_per_second']:.1f}x your config's "
-                       f"{first['tokens_per_second']:.0f}, and stayed ok and learning; side by side with yours "
+                why = (f"trial {chosen['number']} ran at {speed_of(chosen):.0f} tokens/s, "
+                       f"{speed_of(chosen) / base:.1f}x your config's "
+                       f"{base:.0f}, and stayed ok and learning; side by side with yours "
                        f"again: {', '.join(f'{r:.2f}x' for r in ratios)}")
             else:
                 why = evidence(name, source.params.get(name, source.effective.get(name)), chosen["params"][name],
@@ -290,10 +301,11 @@ def answer(source, records: list[dict[str, Any]], best: dict[str, Any] | None,
     else:
         fix["summary"] = "no change found that is stable and learning: nothing to export"
     fix["exportable"] = healthy or chosen is not None
-    if fix["exportable"]:
+    shown = chosen if chosen is not None else first  # what the export stands on: not None when exportable
+    if fix["exportable"] and shown is not None:
         from tuner.verdicts import recommend
 
-        fix["horizon"] = recommend.horizon(chosen if chosen is not None else first, "THIS_FILE")
+        fix["horizon"] = recommend.horizon(shown, "THIS_FILE")
     fix["text"] = edit_text(source.text, source.raw, {c["key"]: c["new"] for c in fix["changes"]}) \
         if fix["exportable"] else None
     return fix
@@ -349,7 +361,7 @@ def export_line(fix: dict[str, Any], path: str, run_id: str) -> str:
 
 def load_text(text: str) -> dict[str, Any]:
     """The edited file as a mapping (what search.json keeps as the exported config)."""
-    from tuner.config.space import load_yaml
+    from tuner.config.user_yaml import load_yaml
 
     return dict(load_yaml(text))
 

@@ -17,10 +17,11 @@ import collections
 import math
 import sys
 import time
+from collections.abc import Sequence
 from typing import Any, Callable
 
 from tuner.config import precision
-from tuner.records import NO_STOP_STEP, Status
+from tuner.records import NO_STOP_STEP, Status, TrialRecord
 from tuner.verdicts import recommend as rec
 
 __all__ = ["Progress", "SearchInterrupted", "describe_params", "results_table", "resume_command", "shorten",
@@ -35,12 +36,12 @@ class Progress:
     live_every = 30.0  # seconds between status lines when the output is not a terminal
     tty_every = 1.0  # seconds between redraws of the status line on a terminal
 
-    def __init__(self, total: int, echo: Callable[[str], None], done: list[dict[str, Any]] = (),
+    def __init__(self, total: int, echo: Callable[[str], None], done: Sequence[TrialRecord] = (),
                  tty: bool | None = None, stream=None):
         self.total, self.echo = total, echo
         self.counts: collections.Counter = collections.Counter(r["status"] for r in done)  # resumed trials
         self.running = 0
-        self.best: dict[str, Any] | None = rec.recommend(list(done))
+        self.best: TrialRecord | None = rec.recommend(list(done))
         self.started_at = time.perf_counter()
         # A status line redrawn in place only where print writes to a terminal; else whole lines.
         self._stream = stream  # None: sys.stdout when drawn (not kept: Ray Tune pickles its callbacks)
@@ -118,7 +119,7 @@ class Progress:
             self.stream.flush()
             self.on_screen = False
 
-    def finished(self, record: dict[str, Any], key: Any = None) -> None:
+    def finished(self, record: TrialRecord, key: Any = None) -> None:
         """Trial ``record`` ended (``key``: as given to started())."""
         self.running = max(0, self.running - 1)
         self.trials.pop(key if key is not None else record["number"], None)
@@ -136,8 +137,8 @@ class Progress:
         where = stopped_at(record)
         where = f" {where}" if where else ""
         counts = " ".join(f"{s} {self.counts[s]}" for s in Status if self.counts[s] or s in ALWAYS_COUNTED)
-        best = (f"trial {self.best['number']} ({self.best['tokens_per_second']:.0f} tok/s, progress "
-                f"{self.best['progress']:+.3f})" if self.best else "none yet")
+        best_text = (f"trial {self.best['number']} ({self.best['tokens_per_second']:.0f} tok/s, progress "
+                     f"{self.best['progress']:+.3f})" if self.best else "none yet")
         elapsed = time.perf_counter() - self.started_at
         label = (f"trial {record['number']:3d}" + (f" seed {record['seed']}" if "confirms" in record else "")
                  + (f" x{record['max_steps']} steps" if "extends" in record else "")
@@ -146,7 +147,7 @@ class Progress:
                  f"{progress_text}  {describe_params(record['params'])}")
         if record.get("risk"):
             self.say(f"          {record['risk']}")
-        self.say(f"          running {self.running} | {counts} | best: {best} | {elapsed:.0f}s")
+        self.say(f"          running {self.running} | {counts} | best: {best_text} | {elapsed:.0f}s")
 
 
 class SearchInterrupted(KeyboardInterrupt):
@@ -199,7 +200,7 @@ def describe_params(params: dict[str, Any]) -> str:
     return " ".join(parts)
 
 
-def results_table(records: list[dict[str, Any]]) -> str:
+def results_table(records: list[TrialRecord]) -> str:
     """Markdown table of every trial: the parent run's results.md and the end of `tuner search`."""
     def fmt(v, spec):
         return "-" if v is None else format(v, spec)
@@ -230,7 +231,7 @@ def shorten(text: str, width: int) -> str:
     return head.rstrip(" ,;:-(") + "…"
 
 
-def stopped_at(record: dict[str, Any]) -> str:
+def stopped_at(record: TrialRecord) -> str:
     """Where a trial that did not finish stopped: "at step 4", "before step 1", or "" (finished, or invalid)."""
     if record.get("status") in NO_STOP_STEP:
         return ""

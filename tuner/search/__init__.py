@@ -18,7 +18,21 @@ May import: every subsystem below it (tuner.report, tuner.trial, tuner.verdicts,
 tuner.stores) and tuner.errors, tuner.records. Only tuner.cli imports it.
 """
 
+from typing import TYPE_CHECKING
+
 from tuner._exports import lazy_exports
+
+# The same names for type checkers and editors (``X as X``: a public name of this package); at run time each
+# is imported when first used.
+if TYPE_CHECKING:
+    from tuner.search._prepare import Prepared as Prepared
+    from tuner.search._prepare import hardware_precisions as hardware_precisions
+    from tuner.search._prepare import prepare as prepare
+    from tuner.search._prepare import prepare_resume as prepare_resume
+    from tuner.search._sampling import Proposer as Proposer
+    from tuner.search._sampling import make_sampler as make_sampler
+    from tuner.search.driver import SearchOutcome as SearchOutcome
+    from tuner.search.driver import run_search as run_search
 
 # Each public name and the module it lives in.
 __all__, __getattr__ = lazy_exports(__name__, {

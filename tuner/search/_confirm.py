@@ -15,7 +15,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from tuner.records import TrialJob, is_ok
+from tuner.records import TrialJob, TrialRecord, is_ok
 from tuner.stores.tags import CONFIRMATION_TAG, CONFIRMS_TAG, RUN_NAME_TAG
 from tuner.verdicts import recommend as rec
 from tuner.verdicts.learning import ALPHA
@@ -23,12 +23,12 @@ from tuner.verdicts.learning import ALPHA
 __all__ = ["Schedule", "candidates", "combined_p_value", "confirmation_jobs", "judge"]
 
 
-def candidates(records: list[dict[str, Any]], top: int) -> list[dict[str, Any]]:
+def candidates(records: list[TrialRecord], top: int) -> list[TrialRecord]:
     """The top trials by the recommendation's objective (learning speed), best first."""
     return rec.ranked(records)[:top]
 
 
-def confirmation_jobs(cands: list[dict[str, Any]], base_spec: dict[str, Any], seeds: int,
+def confirmation_jobs(cands: list[TrialRecord], base_spec: dict[str, Any], seeds: int,
                       timeout: float) -> list[TrialJob]:
     """One job per candidate and extra seed: the same params and steps, seed + 1..seeds."""
     jobs = []
@@ -68,7 +68,7 @@ class Schedule:
         """The most runs next() can hand out: every candidate's, and one more candidate's early."""
         return (self.top + 1) * self.seeds if self.seeds > 0 else 0
 
-    def next(self, finished: list[dict[str, Any]], final: bool) -> dict[str, Any] | None:
+    def next(self, finished: list[TrialRecord], final: bool) -> TrialJob | None:
         if self.seeds <= 0 or (not final and self.early >= self.seeds):
             return None
         cands = candidates(finished, self.top if final else 1)
@@ -89,7 +89,7 @@ class Schedule:
         return None
 
 
-def _why(run: dict[str, Any]) -> str:
+def _why(run: TrialRecord) -> str:
     if is_ok(run):
         progress, p_value = run.get("progress"), run.get("progress_p_value")
         if progress is None or p_value is None:
@@ -103,24 +103,24 @@ def _why(run: dict[str, Any]) -> str:
 
 
 def _spread(values: list[float | None]) -> dict[str, float] | None:
-    values = [v for v in values if v is not None]
-    if not values:
+    known = [v for v in values if v is not None]
+    if not known:
         return None
-    return {"min": min(values), "mean": statistics.fmean(values), "max": max(values)}
+    return {"min": min(known), "mean": statistics.fmean(known), "max": max(known)}
 
 
-def combined_p_value(runs: list[dict[str, Any]]) -> float | None:
+def combined_p_value(runs: list[TrialRecord]) -> float | None:
     """The runs' one-sided learning p-values combined by Stouffer's method (None if one has none): the
     chance of evidence this strong for learning across the seeds if none of them learned."""
-    p_values = [r.get("progress_p_value") for r in runs]
-    if not p_values or any(p is None for p in p_values):
+    p_values = [p for r in runs if (p := r.get("progress_p_value")) is not None]
+    if not p_values or len(p_values) < len(runs):
         return None
     normal = statistics.NormalDist()
     z = sum(normal.inv_cdf(min(max(1.0 - float(p), 1e-15), 1.0 - 1e-15)) for p in p_values) / len(p_values) ** 0.5
     return 1.0 - normal.cdf(z)
 
 
-def _learn_together(reruns: list[dict[str, Any]]) -> str:
+def _learn_together(reruns: list[TrialRecord]) -> str:
     """Why the stable extra seeds do not show learning together, or "" when they do."""
     if not reruns:
         return ""
@@ -134,16 +134,17 @@ def _learn_together(reruns: list[dict[str, Any]]) -> str:
     return why
 
 
-def judge(cands: list[dict[str, Any]], confirmations: list[dict[str, Any]]
-          ) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+def judge(cands: list[TrialRecord], confirmations: list[TrialRecord]
+          ) -> tuple[TrialRecord | None, list[dict[str, Any]]]:
     """(the recommended record or None, one verdict per candidate in order)."""
-    verdicts, recommended = [], None
+    verdicts: list[dict[str, Any]] = []
+    recommended: TrialRecord | None = None
     for c in cands:
         reruns = sorted((r for r in confirmations if r.get("confirms") == c["number"]), key=lambda r: r["seed"])
         unstable = [r for r in reruns if not is_ok(r)]
         why = "; ".join(_why(r) for r in unstable) if unstable else _learn_together(reruns)
         runs = [c, *reruns]
-        verdict = {
+        verdict: dict[str, Any] = {
             "number": c["number"],
             "confirmed": not why,
             "seeds": [r.get("seed") for r in runs],
@@ -155,19 +156,6 @@ def judge(cands: list[dict[str, Any]], confirmations: list[dict[str, Any]]
         }
         verdicts.append(verdict)
         if recommended is None and verdict["confirmed"]:
-            recommended = {**c, "confirmation": verdict, "risk": verdict["risk"]}
+            chosen: TrialRecord = {**c, "confirmation": verdict, "risk": verdict["risk"]}
+            recommended = chosen
     return recommended, verdicts
-
-
-def describe(verdicts: list[dict[str, Any]]) -> list[str]:
-    """One line per candidate for the terminal."""
-    lines = []
-    for v in verdicts:
-        speed, progress = v["tokens_per_second"], v["progress"]
-        spread = (f"tokens/s {speed['min']:.0f}..{speed['max']:.0f}" if speed else "tokens/s -") + (
-            f", progress {progress['min']:+.3f}..{progress['max']:+.3f}" if progress else "")
-        if v["confirmed"]:
-            lines.append(f"  trial {v['number']}: confirmed on seeds {v['seeds']} ({spread})")
-        else:
-            lines.append(f"  trial {v['number']}: DEMOTED: {v['demoted_because']}")
-    return lines

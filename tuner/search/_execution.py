@@ -24,6 +24,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +53,7 @@ SO_FAR = "learning_speed_so_far"
 
 
 def is_live(result: dict[str, Any] | None) -> bool:
-    return bool(result) and bool(result.get(LIVE))
+    return bool(result and result.get(LIVE))
 
 
 def _trainable(config: dict[str, Any]) -> None:
@@ -125,14 +126,14 @@ SLOW_FACTOR = 2.0
 SLOW_MARGIN_S = 60.0
 
 
-def slow_limit(finished: list[dict[str, Any]]) -> tuple[float, str] | None:
+def slow_limit(finished: list[TrialRecord]) -> tuple[float, str] | None:
     """(seconds, reason) after which a new search trial is stopped as too slow, from the best finished trial."""
     from tuner.verdicts.recommend import recommend
 
     best = recommend(finished)
-    if best is None or not best.get("wall_seconds"):
+    whole = best.get("wall_seconds") if best is not None else None
+    if best is None or not whole:
         return None
-    whole = float(best["wall_seconds"])
     limit = max(SLOW_FACTOR * whole, whole + SLOW_MARGIN_S)
     return limit, (f"stopped as too slow after {limit:.0f} s: trial {best['number']}, the best so far, ran its whole "
                    f"{best.get('max_steps') or ''} steps and learned in {whole:.0f} s; this one cannot win on speed")
@@ -251,10 +252,10 @@ class DriverCallback(Callback):
         history = result.pop("history", []) or []
         output = result.pop("output", "") or ""
         record = new_record(result, number=job["number"], params=spec["params"], max_steps=spec["max_steps"],
-                            seed=spec["seed"], node_id=result.get("node_id"), **job.get("extra", {}))
+                            seed=spec["seed"], run_id=None, node_id=result.get("node_id"), **job.get("extra", {}))
         state = self.running.pop(trial.trial_id, None) or self._open(trial)
         self.running.pop(trial.trial_id, None)
-        self.tracker.finish_trial(state["key"], spec, {k: record[k] for k in SUMMARY_FIELDS}, history,
+        self.tracker.finish_trial(state["key"], spec, {k: record.get(k) for k in SUMMARY_FIELDS}, history,
                                   streamed=state["streamed"], output=output)
         record["run_id"] = state["run_id"] or self.tracker.run_id_of(state["key"])
         kept = (self.confirmations if "confirms" in record else self.extensions if "extends" in record
@@ -273,7 +274,7 @@ class OptunaSearcher(Searcher):
     """
 
     def __init__(self, proposer: sampling.Proposer, base_spec: dict[str, Any], timeout: float,
-                 n_search: int, then=None, done: list[TrialRecord] = (), fits=None, prune_slow: bool = False,
+                 n_search: int, then=None, done: Sequence[TrialRecord] = (), fits=None, prune_slow: bool = False,
                  keep_first: int = 0):
         super().__init__(metric=SEARCH_METRIC, mode="max")
         self.proposer, self.base_spec, self.timeout = proposer, base_spec, timeout
@@ -309,12 +310,12 @@ class OptunaSearcher(Searcher):
             too_big = self.fits(params) if self.fits else None
             return {**job, "skip": too_big} if too_big else job
         final = not self.asked  # every search trial has finished
-        job = self.then(self.finished, final) if self.then else None
-        if job == WAIT:
+        follow = self.then(self.finished, final) if self.then else None
+        if follow == WAIT:
             return None  # more may follow once the runs out there finish
-        if job is None:
+        if follow is None:
             return Searcher.FINISHED if final else None
-        return job
+        return follow
 
     def on_trial_complete(self, trial_id: str, result=None, error: bool = False):
         trial, params = self.asked.pop(trial_id, (None, None))

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from tuner.records import TrialJob, is_ok
+from tuner.records import TrialJob, TrialRecord, is_ok
 from tuner.stores.tags import EXTENDS_TAG, EXTENSION_TAG, RUN_NAME_TAG
 from tuner.verdicts import recommend as rec
 
@@ -34,7 +34,7 @@ def default_budget(trials: int, max_steps: int) -> int:
     return 3 * trials * max_steps
 
 
-def closest_to_learning(trial: dict[str, Any]) -> tuple[float, float]:
+def closest_to_learning(trial: TrialRecord) -> tuple[float, float]:
     """The order longer runs are chosen in: the strongest evidence of learning first (the learning test's p-value,
     tuner.verdicts.learning), then the learning speed so far. A slow learner's speed so far is mostly noise (its start is
     two noisy steps); its p-value weighs the gain against that noise: on the tiny pretrained model the fp32 trials
@@ -51,14 +51,14 @@ class Extension:
         self.handed: set[tuple[int, int]] = set()  # (trial number, steps) of the runs handed out
         self.spent = 0  # steps of the rungs announced, all together
         self.rung = 0  # the steps of the rung under way
-        self.queue: list[dict[str, Any]] = []  # its trials not yet handed out
+        self.queue: list[TrialRecord] = []  # its trials not yet handed out
 
     @property
     def most_runs(self) -> int:
         """The most runs next() can hand out: every run is at least RATE x the first rung's steps."""
         return self.budget // (RATE * self.base_spec["max_steps"]) if self.budget > 0 else 0
 
-    def next(self, records: list[dict[str, Any]], extensions: list[dict[str, Any]]) -> dict[str, Any] | str | None:
+    def next(self, records: list[TrialRecord], extensions: list[TrialRecord]) -> TrialJob | str | None:
         runs = [*records, *extensions]
         if self.budget <= 0 or not runs:
             return None
@@ -84,7 +84,7 @@ class Extension:
                       f"({self.spent} of a {self.budget}-step budget)")
         return self._hand(todo[0], steps)
 
-    def _risk_rung(self, runs: list[dict[str, Any]]) -> dict[str, Any] | str | None:
+    def _risk_rung(self, runs: list[TrialRecord]) -> TrialJob | str | None:
         """The best trial at risk (tuner.verdicts.forecast) re-run for RATE x its steps, to confirm or clear the
         risk; nothing when the best has no risk (confirmation's turn), a rung is still running, or it would
         overspend the budget."""
@@ -102,12 +102,12 @@ class Extension:
                       f"to confirm or clear the risk ({self.spent} of a {self.budget}-step budget)")
         return self._hand(best, steps)
 
-    def _hand(self, trial: dict[str, Any], steps: int) -> dict[str, Any]:
+    def _hand(self, trial: TrialRecord, steps: int) -> TrialJob:
         self.handed.add((trial["number"], steps))
         return job(self.base_spec, trial, steps, self.timeout * steps / self.base_spec["max_steps"])
 
 
-def job(base_spec: dict[str, Any], trial: dict[str, Any], steps: int, timeout: float) -> TrialJob:
+def job(base_spec: dict[str, Any], trial: TrialRecord, steps: int, timeout: float) -> TrialJob:
     """A trial's params and seed again, for ``steps`` steps."""
     number = trial["number"]
     return TrialJob(spec={**base_spec, "params": trial["params"], "seed": trial["seed"], "max_steps": steps},

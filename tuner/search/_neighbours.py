@@ -11,7 +11,7 @@ from typing import Any
 
 from tuner.config.space import CategoricalParam, FloatParam, SearchSpace
 from tuner.config.trl_config import LR_DOWN, LR_UP, SPEED_KNOBS
-from tuner.records import Status
+from tuner.records import Status, TrialRecord
 
 __all__ = ["NEIGHBOUR_SHARE", "NOT_LEARNING_ORDER", "UNSTABLE_ORDER", "neighbour_count", "neighbours"]
 
@@ -31,11 +31,13 @@ def _sig(value: float) -> float:
     return float(f"{value:.2g}")
 
 
-def neighbours(space: SearchSpace, first: dict[str, Any], record: dict[str, Any]) -> list[dict[str, Any]]:
+def neighbours(space: SearchSpace, first: dict[str, Any], record: TrialRecord) -> list[dict[str, Any]]:
     """Trial 0 with one searched param changed, each alternative once, taken round-robin (the first alternative of
     every param, then the second ...) in the order trial 0's ``record`` calls for: the smallest changes, tried
     before any combination of them."""
     ok, learned = record.get("status") == Status.OK, bool(record.get("learned"))
+    order: tuple[str, ...]
+    factors: tuple[float, ...]  # the learning rate's changes to try
     if ok and learned:
         order, factors = SPEED_KNOBS, ()
     elif ok or record.get("status") == Status.COLLAPSED:
@@ -47,6 +49,7 @@ def neighbours(space: SearchSpace, first: dict[str, Any], record: dict[str, Any]
         if name not in space.params or name not in first:
             continue
         param, mine = space.params[name], first[name]
+        values: list[Any]
         if isinstance(param, FloatParam):
             values = [v for v in (_sig(mine * f) for f in factors) if param.low <= v <= param.high and v != mine]
         elif isinstance(param, CategoricalParam):

@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 from tuner.config.options import DEFAULT_TRIALS, SearchOptions, check_options
 from tuner.config.space import SearchSpace, check_param_names, load_space
-from tuner.errors import TunerError, quiet_libraries
+from tuner.errors import TunerError
+from tuner.inputs.quiet import quiet_libraries
 
 if TYPE_CHECKING:
     from tuner.config.trl_config import SourceConfig
@@ -131,14 +132,15 @@ def prepare(options: SearchOptions) -> Prepared:
     source = None
     origins: list[str] = []
     if o.from_config:
-        source = _read_from(o)
+        source = _read_from(o.from_config, o.trainer)
         o, origins = _flags_over_file(o, source)
         space = _derived_space(o, source)
     else:
         # A space's `trainer:` is the default trainer; an explicit --trainer must agree with it (load_space says so).
         space = load_space(o.search_space, o.trainer or (None if o.search_space else trainers.DEFAULT_TRAINER))
-    o = dataclasses.replace(o, trainer=space.trainer, model=o.model or models.TINY_MODEL)
-    space = space.for_model(pretrained=o.model != models.TINY_MODEL)
+    model = o.model or models.TINY_MODEL
+    o = dataclasses.replace(o, trainer=space.trainer, model=model)
+    space = space.for_model(pretrained=model != models.TINY_MODEL)
     if o.reward_funcs and not o.entry.uses_reward_funcs:
         online = ", ".join(name for name, a in trainers.ADAPTERS.items() if a.uses_reward_funcs)
         raise TunerError(f"--reward-func is for {online} only; {o.trainer} learns from its dataset's labels")
@@ -200,7 +202,7 @@ def prepare(options: SearchOptions) -> Prepared:
             raise TunerError(f"{o.from_config}: reward_funcs: {e}; or pass --reward-func NAME (repeat for several) "
                              "to replace the file's") from None
     inputs = probe.check_user_inputs(
-        o.entry, o.model, o.dataset, o.reward_funcs,
+        o.entry, model, o.dataset, o.reward_funcs,
         missing_reward=f"--dataset {o.dataset}: grpo on your own data needs a reward for it (tuner's built-in reward "
                        "only scores its built-in data); pass --reward-func NAME: a TRL reward such as accuracy_reward, "
                        "or module:function of yours")
@@ -219,12 +221,12 @@ def prepare(options: SearchOptions) -> Prepared:
     if o.tracking_uri:
         # the local store folder is written with any tracking URI: the Optuna study (and a server's spool) live there
         mlflow_store.check_tracking(mlflow_store.default_tracking_uri(Path(o.store)), Path(o.store))
-    experiment = o.experiment or f"{o.trainer}-{model_label(o.model)}"
+    experiment = o.experiment or f"{o.trainer}-{model_label(inputs.model)}"
     return Prepared(o, space, model_path, uri, experiment, n_trials, grid, dropped, warnings, source=source,
                     first=first if grid is None else None, origins=origins)
 
 
-def _flags_over_file(o: SearchOptions, source) -> tuple[SearchOptions, list[str]]:
+def _flags_over_file(o: SearchOptions, source: SourceConfig) -> tuple[SearchOptions, list[str]]:
     """--from's file under the command line (tuner.config.trl_config.flags_over_file)."""
     from tuner.config import trl_config
 
@@ -234,14 +236,14 @@ def _flags_over_file(o: SearchOptions, source) -> tuple[SearchOptions, list[str]
                                reward_funcs=chosen["reward_funcs"], processes_per_trial=chosen["processes"]), origins
 
 
-def _read_from(o: SearchOptions):
+def _read_from(path: str, trainer: str | None) -> SourceConfig:
     """--from FILE: their TRL config, read and checked as `trl <trainer> --config` reads it."""
     from tuner.config import trl_config
 
-    return trl_config.read_config(o.from_config, o.trainer)
+    return trl_config.read_config(path, trainer)
 
 
-def _derived_space(o: SearchOptions, source):
+def _derived_space(o: SearchOptions, source: SourceConfig) -> SearchSpace:
     """The space around their config (narrowed by --search-space)."""
     from tuner.config import trl_config
 
@@ -272,7 +274,7 @@ def _check_assistant_only_loss(o: SearchOptions, space: SearchSpace, model_path:
         get_training_chat_template(tokenizer)
     except ValueError:
         raise TunerError(f"{where} needs a chat template that marks the assistant's turns ({{% generation %}}), and "
-                         f"{'chat_template_path' if template else 'model ' + o.model}'s has none TRL can patch; "
+                         f"{'chat_template_path' if template else f'model {o.model}'}'s has none TRL can patch; "
                          "set chat_template_path to a template that has them, or assistant_only_loss: false") from None
     rows = data.load_dataset_spec(o.dataset, o.entry, tiny=models.is_tiny(model_path))
     if len(rows) and not is_conversational(rows[0]):

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tuner.records import TrialJob
+from tuner.records import TrialJob, TrialRecord
 from tuner.stores.tags import REMEASURE_TAG, REMEASURES_TAG, RUN_NAME_TAG
 
 __all__ = ["Remeasure"]
@@ -36,24 +36,24 @@ class Remeasure:
 
         return 2 * PAIRS if self.wanted else 0
 
-    def next(self, records: list[dict[str, Any]]) -> TrialJob | None:
+    def next(self, records: list[TrialRecord]) -> TrialJob | None:
         from tuner.report import fix
 
         if not self.wanted:
             return None
         if self.queue is None:
             first = next((r for r in records if r.get("number") == 0), None)
-            faster = fix.speed_candidate(first, records)
-            self.queue = [] if faster is None else [job(self.base_spec, trial, pair, self.timeout)
-                                                    for pair in range(fix.PAIRS) for trial in (faster, first)]
-            if faster is not None:
-                looked = faster["tokens_per_second"] / first["tokens_per_second"]
+            faster = fix.speed_candidate(first, records)  # None when trial 0 is
+            self.queue = [] if faster is None or first is None else [
+                job(self.base_spec, trial, pair, self.timeout) for pair in range(fix.PAIRS) for trial in (faster, first)]
+            if faster is not None and first is not None:
+                looked = fix.speed_of(faster) / fix.speed_of(first)
                 self.announce(f"trial {faster['number']} ran {looked:.1f}x as fast as your config: measuring both "
                               f"again side by side ({fix.PAIRS} pairs)")
         return self.queue.pop(0) if self.queue else None
 
 
-def job(base_spec: dict[str, Any], trial: dict[str, Any], pair: int, timeout: float) -> TrialJob:
+def job(base_spec: dict[str, Any], trial: TrialRecord, pair: int, timeout: float) -> TrialJob:
     """A trial's params, steps and seed again, as pair ``pair``'s run of it."""
     number, steps = trial["number"], trial.get("max_steps") or base_spec["max_steps"]
     return TrialJob(spec={**base_spec, "params": trial["params"], "seed": trial["seed"], "max_steps": steps},

@@ -9,16 +9,17 @@ the region that blows up; as infeasible they rank below every stable trial, so T
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 from tuner.config.space import SearchSpace
-from tuner.records import Status
+from tuner.records import Status, TrialRecord
 from tuner.verdicts import recommend as rec
 
 __all__ = ["Proposer", "ask", "constraint_of", "grid_size", "make_sampler", "make_study", "tell"]
 
 
-def constraint_of(record: dict[str, Any]) -> float:
+def constraint_of(record: TrialRecord) -> float:
     """Optuna constraint: <= 0 feasible. Unstable trials are infeasible, and more so the earlier
     they broke, so the sampler learns a gradient toward the stable region."""
     if record.get("status") == Status.OK:
@@ -124,7 +125,7 @@ def _repeats_a_trial(study, trial, grid_size: int | None) -> bool:
     return trial.params in others
 
 
-def tell(study, trial, record: dict[str, Any]) -> None:
+def tell(study, trial, record: TrialRecord) -> None:
     """Report a trial to Optuna: COMPLETE with the recommendation's objective and a constraint value; a trial
     stopped by successive halving as PRUNED."""
     import optuna
@@ -149,7 +150,7 @@ class Proposer:
         proposer.tell(trial, record)      # record: the trial's outcome (tuner.records)
     """
 
-    def __init__(self, study, space: SearchSpace, sampler: str, n_trials: int, done: list[dict[str, Any]] = (),
+    def __init__(self, study, space: SearchSpace, sampler: str, n_trials: int, done: Sequence[TrialRecord] = (),
                  device: str = "cpu", fits=None, after_first=None):
         from tuner.search._staging import Stages
 
@@ -157,7 +158,7 @@ class Proposer:
         self.grid_size = grid_size(space)
         self.stages = Stages.for_space(space, n_trials, device) if sampler == "tpe" else None
         self.fits = fits  # params -> None, or why they cannot fit in memory (tuner.search._placement.Placement.check)
-        self.finished: list[dict[str, Any]] = list(done)
+        self.finished: list[TrialRecord] = list(done)
         self.asked = len(self.finished)  # a resumed search goes on in the stage it had reached
         # record -> params to ask for next: a --from search's single changes, chosen by what trial 0 (their config) did
         self.after_first = after_first
@@ -186,7 +187,7 @@ class Proposer:
             trial.set_user_attr("tuner.stage", stage)
         return trial, params
 
-    def tell(self, trial, record: dict[str, Any]) -> None:
+    def tell(self, trial, record: TrialRecord) -> None:
         tell(self.study, trial, record)
         self.finished.append(record)
         if self.after_first is not None and record.get("number") == 0:
@@ -241,7 +242,7 @@ def _untried_point(study, space: SearchSpace, grid_size: int | None) -> dict[str
     return next((point for point in space.grid() if point not in taken), None)
 
 
-def reconcile(study, recorded: dict[int, dict[str, Any]]) -> None:
+def reconcile(study, recorded: dict[int, TrialRecord]) -> None:
     """A resumed study made to agree with what MLflow holds (``recorded``: trial number -> record).
 
     A trial logged but never told (the driver died in between) is told now. A trial in flight when the driver

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tuner.config.trainers import Adapter
-from tuner.records import Status
+from tuner.records import Status, TrialRecord
 
 # The knobs that change tokens/s: what a trial computes per step, and how.
 SPEED_PARAMS = frozenset({
@@ -91,7 +91,8 @@ def expected_fastest(space, device: str) -> dict[str, Any]:
         elif name in ("per_device_train_batch_size", "gradient_accumulation_steps"):
             # A larger batch keeps the device busier; more accumulation pays the per-step costs (the optimizer
             # step, logging, the guard; GRPO: one generation per accumulated batch) once for more micro-batches.
-            pins[name] = max(choices) if choices else param.high if isinstance(param, IntParam) else None
+            sizes = [c for c in choices or [] if isinstance(c, int) and not isinstance(c, bool)]
+            pins[name] = max(sizes) if sizes else param.high if isinstance(param, IntParam) else None
         elif name == "precision" and choices:
             pins[name] = next((p for p in FAST_PRECISIONS.get(device, ()) if p in choices), None)
         elif name == "beta" and choices and 0 in choices:
@@ -174,10 +175,10 @@ class Stages:
         """Whether the ``asked``-th trial is one of the first ones, which run the expected-fastest system config."""
         return asked < len(self.first_systems)
 
-    def systems(self, finished: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    def systems(self, finished: Sequence[TrialRecord]) -> list[dict[str, Any]]:
         """The fastest stable system configs measured so far (speed knobs only), fastest first, each once."""
         ranked = sorted((r for r in finished if r.get("status") in STABLE and r.get("tokens_per_second")),
-                        key=lambda r: -float(r["tokens_per_second"]))
+                        key=lambda r: -(r.get("tokens_per_second") or 0.0))
         seen, systems = set(), []
         for record in ranked:
             system = {n: record["params"][n] for n in self.speed_names if n in record["params"]}
@@ -187,7 +188,7 @@ class Stages:
                 systems.append(system)
         return systems[:TOP_SYSTEMS]
 
-    def pinned(self, asked: int, finished: Sequence[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
+    def pinned(self, asked: int, finished: Sequence[TrialRecord]) -> tuple[str, dict[str, Any]]:
         """(stage, the params the ``asked``-th trial fixes); ({}: sample everything)."""
         if self.stage(asked) == "speed":
             return "speed", {**self.learning_pins, **(self.first_systems[asked] if self.starts_here(asked) else {})}

@@ -13,16 +13,17 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import datetime as dt
-import json
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from tuner.config.options import DEFAULT_TRIALS, SAMPLERS, SearchOptions, check_options, options_from, prunes  # noqa: F401 - re-exported
-from tuner.records import SearchSummary
+from tuner.records import SearchSummary, TrialJob, TrialRecord
 from tuner.report import export
-from tuner.report.progress import Progress, SearchInterrupted, describe_params, results_table, resume_command
+from tuner.report.progress import Progress, SearchInterrupted, results_table, resume_command
+from tuner.report.summary import describe_candidates
 from tuner.search import _neighbours
 from tuner.search._prepare import (  # noqa: F401 - prepare, prepare_resume, halves: the search's API
     Prepared,
@@ -47,17 +48,21 @@ from tuner.stores.tags import (
 from tuner.trial import TrialSpec
 from tuner.verdicts import recommend as rec
 
+if TYPE_CHECKING:
+    from tuner.stores.run_writer import SearchTracker
+    from tuner.trial.launcher import Launcher
+
 
 @dataclass
 class SearchOutcome:
     experiment: str
     parent_run_id: str
-    records: list[dict[str, Any]]
-    recommended: dict[str, Any] | None
+    records: list[TrialRecord]
+    recommended: TrialRecord | None
     trl_config: dict[str, Any] | None
     wall_seconds: float
     candidates: list[dict[str, Any]] = field(default_factory=list)  # confirmation verdicts
-    search: SearchSummary = field(default_factory=dict)  # what search.json holds: `tuner export` renders from it
+    search: SearchSummary = field(default_factory=lambda: SearchSummary())  # what search.json holds: `tuner export` renders from it
     stopped_because: str | None = None  # a failure no config avoids stopped the search early (tuner.verdicts.diagnose)
 
 
@@ -74,7 +79,8 @@ def run_search(prepared: Prepared, echo: Callable[[str], None] = print) -> Searc
 
     o = prepared.options
     started = time.perf_counter()
-    stores, interrupted = None, False
+    stores: _Stores | None = None
+    interrupted = False
     now = _EndNow(prepared)  # what a signal the main thread cannot take in time ends (interrupts.answered)
     with interrupts.answered(now.end), concurrent.futures.ThreadPoolExecutor(1) as pool:
         try:
@@ -115,8 +121,8 @@ class _EndNow:
 
     def __init__(self, prepared: Prepared):
         self.prepared = prepared
-        self.opening: concurrent.futures.Future | None = None  # the stores: (tracker, run name, study, records)
-        self.launcher = None
+        self.opening: concurrent.futures.Future[_Stores] | None = None  # the stores, once open
+        self.launcher: Launcher | None = None  # this node's trial launcher
 
     def end(self) -> None:
         import sys
@@ -154,7 +160,7 @@ def _end_opened(prepared: Prepared, opening, timeout: float | None = None) -> Ke
     return _interruption(prepared, tracker, records)
 
 
-def _interruption(prepared: Prepared, tracker, records: list[dict[str, Any]]) -> KeyboardInterrupt:
+def _interruption(prepared: Prepared, tracker, records: list[TrialRecord]) -> KeyboardInterrupt:
     """What an interrupted search says: what is kept and the command that resumes it, or that nothing was."""
     o = prepared.options
     if tracker is None or tracker.parent_id is None:
@@ -164,7 +170,11 @@ def _interruption(prepared: Prepared, tracker, records: list[dict[str, Any]]) ->
                              resume_command(prepared.experiment, o.store, o.tracking_uri))
 
 
-def _open_stores(prepared: Prepared):
+# A search's stores, opened: its run's tracker, the run's name, the Optuna study, and the trial records so far.
+_Stores = tuple["SearchTracker", str, Any, list[TrialRecord]]
+
+
+def _open_stores(prepared: Prepared) -> _Stores:
     """(tracker, run name, study, records so far): the MLflow experiment and the Optuna study, before any run is
     started (a resumed search: its own run and study, reattached)."""
     from tuner.search import _resume as resuming
@@ -287,19 +297,19 @@ def _search(prepared, tracker, study, run_name, records, placement, progress, st
             echo(f"  {line}")
         for note in prepared.source.notes:
             echo(f"note: {note}")
-    confirmations: list[dict[str, Any]] = []
-    extensions: list[dict[str, Any]] = []  # longer re-runs of the best stable trials, when none learned
-    remeasures: list[dict[str, Any]] = []  # a --from search's speed re-runs, side by side with trial 0
+    confirmations: list[TrialRecord] = []
+    extensions: list[TrialRecord] = []  # longer re-runs of the best stable trials, when none learned
+    remeasures: list[TrialRecord] = []  # a --from search's speed re-runs, side by side with trial 0
 
     schedule = confirm.Schedule(base_spec, o.confirm_seeds, o.confirm_top, o.trial_timeout, announce=echo)
     budget = extend.default_budget(prepared.n_trials, o.max_steps) if o.budget is None else o.budget
     longer = extend.Extension(base_spec, budget, o.trial_timeout, announce=echo)
     speed = remeasure.Remeasure(base_spec, o.trial_timeout, wanted=prepared.first is not None, announce=echo)
 
-    def next_job(finished: list[dict[str, Any]], final: bool) -> dict[str, Any] | str | None:
+    def next_job(finished: list[TrialRecord], final: bool) -> TrialJob | str | None:
         """After the search's trials: longer runs while none learned, then confirmation, then a --from search's
         speed re-runs."""
-        job = longer.next(records, extensions) if final else None
+        job: TrialJob | str | None = longer.next(records, extensions) if final else None
         if job is None:
             job = schedule.next([*finished, *extensions], final)
         if job is None and final:
@@ -348,15 +358,17 @@ def _study_storage(o: SearchOptions) -> str | None:
     return f"sqlite:///{folder / 'optuna.db'}"
 
 
-def _finish(prepared: Prepared, tracker, records, cands, confirmations, started, echo, placement,
-            extensions=(), remeasures=()) -> SearchOutcome:
+def _finish(prepared: Prepared, tracker, records: list[TrialRecord], cands: list[TrialRecord],
+            confirmations: list[TrialRecord], started: float, echo: Callable[[str], None], placement,
+            extensions: Sequence[TrialRecord] = (), remeasures: Sequence[TrialRecord] = ()) -> SearchOutcome:
     from tuner.search import _confirm as confirm
 
     o = prepared.options
     verdicts: list[dict[str, Any]] = []
+    best: TrialRecord | None
     if o.confirm_seeds > 0:
         best, verdicts = confirm.judge(cands, confirmations)
-        for line in confirm.describe(verdicts):
+        for line in describe_candidates(verdicts):
             echo(line)
     else:
         best = rec.recommend([*records, *extensions])
@@ -378,7 +390,7 @@ def _finish(prepared: Prepared, tracker, records, cands, confirmations, started,
             best = next(r for r in records if r.get("number") == 0)
         if fixed["exportable"]:
             config = fixes.load_text(fixed["text"])
-    search = SearchSummary(trainer=o.trainer, model=o.model, model_path=prepared.model_path, use_cpu=use_cpu,
+    search = SearchSummary(trainer=o.entry.name, model=o.model, model_path=prepared.model_path, use_cpu=use_cpu,
                            reward_funcs=export.reward_funcs_of(o.entry, o.reward_funcs), dataset=o.dataset, rule=rec.RULE,
                            confirm_seeds=o.confirm_seeds, recommended=best, trl_config=config, export=export_info,
                            trials=records, extensions=list(extensions), confirmations=confirmations,
@@ -396,34 +408,3 @@ def _finish(prepared: Prepared, tracker, records, cands, confirmations, started,
     tracker.set_tags({f"{COUNT_TAG_PREFIX}{s}": str(n) for s, n in counts.items()})
     return SearchOutcome(prepared.experiment, tracker.parent_id, records, best, config, time.perf_counter() - started,
                          verdicts, search)
-
-
-def summary_text(outcome: SearchOutcome) -> str:
-    from tuner.search import _confirm as confirm
-
-    lines = [f"\n{len(outcome.records)} trials in {outcome.wall_seconds:.0f}s (experiment {outcome.experiment!r}, "
-             f"run {outcome.parent_run_id})", f"rule: {rec.RULE}"]
-    if outcome.recommended is None and outcome.candidates:
-        lines.append("Nothing recommended: no candidate stayed stable and learning on its confirmation seeds:")
-        lines += confirm.describe(outcome.candidates)
-    elif outcome.recommended is None and outcome.stopped_because:
-        lines.append(f"Stopped after {len(outcome.records)} trials: {outcome.stopped_because}")
-    elif outcome.recommended is None:
-        lines.append(rec.failure_summary(outcome.records, longer=outcome.search.get("extensions") or []))
-    else:
-        best = outcome.recommended
-        lines.append(f"recommended: trial {best['number']}: {best['tokens_per_second']:.0f} tokens/s, progress "
-                     f"{best['progress']:+.3f}, {best.get('max_steps')} steps, {describe_params(best['params'])}")
-        lines.append(json.dumps(best["params"], sort_keys=True))
-        if best.get("confirmation"):
-            lines += confirm.describe([best["confirmation"]])
-        lines.append(rec.horizon(best))
-    fixed = outcome.search.get("fix")
-    if fixed:
-        from tuner.report import fix as fixes
-
-        lines += ["", *fixes.diff_lines(fixed)]
-    lines.append("review:  tuner ui          (MLflow UI on http://127.0.0.1:5000)")
-    if outcome.recommended is not None:  # with nothing recommended, tuner export has nothing to write
-        lines.append(f"export:  tuner export --experiment {outcome.experiment} -o recommended.yaml")
-    return "\n".join(lines)

@@ -7,7 +7,19 @@ May import: tuner.errors, tuner.records. The lowest subsystem after them: nothin
 verdicts.
 """
 
+from typing import TYPE_CHECKING
+
 from tuner._exports import lazy_exports
+
+# The same names for type checkers and editors (``X as X``: a public name of this package); at run time each
+# is imported when first used.
+if TYPE_CHECKING:
+    from tuner.stores.cache import cache_dir as cache_dir
+    from tuner.stores.mlflow_store import client as client
+    from tuner.stores.mlflow_store import default_tracking_uri as default_tracking_uri
+    from tuner.stores.run_reader import load_search as load_search
+    from tuner.stores.run_writer import SearchTracker as SearchTracker
+    from tuner.stores.run_writer import TrackingUnavailable as TrackingUnavailable
 
 # Each public name and the module it lives in.
 __all__, __getattr__ = lazy_exports(__name__, {

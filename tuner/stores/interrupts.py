@@ -50,7 +50,7 @@ AGAIN_AFTER_S = 1.0  # a signal not taken by then is raised in the main thread a
 ANSWER_WITHIN_S = 5.0  # a signal not taken by then is answered from the watcher thread: the main thread is stuck
 
 _taken = threading.Event()  # the main thread acts on the signal: the watcher stands down
-_arrived: list[int] = []  # signals the watcher saw arrive in the answered() block
+_arrived: list[signal.Signals] = []  # signals the watcher saw arrive in the answered() block
 _ending_lock = threading.RLock()  # one ending at a time: the main thread's (ending()) or the watcher's
 
 
@@ -108,7 +108,7 @@ def answered(end_now: Callable[[], None]) -> Iterator[None]:
             if select.select([read_end], [], [], 0.1)[0]:
                 for sig in os.read(read_end, 64):
                     if sig in HELD and not _arrived:
-                        _arrived.append(sig)
+                        _arrived.append(signal.Signals(sig))
                         arrived_at = raised_at = time.monotonic()
             if not _arrived or _taken.is_set():
                 continue
@@ -160,10 +160,10 @@ def _holding(ending: bool) -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    held: list[int] = []
+    held: list[signal.Signals] = []
 
     def hold(signum, _frame) -> None:
-        held.append(signum)
+        held.append(signal.Signals(signum))
         taken()  # the main thread runs Python: it acts on the signal once the block ends
 
     # A handler installed outside Python (getsignal: None) could not be put back: that signal is left alone.

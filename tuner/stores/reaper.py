@@ -120,7 +120,12 @@ def main(argv: list[str]) -> int:
     parent, *known = (int(a) for a in argv)
     seen: dict[int, float] = {}
     closed = threading.Event()
-    threading.Thread(target=lambda: (_read_to_end(sys.stdin.fileno()), closed.set()), daemon=True).start()
+
+    def read_then_close() -> None:
+        _read_to_end(sys.stdin.fileno())
+        closed.set()
+
+    threading.Thread(target=read_then_close, daemon=True).start()
     for sig in (signal.SIGTERM, signal.SIGINT):  # asked to go: first kill what it watches
         signal.signal(sig, lambda *_: closed.set())
     while True:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from tuner.errors import TunerError
+from tuner.records import SearchSummary
 from tuner.stores.mlflow_store import client, find_experiment
 from tuner.stores.tags import KIND_TAG, TRIAL_NUMBER_TAG
 
@@ -59,7 +60,7 @@ def trial_runs(uri: str, parent_id: str) -> list:
                                      filter_string=f"tags.`mlflow.parentRunId` = '{parent_id}'", max_results=10000)
 
 
-def load_search(uri: str, experiment: str, run_id: str | None = None) -> tuple[Any, dict]:
+def load_search(uri: str, experiment: str, run_id: str | None = None) -> tuple[Any, SearchSummary]:
     """The search's parent run and its ``search.json`` artifact (trial table + recommendation)."""
     mlflow_client = client(uri)
     run = latest_search_run(mlflow_client, experiment, run_id)

@@ -166,6 +166,8 @@ class SearchTracker:
         was interrupted (KILLED, tagged interrupted) or its driver died (left RUNNING): it is deleted, and its
         trial runs again. Confirmation re-runs and longer re-runs (tuner.search._extend) are not kept: they run again
         after the search's own trials."""
+        if self.parent_id is None:
+            return []  # no search run yet: no trial of it is stored
         records: dict[int, TrialRecord] = {}
         for run in trial_runs(self.uri, self.parent_id):
             cut_short = run.data.tags.get(STATUS_TAG) in (RUNNING_STATUS, INTERRUPTED_STATUS)

@@ -17,7 +17,23 @@
 May import: tuner.verdicts, tuner.inputs, tuner.config, tuner.stores (the reaper), tuner.errors, tuner.records.
 """
 
+from typing import TYPE_CHECKING
+
 from tuner._exports import lazy_exports
+
+# The same names for type checkers and editors (``X as X``: a public name of this package); at run time each
+# is imported when first used.
+if TYPE_CHECKING:
+    from tuner.records import TrialResult as TrialResult
+    from tuner.trial._isolation import process_context as process_context
+    from tuner.trial._isolation import run_trial_isolated as run_trial_isolated
+    from tuner.trial._run import format_result as format_result
+    from tuner.trial._run import run_trial as run_trial
+    from tuner.trial._spec import TrialSpec as TrialSpec
+    from tuner.trial._spec import load_trial_spec as load_trial_spec
+    from tuner.trial._spec import prepare_trial_spec as prepare_trial_spec
+    from tuner.trial.verify import prepare_verify as prepare_verify
+    from tuner.trial.verify import run_verify as run_verify
 
 # Each public name and the module it lives in.
 __all__, __getattr__ = lazy_exports(__name__, {

@@ -30,16 +30,16 @@ class StepMonitor(TrainerCallback):
         self.fault = fault  # test hook: called with the step number at each step end
         self._metrics_file = open(metrics_path, "a") if metrics_path else None
         self._pending: dict[str, Any] = {}
-        self._initial = None
+        self._initial: list[Any] | None = None  # a sample of the trainable weights at the start, until they move
         self.train_started_at = None
         self.step_times: list[tuple[int, float]] = []
         self._backoffs = 0  # the GradScaler's back-offs so far (a skipped step lowers its scale)
 
     # -- weights moved? ----------------------------------------------------------------------
 
-    def _params_changed(self, model) -> float:
+    def _params_changed(self, model, initial: list[Any]) -> float:
         now = weight_sample(model)
-        changed = any(not a.equal(b) for a, b in zip(self._initial, now))
+        changed = any(not a.equal(b) for a, b in zip(initial, now))
         if changed:
             self._initial = None  # moved once is enough: the no-update rule has its answer
         return 1.0 if changed else 0.0
@@ -67,7 +67,7 @@ class StepMonitor(TrainerCallback):
         # Compared each step until the weights first move (steps that rightly leave them alone, such as
         # GradScaler skips or GRPO steps without reward spread, can delay that past the first steps).
         if self._initial is not None and model is not None:
-            extra["params_changed"] = self._params_changed(model)
+            extra["params_changed"] = self._params_changed(model, self._initial)
         accelerator = getattr(self.trainer, "accelerator", None)
         scaler = getattr(accelerator, "scaler", None)
         if scaler is not None:

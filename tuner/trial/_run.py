@@ -14,7 +14,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from tuner.errors import describe_exception, quiet_libraries
+from tuner.errors import describe_exception
+from tuner.inputs.quiet import quiet_libraries
 from tuner.records import NO_STOP_STEP, Status, TrialResult
 from tuner.trial._faults import fault_hook
 from tuner.trial._spec import TrialSpec

@@ -17,7 +17,9 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, field_validator
 
 from tuner.config import trainers
-from tuner.errors import TunerError, quiet_libraries, validated
+from tuner.config.user_yaml import load_yaml, validated
+from tuner.errors import TunerError
+from tuner.inputs.quiet import quiet_libraries
 from tuner.trial._faults import parse_fault
 
 
@@ -115,8 +117,6 @@ def _describe(error) -> str:
 
 
 def load_trial_spec(path: str | os.PathLike) -> TrialSpec:
-    from tuner.config.space import load_yaml
-
     where = str(path)
     try:
         raw = load_yaml(Path(path).read_text())  # 2e-4 is a number, a key given twice an error

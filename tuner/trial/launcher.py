@@ -48,7 +48,13 @@ def wanted() -> bool:
     return os.environ.get(SWITCH, "on").lower() not in ("off", "0", "false", "no")
 
 
-def start(timeout: float = 30.0) -> subprocess.Popen | None:
+class Launcher(subprocess.Popen):
+    """This node's launcher process, and the socket it listens on."""
+
+    socket_path: str
+
+
+def start(timeout: float = 30.0) -> Launcher | None:
     """Start this node's launcher and name its socket in TUNER_LAUNCHER (inherited by a local Ray started after).
 
     Returns once it listens (its imports go on after: a trial asked for meanwhile waits for them); None if it
@@ -56,8 +62,8 @@ def start(timeout: float = 30.0) -> subprocess.Popen | None:
     folder = tempfile.mkdtemp(prefix="tuner-launch-")
     path = os.path.join(folder, "socket")
     env = {**os.environ, "PYTORCH_NVML_BASED_CUDA_CHECK": "1"}  # an import asking for GPUs must not start CUDA
-    process = subprocess.Popen([sys.executable, "-m", "tuner.trial._launcher_server", path], stdin=subprocess.PIPE,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, start_new_session=True)
+    process = Launcher([sys.executable, "-m", "tuner.trial._launcher_server", path], stdin=subprocess.PIPE,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, start_new_session=True)
     process.socket_path = path
     deadline = time.monotonic() + timeout
     try:
@@ -73,7 +79,7 @@ def start(timeout: float = 30.0) -> subprocess.Popen | None:
     return process
 
 
-def stop(process: subprocess.Popen, timeout: float = 30.0) -> None:
+def stop(process: Launcher, timeout: float = 30.0) -> None:
     """Close its stdin and SIGTERM it: it kills the trials it forked and exits. TUNER_LAUNCHER is unset.
 
     SIGTERM as well: while it still imports torch (seconds, more under load) it reads no stdin, and the search
@@ -98,7 +104,8 @@ class LaunchedProcess:
     tuner.trial._isolation uses: is_alive, join, kill, exitcode."""
 
     def __init__(self, sock: socket.socket, pid: int):
-        self.sock, self.pid, self.exitcode = sock, pid, None
+        self.sock, self.pid = sock, pid
+        self.exitcode: int | None = None
         self.buffer = b""
 
     @classmethod

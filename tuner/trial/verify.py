@@ -19,7 +19,8 @@ import threading
 from pathlib import Path
 from typing import Any, Callable
 
-from tuner.errors import TunerError, quiet_libraries
+from tuner.errors import TunerError
+from tuner.inputs.quiet import quiet_libraries
 from tuner.records import Status, TrialResult
 from tuner.trial._spec import TrialSpec
 

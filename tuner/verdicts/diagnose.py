@@ -12,9 +12,8 @@ on row 40, a tokenizer error on a long row) crashes every trial alike, whatever 
 from __future__ import annotations
 
 import re
-from typing import Any
 
-from tuner.records import Status
+from tuner.records import Status, TrialRecord
 
 __all__ = ["MIN_TRIALS", "systematic_failure"]
 
@@ -28,7 +27,7 @@ def _kind(reason: str) -> str:
     return _NUMBER.sub("N", reason or "").strip()
 
 
-def systematic_failure(records: list[dict[str, Any]], min_trials: int = MIN_TRIALS) -> str | None:
+def systematic_failure(records: list[TrialRecord], min_trials: int = MIN_TRIALS) -> str | None:
     """Why the search should stop, when the first ``min_trials`` finished trials (by number) all crashed with the
     same reason although their params differ; None otherwise (some trial ran, or the crashes differ)."""
     first = sorted((r for r in records if "confirms" not in r), key=lambda r: r["number"])[:min_trials]

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 from tuner.config.precision import PRECISIONS
 from tuner.config.trainers import adapter
@@ -268,7 +268,7 @@ def _fit(xs: list[float], ys: list[float]) -> _Fit | None:
     return _Fit(slope, intercept, t)
 
 
-def _growing(fit: _Fit | None, span: float) -> bool:
+def _growing(fit: _Fit | None, span: float) -> TypeGuard[_Fit]:
     """A geometric trend worth projecting: steady (t >= MIN_T) and at least doubling over the steps it was fitted
     on (a slow drift projected 25x past its evidence is not a forecast)."""
     return fit is not None and fit.slope > 0 and fit.t >= MIN_T and fit.slope * span >= math.log(GROWTH_SEEN)

@@ -95,7 +95,7 @@ class Learning:
 
     def describe(self) -> str:
         """One line in the user's terms, e.g. 'reward +0.52 per step above its start 0.31 (last third +0.69, p=3e-12)'."""
-        if self.effect is None or self.p_value is None:
+        if self.effect is None or self.p_value is None or self.gain is None:  # the numbers come all or none
             return f"too few finite {self.metric} values to judge ({self.steps}; {MIN_STEPS} needed)"
         if self.metric == "reward":
             return (f"reward {self.effect:+.3g} per step above its start {self.start:.3g} (last third "

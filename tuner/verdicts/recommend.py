@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import collections
 import json
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import yaml
@@ -20,7 +21,7 @@ import yaml
 from tuner.config.precision import PRECISIONS
 from tuner.config.trainers import Adapter, lora_config_kwargs, split_params
 from tuner.errors import TunerError
-from tuner.records import Status, is_ok
+from tuner.records import Status, TrialRecord, is_ok
 from tuner.verdicts.forecast import VERIFY_FACTOR  # the length the horizon line asks a user to verify: 25x
 from tuner.verdicts.learning import ALPHA, MIN_EFFECT
 
@@ -36,7 +37,7 @@ RULE = (f"highest learning speed (progress x tokens/s; progress: the mean improv
         f"{SAFE_SHARE:g}x as fast")
 
 
-def horizon(best: dict[str, Any], file: str = "recommended.yaml") -> str:
+def horizon(best: TrialRecord, file: str = "recommended.yaml") -> str:
     """What a recommendation's verdict covers, and the command that extends it: "held 20 steps on seeds 0, 1, 2
     (...); forecast: no growing risk signal through step 500; nothing is measured beyond step 20: tuner verify
     recommended.yaml --steps 500 before a long run"."""
@@ -48,21 +49,22 @@ def horizon(best: dict[str, Any], file: str = "recommended.yaml") -> str:
             f"tuner verify {file} --steps {VERIFY_FACTOR * steps} before a long run")
 
 
-def learned(trial: dict[str, Any]) -> bool:
+def learned(trial: Mapping[str, Any]) -> bool:
     """The trial's own learning judgement (tuner.verdicts.learning.judge_learning), as recorded."""
     return bool(trial.get("learned"))
 
 
-def objective(trial: dict[str, Any]) -> float:
+def objective(trial: Mapping[str, Any]) -> float:
     """Learning speed: progress x tokens/s for an ok trial that learned, else 0. A config twice as fast that
-    learns half as much per step scores the same: both get as far in the same wall time."""
+    learns half as much per step scores the same: both get as far in the same wall time. ``trial``: a record, or a
+    trial's result summary."""
     speed, progress = trial.get("tokens_per_second"), trial.get("progress")
     if not is_ok(trial) or not learned(trial) or not speed or progress is None:
         return 0.0
     return float(progress) * float(speed)
 
 
-def speed_so_far(trial: dict[str, Any]) -> float:
+def speed_so_far(trial: Mapping[str, Any]) -> float:
     """The objective without its gate, for a trial still running (successive halving compares trials by it at
     the same step): progress x tokens/s, negative when the metric got worse; 0 before both are measured."""
     speed, progress = trial.get("tokens_per_second"), trial.get("progress")
@@ -71,11 +73,11 @@ def speed_so_far(trial: dict[str, Any]) -> float:
     return float(progress) * float(speed)
 
 
-def at_risk(trial: dict[str, Any]) -> bool:
+def at_risk(trial: Mapping[str, Any]) -> bool:
     return bool(trial.get("risk"))
 
 
-def ranked(trials: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def ranked(trials: list[TrialRecord]) -> list[TrialRecord]:
     """The trials that qualify (objective > 0), best first: by learning speed, except that a trial at risk goes
     behind every trial without risk that learns at least SAFE_SHARE as fast; a trial whose longer rung
     (tuner.search._extend) failed does not qualify, nor does that rung."""
@@ -85,13 +87,13 @@ def ranked(trials: list[dict[str, Any]]) -> list[dict[str, Any]]:
                   reverse=True)
 
 
-def recommend(trials: list[dict[str, Any]]) -> dict[str, Any] | None:
+def recommend(trials: list[TrialRecord]) -> TrialRecord | None:
     """The best trial record (``status``, ``params``, ``tokens_per_second``, ``progress`` ...), or None."""
     order = ranked(trials)
     return order[0] if order else None
 
 
-def failure_summary(trials: list[dict[str, Any]], top: int = 3, longer: list[dict[str, Any]] = ()) -> str:
+def failure_summary(trials: list[TrialRecord], top: int = 3, longer: Sequence[TrialRecord] = ()) -> str:
     """Why nothing qualified: counts per status and the most common reasons; ``longer``: the longer rungs
     (tuner.search._extend), whose failure takes a trial that was ok and learning out of the running."""
     statuses = collections.Counter(t.get("status") for t in trials)
@@ -104,7 +106,7 @@ def failure_summary(trials: list[dict[str, Any]], top: int = 3, longer: list[dic
     for (signal, example), n in reasons.most_common(top):
         lines.append(f"  {n} x {signal}: e.g. {example}")
     for rung in (r for r in longer if not is_ok(r)):
-        lines.append(f"  trial {rung['extends']} was ok but failed on its run of {rung.get('max_steps')} steps: "
+        lines.append(f"  trial {rung.get('extends')} was ok but failed on its run of {rung.get('max_steps')} steps: "
                      f"{rung.get('status')} ({rung.get('reason') or 'no reason given'})")
     causes = collections.Counter(t.get("guard_signal") or t.get("status") for t in trials if not is_ok(t))
     causes.update({"not_learning": not_learning} if not_learning else {})
@@ -137,7 +139,7 @@ ADVICE = {
 }
 
 
-def _reason_kind(trial: dict[str, Any]) -> str:
+def _reason_kind(trial: TrialRecord) -> str:
     return (trial.get("reason") or "").split(" at step")[0][:120]
 
 
