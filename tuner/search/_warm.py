@@ -318,8 +318,8 @@ def told_line(record: dict[str, Any], warm: WarmStart) -> str | None:
 
     if rec.is_ok(record) and rec.learned(record):
         return (f"warm start: trial {number}, the earlier recommendation, runs here: "
-                f"{record.get('tokens_per_second') or 0:.0f} tokens/s, progress {record.get('progress') or 0:+.3f}; "
-                "it is confirmed on this data like any candidate")
+                f"{record.get('tokens_per_second') or 0:.0f} tokens/s, progress {record.get('progress') or 0:+.3f} (ranked "
+                "and confirmed here like any other trial)")
     why = record.get("reason") or ("stable but did not learn" if rec.is_ok(record) else record.get("status"))
     return (f"warm start: trial {number}, the earlier recommendation, failed here ({record.get('status')}: {why}); "
             "the search goes on exploring")
