@@ -320,6 +320,9 @@ def told_line(record: dict[str, Any], warm: WarmStart) -> str | None:
         return (f"warm start: trial {number}, the earlier recommendation, runs here: "
                 f"{record.get('tokens_per_second') or 0:.0f} tokens/s, progress {record.get('progress') or 0:+.3f} (ranked "
                 "and confirmed here like any other trial)")
+    if record.get("status") == Status.PRUNED:
+        return (f"warm start: trial {number}, the earlier recommendation, fell behind here and was stopped early "
+                f"({record.get('reason') or 'successive halving'}); the search goes on exploring")
     why = record.get("reason") or ("stable but did not learn" if rec.is_ok(record) else record.get("status"))
     return (f"warm start: trial {number}, the earlier recommendation, failed here ({record.get('status')}: {why}); "
             "the search goes on exploring")
