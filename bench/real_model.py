@@ -271,7 +271,8 @@ def run(*, trainer: str = "grpo", trials: int = 2, max_steps: int = 2, seed: int
     t0 = time.perf_counter()
     prepared = prepare(SearchOptions(trainer=trainer, model=built["path"], search_space=search_space, trials=trials,
                                      reward_funcs=reward_funcs,
-                                     max_steps=max_steps, seed=seed, store=str(store), confirm_seeds=0))
+                                     max_steps=max_steps, seed=seed, store=str(store), confirm_seeds=0,
+                                     warm_start="none"))
     prepare_seconds = time.perf_counter() - t0
     with TreeMemory() as tree:
         t1 = time.perf_counter()

@@ -31,7 +31,7 @@ def run_tuner_search(trainer: str, search_space: str | None, sampler: str, max_s
     started = time.perf_counter()
     extra = {} if confirm_seeds is None else {"confirm_seeds": confirm_seeds}
     prepared = prepare(SearchOptions(trainer=trainer, search_space=search_space, sampler=sampler, trials=trials,
-                                     max_steps=max_steps, seed=seed, store=store, **extra))
+                                     max_steps=max_steps, seed=seed, store=store, warm_start="none", **extra))
     outcome = run_search(prepared, echo=lambda line: (lines.append(line), print(line, flush=True)))
     seconds = time.perf_counter() - started
 

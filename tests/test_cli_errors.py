@@ -230,6 +230,11 @@ CASES = [
          "my.yaml: `trl reward --config` would refuse 1 key: reward_funcs: a setting of trl grpo, not of trl reward "
          "(or pass --trainer grpo)",
          {"my.yaml": "model_name_or_path: tiny\nreward_funcs: [accuracy_reward]\n"}),
+    # -- --warm-start: a run id that is no search of the store, refused before the store is written
+    Case("warm-start-unknown-run", search("--warm-start", "abc123"), "--warm-start abc123: the store has no run "
+         "abc123", store_exists=True),
+    Case("warm-start-no-store", search("--warm-start", "abc123"), "--warm-start abc123: no MLflow store at",
+         process=True),
     Case("ui-missing-store", ("ui", "--store", STORE), "no MLflow store at tmp/mlflow/mlflow.db", process=True),
     Case("ui-bad-port", ("ui", "--store", STORE, "--port", "70000"), "argument --port: must be between 1 and 65535"),
 ]
@@ -426,3 +431,25 @@ def test_tuner_trial_exits_0_only_for_an_ok_trial(tmp_path, tiny_model, monkeypa
         assert code == (cli.EXIT_OK if status == "ok" else cli.EXIT_NO_TRIAL_OK), (name, status, code)
     # an sft step at lr 1e-4 trains cleanly (tests/search/test_reliability.py relies on it); the fault makes a crash
     assert codes == {"plain": ("ok", 0), "faulty": ("crashed", 4)}
+
+
+# -- --warm-start RUN_ID must be a search run -------------------------------------------------------------------
+
+
+def test_warm_start_from_a_trial_run_is_one_line_exit_2(two_searches, tmp_path, cache_dir, monkeypatch, capsys):
+    db, ids = two_searches
+    store = tmp_path / STORE
+    store.mkdir(parents=True)
+    (store / "mlflow.db").write_bytes(db.read_bytes())
+    before = _digest(store / "mlflow.db")
+    capsys.readouterr()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TUNER_CACHE_DIR", cache_dir)
+    code = cli.main(["search", "--store", STORE, "--warm-start", ids["alpha-trial"]])
+    out, err = capsys.readouterr()
+    lines = err.splitlines()
+    assert code == 2 and out == "" and len(lines) == 1 and lines[0].startswith("tuner: error: "), err
+    assert (f"--warm-start {ids['alpha-trial']}: run {ids['alpha-trial']} is not a tuner search run (tag tuner.kind "
+            "is 'trial'); pass the search's run id") in lines[0]
+    assert _digest(store / "mlflow.db") == before
+    assert sorted(p.name for p in store.iterdir()) == ["mlflow.db"]

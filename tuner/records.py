@@ -94,6 +94,7 @@ class TrialRecord(TypedDict, total=False):
     seed: int
     confirms: int  # set on confirmation re-runs: the candidate trial's number
     extends: int  # set on a longer rung's re-runs (tuner.search._extend): the trial run again for longer
+    source: str  # set on a warm start's prior trials (tuner.search._warm): the earlier search run they came from
     remeasures: int  # set on a --from search's speed re-runs (tuner.search._remeasure): the trial measured again
     pair: int  # ... and which pair of runs side by side it belongs to
     confirmation: dict[str, Any]  # set on the recommended record only: its confirmation verdict (tuner.search._confirm)

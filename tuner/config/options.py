@@ -180,6 +180,15 @@ class SearchOptions:
         default=2,
         metadata={"help": "how many top candidates to confirm", "rule": AT_LEAST_1, "metavar": "K"},
     )
+    warm_start: str = field(
+        default="auto",
+        metadata={"help": "start from earlier searches of the same trainer, model and hardware in this store (every "
+                  "experiment; the dataset compared by fingerprint): their recommendation runs first, precisions "
+                  "that crashed in every trial there are left out, and on the same data their trials are told to "
+                  "the sampler; the pick is still confirmed on this data (docs/how-a-search-works.md, Warm start). "
+                  "auto: when a finished search matches; none: start cold; or a search's run id",
+                  "metavar": "auto|none|RUN_ID"},
+    )
     budget: int | None = field(
         default=None,
         metadata={"help": "when no stable trial learned within --max-steps, the best third of them are re-run with 3x "

@@ -301,9 +301,9 @@ class OptunaSearcher(Searcher):
                 self.asked[trial_id] = (trial, params)
                 self.suggested += 1
             spec = {**self.base_spec, "params": params}
-            job = TrialJob(spec=spec, number=trial.number, timeout=self.timeout)
+            job = TrialJob(spec=spec, number=self.proposer.number(trial), timeout=self.timeout)
             slow = slow_limit(self.finished) if self.prune_slow else None
-            if trial.number < self.keep_first:
+            if self.proposer.number(trial) < self.keep_first:
                 job["keep"], slow = True, None
             if slow and slow[0] < self.timeout:
                 job["prune_after"] = slow
@@ -325,7 +325,7 @@ class OptunaSearcher(Searcher):
             result = pruned_result(result, self.base_spec["max_steps"])
         if error or not result or "status" not in result:
             result = TrialResult.crashed("Ray lost the trial's worker").summary()
-        record = new_record(result, number=trial.number, params=params, max_steps=self.base_spec["max_steps"],
+        record = new_record(result, number=self.proposer.number(trial), params=params, max_steps=self.base_spec["max_steps"],
                             seed=self.base_spec["seed"])
         with interrupts.deferred():
             self.proposer.tell(trial, record)

@@ -25,6 +25,7 @@ from tuner.inputs.quiet import quiet_libraries
 
 if TYPE_CHECKING:
     from tuner.config.trl_config import SourceConfig
+    from tuner.search._warm import Here, WarmStart
 
 __all__ = ["Prepared", "hardware_precisions", "halves", "model_label", "on_gpu", "prepare", "prepare_resume",
            "trial_ranks"]
@@ -45,6 +46,8 @@ class Prepared:
     source: SourceConfig | None = None  # --from: the user's TRL config
     first: dict[str, Any] | None = None  # --from: trial 0, their config as written, in the space's params
     origins: list[str] = field(default_factory=list)  # --from: where the model, data and rewards came from
+    here: Here | None = None  # what a later search's warm start matches this one by (tuner.search._warm)
+    warm: WarmStart | None = None  # what it reuses of earlier searches (--warm-start)
 
 
 
@@ -216,6 +219,25 @@ def prepare(options: SearchOptions) -> Prepared:
         from_config=source.path if source is not None else None)
     space.source = o.search_space or space.source
 
+    here, warm = _warm_start(o, uri, space, cannot, n_trials, source, first)
+    if warm.left_out:  # precisions that crashed on this hardware in every earlier trial (tuner.search._warm)
+        space = space.without_precisions(list(warm.left_out))
+        if grid is not None:
+            grid = [point for point in grid if point.get("precision") not in warm.left_out]
+    if grid is not None and warm.picks:  # the earlier picks run first, each once, after a --from trial 0
+        picked = []
+        for pick in warm.picks:
+            point = next((p for p in grid if p is not first and p not in picked
+                          and all(p.get(k) == v for k, v in pick.items())), None)
+            if point is not None:
+                picked.append(point)
+        warm.picks = picked  # a grid point each; the line says so
+        warm.line = _warm_line(warm, here)
+        grid = [*([first] if first is not None else []), *picked,
+                *(point for point in grid if point is not first and point not in picked)]
+    if grid is not None and not o.trials:
+        n_trials = len(grid)
+
     if not remote:
         mlflow_store.check_tracking(uri, Path(o.store))
     if o.tracking_uri:
@@ -223,7 +245,26 @@ def prepare(options: SearchOptions) -> Prepared:
         mlflow_store.check_tracking(mlflow_store.default_tracking_uri(Path(o.store)), Path(o.store))
     experiment = o.experiment or f"{o.trainer}-{model_label(inputs.model)}"
     return Prepared(o, space, model_path, uri, experiment, n_trials, grid, dropped, warnings, source=source,
-                    first=first if grid is None else None, origins=origins)
+                    first=first if grid is None else None, origins=origins, here=here, warm=warm)
+
+
+def _warm_line(warm: WarmStart, here: Here) -> str:
+    from tuner.search import _warm
+
+    return _warm.describe(warm, here) if warm else ""
+
+
+def _warm_start(o: SearchOptions, uri: str, space: SearchSpace, cannot: dict[str, str], n_trials: int, source,
+                first) -> tuple[Here, WarmStart]:
+    """This search's identity, and what it reuses of the earlier searches --warm-start names (tuner.search._warm):
+    the store is read, never written; a --warm-start RUN_ID that is no finished search of this trainer is refused."""
+    from tuner.search import _warm
+
+    assert o.trainer is not None and o.model is not None  # prepare resolved both before this
+    here = _warm.identity(o.trainer, o.model, o.dataset, o.gpus_per_trial, o.ray_address, cannot)
+    sources = _warm.read_sources(uri, Path(o.store), here, o.warm_start)
+    keep = (source.params["precision"],) if source is not None else ()
+    return here, _warm.build(sources, here, space, n_trials, keep=keep, after_first=first is not None)
 
 
 def _flags_over_file(o: SearchOptions, source: SourceConfig) -> tuple[SearchOptions, list[str]]:

@@ -19,6 +19,7 @@ from typing import Any
 from tuner.errors import TunerError
 from tuner.records import TrialRecord
 from tuner.search import _sampling as sampling
+from tuner.stores.tags import WARM_START_TAG
 
 __all__ = ["resume_options", "reattach"]
 
@@ -56,6 +57,8 @@ def resume_options(options) -> tuple[Any, str]:
         # a trial's processes are what it is (one rank or a data-parallel job): kept unless given again
         processes_per_trial=options.processes_per_trial or _ranks(p.get("processes_per_trial")),
         experiment=options.resume,
+        # the searches it started from, again (the study already holds their trials); none: it started cold
+        warm_start=run.data.tags.get(WARM_START_TAG) or "none",
     )
     return resumed, run.info.run_id
 

@@ -16,7 +16,8 @@ from tuner.config.space import SearchSpace
 from tuner.records import Status, TrialRecord
 from tuner.verdicts import recommend as rec
 
-__all__ = ["Proposer", "ask", "constraint_of", "grid_size", "make_sampler", "make_study", "tell"]
+__all__ = ["Proposer", "add_priors", "ask", "constraint_of", "distributions", "grid_size", "make_sampler", "make_study",
+           "prior_count", "tell"]
 
 
 def constraint_of(record: TrialRecord) -> float:
@@ -60,9 +61,12 @@ def make_sampler(name: str, seed: int, n_trials: int):
 
 
 def make_study(sampler_name: str, seed: int, n_trials: int, storage: str | None, study_name: str,
-               grid: list[dict[str, Any]] | None = None, first: list[dict[str, Any]] | None = None):
+               grid: list[dict[str, Any]] | None = None, first: list[dict[str, Any]] | None = None,
+               priors: list[tuple[SearchSpace, list[TrialRecord]]] | None = None):
     """A new study (``first`` enqueued in order from trial 0, then grid points in order), or the existing one of
-    that name (resume). ``first``: a ``--from`` search's own config and its single changes, in the space's terms."""
+    that name (resume). ``first``: a ``--from`` search's own config and its single changes, in the space's terms,
+    and a warm start's earlier recommendations. ``priors``: a warm start's earlier trials (tuner.search._warm),
+    told to the new study before its own trials, whose numbers then still start at 0 (``Proposer.number``)."""
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -74,6 +78,9 @@ def make_study(sampler_name: str, seed: int, n_trials: int, storage: str | None,
         # of trials the study already holds. Seeded from the seed and the study's size, it draws new ones.
         study.sampler = make_sampler(sampler_name, resumed_seed(seed, len(study.trials)), n_trials)
     fresh = not study.trials
+    if priors and fresh:
+        for space, records in priors:
+            add_priors(study, space, records)
     if first and fresh:
         for point in first:
             enqueue(study, point)
@@ -81,6 +88,81 @@ def make_study(sampler_name: str, seed: int, n_trials: int, storage: str | None,
         for point in grid:
             study.enqueue_trial(point, skip_if_exists=False)
     return study
+
+
+# The user attribute that marks a trial of an earlier search told to a warm-started study (its run id): evidence for
+# the sampler, not a trial of this search. They are the study's first trials: this search's trial n is study trial
+# n + the number of priors.
+PRIOR_ATTR = "tuner.prior"
+
+
+def distributions(space: SearchSpace, params: dict[str, Any]) -> dict[str, Any] | None:
+    """The Optuna distributions of ``params``'s searched values in ``space`` (its params active for them), with the
+    values in Optuna's terms; None when they do not fit the space: a searched value out of its range or choices, a
+    searched param missing, or a fixed setting of the space that the params set otherwise."""
+    import optuna
+
+    from tuner.config.space import CategoricalParam, FixedParam, FloatParam, IntParam, _optuna_choices
+
+    for name, value in space.fixed.items():
+        if name in params and params[name] != value:
+            return None
+    found: dict[str, Any] = {}
+    chosen: dict[str, Any] = {}
+    for name, p in space.params.items():
+        if not space.active(name, chosen):
+            continue
+        if name not in params:
+            return None
+        value = chosen[name] = params[name]
+        if isinstance(p, FixedParam):
+            if value != p.value:
+                return None
+        elif isinstance(p, CategoricalParam):
+            if value not in p.choices:
+                return None
+            found[name] = (optuna.distributions.CategoricalDistribution(_optuna_choices(p.choices)),
+                           _optuna_choices([value])[0])
+        elif isinstance(p, (FloatParam, IntParam)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not p.low <= value <= p.high:
+                return None
+            if isinstance(p, FloatParam):
+                found[name] = (optuna.distributions.FloatDistribution(p.low, p.high, log=p.log), float(value))
+            else:
+                if not float(value).is_integer():
+                    return None
+                found[name] = (optuna.distributions.IntDistribution(p.low, p.high, log=p.log, step=p.step), int(value))
+    return found
+
+
+def add_priors(study, space: SearchSpace, records: Sequence[TrialRecord]) -> int:
+    """Earlier trials (records of another search, with ``source``: its run id) told to the study as they would have
+    been told (``tell``): COMPLETE with their objective and constraint, or PRUNED at their last speed. Those whose
+    params do not fit ``space`` are left out. How many were told."""
+    import optuna
+
+    told = 0
+    for record in records:
+        fit = distributions(space, record.get("params") or {})
+        if fit is None:
+            continue
+        pruned = record.get("status") == Status.PRUNED
+        study.add_trial(optuna.trial.create_trial(
+            state=optuna.trial.TrialState.PRUNED if pruned else optuna.trial.TrialState.COMPLETE,
+            value=None if pruned else rec.objective(record),
+            intermediate_values={int(record.get("stopped_at_step") or 0): rec.speed_so_far(record)} if pruned else None,
+            params={name: value for name, (_, value) in fit.items()},
+            distributions={name: dist for name, (dist, _) in fit.items()},
+            user_attrs={PRIOR_ATTR: record.get("source", "?"), "status": record.get("status")},
+            constraints={"stable": constraint_of(record)},
+        ))
+        told += 1
+    return told
+
+
+def prior_count(study) -> int:
+    """How many of the study's trials are a warm start's earlier trials (they come first)."""
+    return sum(1 for t in study.get_trials(deepcopy=False) if PRIOR_ATTR in t.user_attrs)
 
 
 def enqueue(study, point: dict[str, Any]) -> None:
@@ -119,7 +201,8 @@ def _repeats_a_trial(study, trial, grid_size: int | None) -> bool:
         return False
     # WAITING: an enqueued trial (an in-flight trial to re-run after a resume) not yet handed out is as taken.
     states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.RUNNING, optuna.trial.TrialState.WAITING)
-    others = [t.params for t in study.get_trials(deepcopy=False, states=states) if t.number != trial.number]
+    others = [t.params for t in study.get_trials(deepcopy=False, states=states)
+              if t.number != trial.number and PRIOR_ATTR not in t.user_attrs]
     if grid_size is not None and len({repr(sorted(p.items())) for p in others}) >= grid_size:
         return False  # every point has been tried: a repeat is all that is left
     return trial.params in others
@@ -151,7 +234,7 @@ class Proposer:
     """
 
     def __init__(self, study, space: SearchSpace, sampler: str, n_trials: int, done: Sequence[TrialRecord] = (),
-                 device: str = "cpu", fits=None, after_first=None):
+                 device: str = "cpu", fits=None, after_first=None, on_told=None):
         from tuner.search._staging import Stages
 
         self.study, self.space = study, space
@@ -162,6 +245,12 @@ class Proposer:
         self.asked = len(self.finished)  # a resumed search goes on in the stage it had reached
         # record -> params to ask for next: a --from search's single changes, chosen by what trial 0 (their config) did
         self.after_first = after_first
+        self.offset = prior_count(study)  # a warm start's earlier trials come first in the study
+        self.on_told = on_told  # record -> None: called with each trial's record once told (a warm start's news)
+
+    def number(self, trial) -> int:
+        """The search's number of a study trial: from 0, a warm start's earlier trials not counted."""
+        return trial.number - self.offset
 
     def ask(self):
         pins: dict[str, Any] = {}
@@ -193,6 +282,8 @@ class Proposer:
         if self.after_first is not None and record.get("number") == 0:
             for point in self.after_first(record):
                 enqueue(self.study, point)
+        if self.on_told is not None:
+            self.on_told(record)
 
 
 def _ask_pinned(study, space: SearchSpace, grid: int | None, pins: dict[str, Any]):
@@ -238,7 +329,7 @@ def _untried_point(study, space: SearchSpace, grid_size: int | None) -> dict[str
     import optuna
 
     states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.RUNNING, optuna.trial.TrialState.WAITING)
-    taken = [t.params for t in study.get_trials(deepcopy=False, states=states)]
+    taken = [t.params for t in study.get_trials(deepcopy=False, states=states) if PRIOR_ATTR not in t.user_attrs]
     return next((point for point in space.grid() if point not in taken), None)
 
 
@@ -253,10 +344,14 @@ def reconcile(study, recorded: dict[int, TrialRecord]) -> None:
 
     states = optuna.trial.TrialState
     rerun, waiting = [], []
+    offset = prior_count(study)  # a warm start's earlier trials: evidence, never re-run; this search's come after
     for frozen in study.trials:
-        if frozen.state == states.RUNNING and frozen.number in recorded:
-            tell(study, _running_trial(study, frozen), recorded[frozen.number])
-        elif frozen.state == states.RUNNING or (frozen.state == states.COMPLETE and frozen.number not in recorded):
+        if PRIOR_ATTR in frozen.user_attrs:
+            continue
+        number = frozen.number - offset
+        if frozen.state == states.RUNNING and number in recorded:
+            tell(study, _running_trial(study, frozen), recorded[number])
+        elif frozen.state == states.RUNNING or (frozen.state == states.COMPLETE and number not in recorded):
             if frozen.state == states.RUNNING:
                 study.tell(frozen.number, state=states.FAIL)
             # No params yet: the driver died between study.ask() and the draw. An enqueued point (a grid's) is

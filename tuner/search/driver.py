@@ -183,9 +183,13 @@ def _open_stores(prepared: Prepared) -> _Stores:
     o = prepared.options
     storage = _study_storage(o)
 
+    warm = prepared.warm
+    # a warm start's picks run next (a grid holds them already), its earlier trials told first (tuner.search._warm)
+    first = [*([prepared.first] if prepared.first else []), *(warm.picks if warm and prepared.grid is None else [])]
+    priors = [(prepared.space, warm.priors)] if warm and warm.priors else None
+
     def study_named(name: str):
-        return make_study(o.sampler, o.seed, prepared.n_trials, storage, name, prepared.grid,
-                          [prepared.first] if prepared.first else None)
+        return make_study(o.sampler, o.seed, prepared.n_trials, storage, name, prepared.grid, first or None, priors)
 
     # Creating the SQLite tables of a fresh store is not safe from two processes at once.
     with mlflow_store.store_lock(Path(o.store)):
@@ -258,7 +262,8 @@ def _start_run(prepared: Prepared, tracker, run_name: str, concurrency: int) -> 
             "dataset": o.dataset or "builtin", "reward_funcs": o.reward_funcs, "concurrency": concurrency,
             "confirm_seeds": o.confirm_seeds, "confirm_top": o.confirm_top, "prune": prunes(o), "halving": halves(o),
             "budget": o.budget, "from_config": o.from_config, "processes_per_trial": trial_ranks(o),
-        }, {STUDY_TAG: run_name, STUDY_STORAGE_TAG: _study_storage(o)})
+        }, {STUDY_TAG: run_name, STUDY_STORAGE_TAG: _study_storage(o),
+            **(prepared.here.tags() if prepared.here else {}), **(prepared.warm.tags() if prepared.warm else {})})
     if prepared.source is not None:
         from tuner.config import trl_config
 
@@ -286,6 +291,11 @@ def _search(prepared, tracker, study, run_name, records, placement, progress, st
     remaining = prepared.n_trials - len(records)
     echo(f"search {run_name}: {remaining} trials of {o.max_steps} steps, {o.trainer} on {o.model}, "
          f"{o.sampler} sampler, {placement.describe()} (experiment {prepared.experiment!r})")
+    warm = prepared.warm
+    if warm:  # what earlier searches it starts from (tuner.search._warm)
+        echo(warm.line)
+        for note in warm.notes:
+            echo(f"warm start: {note}")
     if prepared.source is not None:
         from tuner.config import trl_config
 
@@ -324,7 +334,8 @@ def _search(prepared, tracker, study, run_name, records, placement, progress, st
             return _neighbours.neighbours(prepared.space, prepared.first, record)[
                 :_neighbours.neighbour_count(prepared.n_trials)]
     proposer = Proposer(study, prepared.space, o.sampler, prepared.n_trials, done=records,
-                        device=placement.device, fits=placement.check, after_first=after_first)
+                        device=placement.device, fits=placement.check, after_first=after_first,
+                        on_told=_warm_news(warm, echo))
     keep = 1 + _neighbours.neighbour_count(prepared.n_trials) if prepared.first is not None else 0
     searcher = execution.OptunaSearcher(proposer, base_spec, o.trial_timeout, n_search=remaining,
                                         then=next_job, done=records, fits=placement.check, prune_slow=prunes(o),
@@ -349,6 +360,19 @@ def _search(prepared, tracker, study, run_name, records, placement, progress, st
                       remeasures)
     outcome.stopped_because = searcher.stopped_because
     return outcome
+
+
+def _warm_news(warm, echo):
+    """record -> None: says how a warm start's earlier pick did here, when its trial ends."""
+    if not warm or not warm.picks:
+        return None
+    from tuner.search import _warm
+
+    def news(record):
+        line = _warm.told_line(record, warm)
+        if line:
+            echo(line)
+    return news
 
 
 def _study_storage(o: SearchOptions) -> str | None:

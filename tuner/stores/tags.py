@@ -29,3 +29,8 @@ STOPPED_BECAUSE_TAG = "tuner.stopped_because"  # why the search handed out no mo
 RECOMMENDED_TRIAL_TAG = "tuner.recommended_trial"  # the recommended trial's number
 RECOMMENDED_RUN_ID_TAG = "tuner.recommended_run_id"  # its MLflow run
 COUNT_TAG_PREFIX = "tuner.count."  # tuner.count.<status>: how many trials ended so
+# -- on a search run: what a later search's warm start matches it by (tuner.search._warm)
+HARDWARE_TAG = "tuner.hardware"  # where its trials ran: "cpu", the GPU's name, or "Ray cluster ADDRESS"
+PRECISIONS_TAG = "tuner.precisions"  # the precisions that hardware can run, comma-joined in the table's order
+DATA_TAG = "tuner.data"  # the dataset's fingerprint: builtin:TRAINER, sha256:DIGEST of a local file, hub:ID
+WARM_START_TAG = "tuner.warm_start"  # the search runs it warm-started from, comma-joined ("" or absent: none)

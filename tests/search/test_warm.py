@@ -1,0 +1,197 @@
+"""Warm start (tuner.search._warm): a second search in the same store finds the first, runs its recommendation as
+trial 0 and says so; --warm-start none and another trainer start cold; the left-out rule and the priors told to
+Optuna, on made-up searches."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+from helpers import CONFIRM_SPACE, SFT_SPACE, Finished, mlflow_client, run_search_in
+
+from tuner.config.space import load_yaml, parse_space
+from tuner.search import _sampling as sampling
+from tuner.search import _warm as warm
+from tuner.stores.tags import DATA_TAG, HARDWARE_TAG, STUDY_STORAGE_TAG, STUDY_TAG, WARM_START_TAG
+
+HERE = warm.Here("reward", "tiny", "NVIDIA H100 80GB HBM3", ("fp32", "bf16-mixed", "fp16-mixed", "bf16-pure",
+                                                             "fp16-pure"), "builtin:reward")
+SPACE = """\
+trainer: reward
+fixed: {per_device_train_batch_size: 8}
+params:
+  precision: {type: categorical, choices: [fp32, bf16-pure, fp16-pure]}
+  learning_rate: {type: float, low: 1.0e-5, high: 1.0e-2, log: true}
+"""
+
+
+def trial(number: int, precision: str, status: str = "ok", lr: float = 1e-3, **extra) -> dict:
+    return {"number": number, "params": {"precision": precision, "learning_rate": lr, "per_device_train_batch_size": 8},
+            "status": status, "reason": "" if status == "ok" else "process killed by SIGFPE", "learned": True,
+            "progress": 0.2, "tokens_per_second": 1000.0, "max_steps": 20, "stopped_at_step": None, **extra}
+
+
+def source(trials: list[dict], recommended: dict | None = None, data: str = "builtin:reward",
+           hardware: str = HERE.hardware, run_id: str = "r1") -> warm.Source:
+    was = warm.Here("reward", "tiny", hardware, HERE.precisions, data)
+    return warm.Source(run_id, f"search-{run_id}", "reward-tiny", was,
+                       {"trials": trials, "recommended": recommended})
+
+
+def space():
+    return parse_space(load_yaml(SPACE), "space.yaml")
+
+
+# -- the rules, on made-up searches ----------------------------------------------------------------------------------
+
+
+def test_a_precision_that_crashed_in_every_trial_is_left_out_with_its_evidence():
+    crashed = [trial(i, "fp16-pure", "crashed") for i in range(4)]
+    found = [source([*crashed, trial(4, "fp32"), trial(5, "bf16-pure", "diverged")])]
+    assert warm.left_out(found, HERE, ["fp32", "bf16-pure", "fp16-pure"]) == {"fp16-pure": "crashed 4 of 4 there"}
+
+
+@pytest.mark.parametrize("why, trials, kwargs", [
+    ("one crash is no evidence", [trial(0, "fp16-pure", "crashed"), trial(1, "fp32")], {}),
+    ("diverging depends on the data and the learning rate",
+     [trial(0, "fp16-pure", "diverged"), trial(1, "fp16-pure", "diverged"), trial(2, "fp32")], {}),
+    ("every precision crashed: the crash is not the precision's",
+     [trial(0, "fp16-pure", "crashed"), trial(1, "fp16-pure", "crashed"), trial(2, "fp32", "crashed")], {}),
+    ("a --from file's precision runs as written",
+     [trial(0, "fp16-pure", "crashed"), trial(1, "fp16-pure", "crashed"), trial(2, "fp32")],
+     {"keep": ("fp16-pure",)}),
+])
+def test_nothing_is_left_out_without_evidence_tied_to_the_precision(why, trials, kwargs):
+    assert warm.left_out([source(trials)], HERE, ["fp32", "bf16-pure", "fp16-pure"], **kwargs) == {}, why
+
+
+def test_crashes_on_other_hardware_leave_nothing_out():
+    trials = [trial(0, "fp16-pure", "crashed"), trial(1, "fp16-pure", "crashed"), trial(2, "fp32")]
+    assert warm.left_out([source(trials, hardware="cpu")], HERE, ["fp32", "fp16-pure"]) == {}
+
+
+def test_the_space_keeps_a_precision():
+    trials = [trial(0, "fp16-pure", "crashed"), trial(1, "fp16-pure", "crashed"), trial(2, "fp32")]
+    assert warm.left_out([source(trials)], HERE, ["fp16-pure"]) == {}
+
+
+def test_build_runs_the_recommendation_first_and_tells_same_data_trials():
+    trials = [trial(0, "fp16-pure", "crashed"), trial(1, "fp16-pure", "crashed"), trial(2, "fp32", lr=2e-3),
+              trial(3, "bf16-pure", lr=5e-3)]
+    built = warm.build([source(trials, recommended=trials[2])], HERE, space(), n_trials=12)
+    assert built.picks == [{"precision": "fp32", "learning_rate": 2e-3}]
+    assert built.left_out == {"fp16-pure": "crashed 2 of 2 there"}
+    assert [r["number"] for r in built.priors] == [2, 3]  # the left-out precision's trials are not told
+    assert built.line == ("warm start from search search-r1 of reward on tiny (NVIDIA H100 80GB HBM3; same data): "
+                          "trial 0 = its recommendation; 2 earlier trials told to the sampler; fp16-pure left out "
+                          "(crashed 2 of 2 there)")
+    assert built.tags() == {WARM_START_TAG: "r1"}
+
+
+def test_other_data_runs_the_pick_but_tells_the_sampler_nothing():
+    trials = [trial(0, "fp32", lr=2e-3)]
+    built = warm.build([source(trials, recommended=trials[0], data="sha256:abc")], HERE, space(), n_trials=12,
+                       after_first=True)
+    assert built.picks and not built.priors
+    assert "other data" in built.line and "trial 1 = its recommendation" in built.line  # after a --from trial 0
+
+
+def test_a_recommendation_outside_the_space_is_not_run_and_the_search_says_why():
+    outside = trial(0, "fp32", lr=0.3)
+    built = warm.build([source([outside], recommended=outside)], HERE, space(), n_trials=12)
+    assert built.picks == [] and not built.priors
+    assert built.notes == ["the recommendation of search-r1 is not run first: trial 0's params lie outside this space"]
+
+
+def test_told_line_says_when_the_old_pick_fails_here():
+    built = warm.WarmStart(sources=[source([])], picks=[{"learning_rate": 1e-3}])
+    failed = trial(0, "fp32", "diverged", reason="loss is nan at step 3")
+    assert warm.told_line(failed, built) == ("warm start: trial 0, the earlier recommendation, failed here (diverged: "
+                                             "loss is nan at step 3); the search goes on exploring")
+    assert "runs here" in warm.told_line(trial(0, "fp32"), built)
+    assert "stopped early" in warm.told_line(trial(0, "fp32", "pruned"), built)
+    assert warm.told_line(trial(1, "fp32"), built) is None  # not a pick
+
+
+def test_priors_come_first_in_the_study_and_this_search_still_numbers_from_0():
+    import optuna
+
+    told = [trial(0, "fp32", lr=2e-3), trial(1, "bf16-pure", "diverged", lr=5e-3), trial(2, "fp32", lr=0.3)]
+    study = sampling.make_study("tpe", 0, 12, None, "warm", first=[{"precision": "fp32", "learning_rate": 2e-3}],
+                                priors=[(space(), told)])
+    assert sampling.prior_count(study) == 2  # lr 0.3 lies outside the space: not told
+    prior = study.trials[1]
+    assert prior.state == optuna.trial.TrialState.COMPLETE and prior.constraints == {"stable": 2.0}  # infeasible, as told then
+    proposer = sampling.Proposer(study, space(), "tpe", 12)
+    first, params = proposer.ask()
+    assert proposer.number(first) == 0 and params["learning_rate"] == 2e-3  # the pick, enqueued, is trial 0
+
+
+def test_a_resumed_warm_study_never_re_runs_the_earlier_trials():
+    told = [trial(0, "fp32", lr=2e-3), trial(1, "fp32", lr=4e-3)]
+    study = sampling.make_study("random", 0, 12, None, "resumed", priors=[(space(), told)])
+    proposer = sampling.Proposer(study, space(), "random", 12)
+    done, params = proposer.ask()
+    proposer.tell(done, {**trial(0, "fp32"), "params": params})
+    sampling.reconcile(study, {0: {**trial(0, "fp32"), "params": params}})
+    assert [t for t in study.trials if t.state.name == "WAITING"] == []  # nothing enqueued again
+
+
+# -- real searches in one store --------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def two_searches(tmp_path_factory, tiny_model) -> tuple[Finished, Finished]:
+    """A search of the reward model, then a second one in the same store and another experiment."""
+    root = tmp_path_factory.mktemp("warm")
+    options = {"trainer": "reward", "trials": 2, "max_steps": 8, "seed": 0, "confirm_seeds": 0}
+    first = run_search_in(root, CONFIRM_SPACE, experiment="first", **options)
+    second = run_search_in(root, CONFIRM_SPACE, experiment="second", **{**options, "confirm_seeds": 1})
+    return first, second
+
+
+@pytest.mark.slow
+def test_a_second_search_runs_the_first_ones_recommendation_as_trial_0_and_says_so(two_searches):
+    first, second = two_searches
+    assert first.prepared.warm is not None and not first.prepared.warm  # an empty store: a cold start, said nothing
+    assert not any(line.startswith("warm start") for line in first.echoed)
+    best = first.outcome.recommended
+    assert best is not None
+    run_name = mlflow_client(first).get_run(first.outcome.parent_run_id).info.run_name
+    line = next(line for line in second.echoed if line.startswith("warm start from"))
+    assert line.startswith(f"warm start from search {run_name} of reward on tiny (cpu; same data): trial 0 = its "
+                           "recommendation; 2 earlier trials told to the sampler")
+    trial0 = next(r for r in second.outcome.records if r["number"] == 0)
+    assert trial0["params"]["learning_rate"] == best["params"]["learning_rate"]
+    # how it did here is said, whichever way it went (on a busy 2-core machine halving may stop it: speeds vary)
+    said = [line for line in second.echoed if line.startswith("warm start: trial 0, the earlier recommendation, ")]
+    assert len(said) == 1, (trial0["status"], trial0.get("reason"))
+    assert ("runs here" in said[0]) == (trial0["status"] == "ok" and trial0["learned"]), said
+    tags = mlflow_client(second).get_run(second.outcome.parent_run_id).data.tags
+    # the earlier trials come first in the study, told as priors; this search's trials number from 0 after them
+    import optuna
+
+    study = optuna.load_study(study_name=tags[STUDY_TAG], storage=tags[STUDY_STORAGE_TAG])
+    assert [sampling.PRIOR_ATTR in t.user_attrs for t in study.trials[:3]] == [True, True, False]
+    for record in second.outcome.records:
+        assert study.trials[record["number"] + 2].params["learning_rate"] == record["params"]["learning_rate"]
+    assert tags[WARM_START_TAG] == first.outcome.parent_run_id
+    assert tags[HARDWARE_TAG] == "cpu" and tags[DATA_TAG] == "builtin:reward"
+    assert second.outcome.recommended is not None and second.outcome.candidates  # confirmed here, on seed 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["none", "other-trainer"])
+def test_none_and_another_trainer_start_cold(case, two_searches, monkeypatch):
+    from tuner.search import driver
+
+    root: Path = two_searches[0].root
+    (root / "sft.yaml").write_text(SFT_SPACE)
+    monkeypatch.chdir(root)
+    if case == "none":
+        options = driver.SearchOptions(search_space=str(root / "space.yaml"), warm_start="none")
+    else:
+        options = driver.SearchOptions(search_space=str(root / "sft.yaml"))
+    prepared = driver.prepare(dataclasses.replace(options, store=str(root / "mlflow"), trials=2))
+    assert prepared.warm is not None and not prepared.warm and prepared.warm.picks == []

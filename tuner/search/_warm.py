@@ -1,0 +1,328 @@
+"""Warm start: a search begins from the earlier searches of the same trainer, model and hardware in its MLflow store.
+
+    here = identity(options, space)                          # who this search is: trainer, model, hardware, data
+    sources = read_sources(uri, store, here, "auto")         # the MLflow reading, in this one function
+    warm = build(sources, here, space, n_trials)             # pure: what is reused, and the line that says so
+    warm.line  # "warm start from 2 searches of sft on tiny (cpu; same data): trial 0 = their recommendation; ..."
+
+What matches (``--warm-start auto``, the default): finished search runs, in every experiment of the store, whose
+trainer, model and hardware (the device's name and the precisions it can run) are this search's, newest first, at
+most ``MAX_SOURCES``. The dataset is compared by fingerprint (``fingerprint``): same data or other data.
+``--warm-start RUN_ID`` uses that search run alone (its trainer must be this search's); ``none`` starts cold.
+
+What is reused, each rule also in docs/how-a-search-works.md ("Warm start"):
+
+- picks: the sources' recommendations, newest first and each once, run first (after a ``--from`` trial 0), when
+  their searched values lie in this space; at most ``MAX_PICKS``, and a third of the trials.
+- left out: a precision every trial of which crashed in the sources on this hardware (at least two trials), while
+  another precision there did not crash: the crash follows the precision on this device, not the data. Never the
+  space's last precision, nor the precision of a ``--from`` file.
+- priors: the trials of sources on the same data and hardware are told to the sampler (Optuna) before this search's
+  own, with their objective and constraint as they were told then; learning knobs keep their full range.
+- trust: nothing is recommended from them. The picks are trials of this search, on this data and these seeds, and
+  confirmed as any candidate is; a pick that fails here is said (``told_line``) and the search goes on exploring.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tuner.config.space import SearchSpace
+from tuner.errors import TunerError
+from tuner.records import Status, TrialRecord
+from tuner.stores.tags import DATA_TAG, HARDWARE_TAG, KIND_TAG, PRECISIONS_TAG, WARM_START_TAG
+
+__all__ = ["Here", "Source", "WarmStart", "build", "fingerprint", "hardware", "identity", "left_out", "pick_of",
+           "read_sources", "told_line"]
+
+MAX_SOURCES = 3  # the newest matching searches used
+MAX_PICKS = 2  # earlier recommendations run first, at most
+MIN_EVIDENCE = 2  # trials at a precision, all crashed, before it is left out
+CANDIDATES = 200  # finished search runs read from the store (their tags) to find the matching ones
+
+
+@dataclass(frozen=True)
+class Here:
+    """What a warm start matches earlier searches by: logged as the search run's params (trainer, model) and tags."""
+
+    trainer: str
+    model: str
+    hardware: str  # "cpu", the GPU's name, or "Ray cluster ADDRESS"
+    precisions: tuple[str, ...]  # those this hardware can run
+    data: str  # the dataset's fingerprint
+
+    def tags(self) -> dict[str, str]:
+        return {HARDWARE_TAG: self.hardware, PRECISIONS_TAG: ",".join(self.precisions), DATA_TAG: self.data}
+
+
+@dataclass
+class Source:
+    """An earlier search: its run, who it was (as ``Here``), and its search.json (tuner.records.SearchSummary)."""
+
+    run_id: str
+    run_name: str
+    experiment: str
+    was: Here
+    summary: dict[str, Any]
+
+    def matches(self, here: Here) -> bool:
+        return (self.was.trainer, self.was.model, self.was.hardware, self.was.precisions) == \
+            (here.trainer, here.model, here.hardware, here.precisions)
+
+
+@dataclass
+class WarmStart:
+    """What a search reuses of earlier searches (``build``). Empty (``not warm``) when nothing was found."""
+
+    sources: list[Source] = field(default_factory=list)
+    picks: list[dict[str, Any]] = field(default_factory=list)  # searched params to run first, in order
+    left_out: dict[str, str] = field(default_factory=dict)  # precision -> the evidence ("crashed 4 of 4 there")
+    priors: list[TrialRecord] = field(default_factory=list)  # earlier trial records told to the sampler
+    notes: list[str] = field(default_factory=list)  # what was found but not reused, and why
+    line: str = ""  # what the search says at its start
+    first_pick: int = 0  # the search trial number of the first pick (1 after a --from trial 0)
+
+    def __bool__(self) -> bool:
+        return bool(self.sources)
+
+    def tags(self) -> dict[str, str]:
+        return {WARM_START_TAG: ",".join(s.run_id for s in self.sources)} if self.sources else {}
+
+    def pick_numbers(self) -> range:
+        return range(self.first_pick, self.first_pick + len(self.picks))
+
+
+# -- who this search is --------------------------------------------------------------------------------------------
+
+
+def hardware(gpus_per_trial: float | None, ray_address: str | None) -> str:
+    """Where the trials run, as this machine sees it: "cpu", the first GPU's name, or the Ray cluster's address
+    (whose GPUs this machine cannot see)."""
+    if ray_address:
+        return f"Ray cluster {ray_address}"
+    import torch
+
+    gpu = torch.cuda.device_count() > 0 if gpus_per_trial is None else gpus_per_trial > 0
+    return torch.cuda.get_device_name(0) if gpu and torch.cuda.is_available() else "cpu"
+
+
+def fingerprint(dataset: str | None, trainer: str) -> str:
+    """The dataset's identity: its content's sha256 for a local file (a folder: its files'), the id of a hub dataset,
+    or the trainer's built-in data."""
+    if dataset in (None, "builtin"):
+        return f"builtin:{trainer}"
+    path = Path(dataset)
+    if not path.exists():
+        return f"hub:{dataset}"
+    digest = hashlib.sha256()
+    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+    for file in files:
+        digest.update(str(file.relative_to(path) if file != path else file.name).encode())
+        with open(file, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+    return f"sha256:{digest.hexdigest()[:16]}"
+
+
+def identity(trainer: str, model: str, dataset: str | None, gpus_per_trial: float | None, ray_address: str | None,
+             cannot: dict[str, str]) -> Here:
+    """This search as a warm start matches it (``cannot``: the precisions this hardware cannot run)."""
+    from tuner.config import precision
+
+    return Here(trainer, model, hardware(gpus_per_trial, ray_address),
+                tuple(p for p in precision.NAMES if p not in cannot), fingerprint(dataset, trainer))
+
+
+# -- the MLflow reading ----------------------------------------------------------------------------------------------
+
+
+def read_sources(uri: str, store: Path, here: Here, requested: str) -> list[Source]:
+    """The earlier searches a warm start uses: ``requested`` "none" (none), "auto" (those that match, newest first),
+    or a search run id, or several comma-joined (a resumed search's own). Reads the store, writes nothing: a local
+    store that does not exist yet holds nothing (and is not created). TunerError for a run id that is not a finished
+    search of this trainer."""
+    from tuner.stores import mlflow_store
+
+    if requested == "none":
+        return []
+    local = not mlflow_store.is_server(uri)
+    if local and uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).exists():
+        if requested == "auto":
+            return []
+        raise TunerError(f"--warm-start {requested}: no MLflow store at {uri.removeprefix('sqlite:///')} holds it; pass "
+                         "the --store (or --tracking-uri) of the search to start from, or --warm-start auto")
+    client = mlflow_store.client(uri)
+    if requested != "auto":
+        return [_named(client, run_id.strip(), here, requested) for run_id in requested.split(",") if run_id.strip()]
+    experiments = {e.experiment_id: e.name for e in client.search_experiments()}
+    runs = client.search_runs(list(experiments), filter_string=f"tags.`{KIND_TAG}` = 'search' and "
+                              "attributes.status = 'FINISHED'", order_by=["attributes.start_time DESC"],
+                              max_results=CANDIDATES) if experiments else []
+    found = []
+    for run in runs:
+        source = _source(client, run, experiments[run.info.experiment_id], with_summary=False)
+        if source.matches(here):
+            source.summary = _summary(client, run.info.run_id)
+            if source.summary:
+                found.append(source)
+        if len(found) == MAX_SOURCES:
+            break
+    return found
+
+
+def _named(client, run_id: str, here: Here, requested: str) -> Source:
+    from mlflow.exceptions import MlflowException
+
+    try:
+        run = client.get_run(run_id)
+    except MlflowException:
+        raise TunerError(f"--warm-start {requested}: the store has no run {run_id}; pass a search run id (tuner "
+                         "report shows it), or auto, or none") from None
+    if run.data.tags.get(KIND_TAG) != "search":
+        raise TunerError(f"--warm-start {requested}: run {run_id} is not a tuner search run (tag {KIND_TAG} is "
+                         f"{run.data.tags.get(KIND_TAG)!r}); pass the search's run id, or auto, or none")
+    source = _source(client, run, client.get_experiment(run.info.experiment_id).name, with_summary=True)
+    if source.was.trainer != here.trainer:
+        raise TunerError(f"--warm-start {requested}: search {run.info.run_name} tuned {source.was.trainer}, this "
+                         f"search tunes {here.trainer}; pass a search of {here.trainer}, or auto, or none")
+    if not source.summary:
+        raise TunerError(f"--warm-start {requested}: search {run.info.run_name} has no results (status "
+                         f"{run.info.status}); pass a finished search, or auto, or none")
+    return source
+
+
+def _source(client, run, experiment: str, with_summary: bool) -> Source:
+    params, tags = run.data.params, run.data.tags
+    precisions = tuple(p for p in tags.get(PRECISIONS_TAG, "").split(",") if p)
+    was = Here(params.get("trainer", ""), params.get("model", ""), tags.get(HARDWARE_TAG, ""), precisions,
+               tags.get(DATA_TAG, ""))
+    summary = _summary(client, run.info.run_id) if with_summary else {}
+    return Source(run.info.run_id, run.info.run_name or run.info.run_id, experiment, was, summary)
+
+
+def _summary(client, run_id: str) -> dict[str, Any]:
+    try:
+        path = client.download_artifacts(run_id, "search.json", tempfile.mkdtemp(prefix="tuner-warm-"))
+        return json.loads(Path(path).read_text())
+    except Exception:  # noqa: BLE001 - a search that wrote no table (or an unreadable one) offers nothing to reuse
+        return {}
+
+
+# -- what is reused (pure) -------------------------------------------------------------------------------------------
+
+
+def pick_of(summary: dict[str, Any], space: SearchSpace) -> tuple[dict[str, Any] | None, str | None]:
+    """The searched params of an earlier recommendation, when they fit this space: (params, None); else (None, why)
+    or (None, None) when that search recommended nothing."""
+    from tuner.search._sampling import distributions
+
+    best = summary.get("recommended")
+    if not best or not best.get("params"):
+        return None, None
+    params = best["params"]
+    searched = {name: params[name] for name in space.searched_names() if name in params}
+    fitted = {**params, **{name: value for name, value in space.fixed.items()}}  # its own fixed settings may differ
+    if distributions(space, fitted) is None:
+        return None, f"trial {best.get('number')}'s params lie outside this space"
+    return searched, None
+
+
+def left_out(sources: list[Source], here: Here, precisions: list[str], keep: tuple[str, ...] = ()
+             ) -> dict[str, str]:
+    """The precisions of ``precisions`` to leave out, each with its evidence: every trial at it crashed (at least
+    MIN_EVIDENCE) in the sources on this hardware, and some trial there at another precision did not. Never all of
+    ``precisions``, nor those in ``keep``."""
+    tried: dict[str, list[str]] = {}
+    for source in sources:
+        if source.was.hardware != here.hardware:
+            continue
+        for record in source.summary.get("trials") or []:
+            precision = (record.get("params") or {}).get("precision", "fp32")
+            tried.setdefault(precision, []).append(record.get("status"))
+    survived = {p for p, statuses in tried.items() if any(s != Status.CRASHED for s in statuses)}
+    out = {}
+    for precision in precisions:
+        statuses = tried.get(precision, [])
+        if (len(statuses) >= MIN_EVIDENCE and all(s == Status.CRASHED for s in statuses) and survived - {precision}
+                and precision not in keep):
+            out[precision] = f"crashed {len(statuses)} of {len(statuses)} there"
+    if len(out) >= len(precisions):
+        return {}  # the space keeps a precision: no evidence says which of them would run
+    return out
+
+
+def build(sources: list[Source], here: Here, space: SearchSpace, n_trials: int, keep: tuple[str, ...] = (),
+          after_first: bool = False) -> WarmStart:
+    """What this search reuses of ``sources`` (newest first); ``keep``: precisions never left out (a --from file's);
+    ``after_first``: a --from trial 0 runs before the picks."""
+    warm = WarmStart(sources=list(sources), first_pick=1 if after_first else 0)
+    if not sources:
+        return warm
+    warm.left_out = left_out(sources, here, space.precisions() if "precision" in space.params else [], keep)
+    most = min(MAX_PICKS, max(1, n_trials // 3))
+    for source in sources:
+        pick, why = pick_of(source.summary, space)
+        if why:
+            warm.notes.append(f"the recommendation of {source.run_name} is not run first: {why}")
+        if pick is not None and pick.get("precision") in warm.left_out:
+            pick = None
+        if pick is not None and pick not in warm.picks and len(warm.picks) < most:
+            warm.picks.append(pick)
+    from tuner.search._sampling import distributions
+
+    for source in sources:
+        if source.was.data == here.data and source.was.hardware == here.hardware:
+            warm.priors += [{**r, "source": source.run_id} for r in source.summary.get("trials") or []
+                            if (r.get("params") or {}).get("precision") not in warm.left_out
+                            and distributions(space, r.get("params") or {}) is not None]
+    warm.line = describe(warm, here)
+    return warm
+
+
+def describe(warm: WarmStart, here: Here) -> str:
+    """One line: what was found and what is reused, e.g. "warm start from 2 searches of sft on tiny (cpu; same
+    data): trial 0 = their recommendation; 9 earlier trials told to the sampler; fp16-pure left out (crashed 4 of 4
+    there)"."""
+    n = len(warm.sources)
+    same = sum(1 for s in warm.sources if s.was.data == here.data)
+    data = "same data" if same == n else "other data" if same == 0 else f"{same} on the same data, {n - same} on other"
+    hardware = {s.was.hardware for s in warm.sources}
+    where = here.hardware if hardware == {here.hardware} else f"{', '.join(sorted(hardware))}; here {here.hardware}"
+    searches = f"{n} search{'es' if n > 1 else ''}" if n > 1 else f"search {warm.sources[0].run_name}"
+    model = Path(here.model.rstrip("/")).name or here.model
+    parts = []
+    for number, _ in zip(warm.pick_numbers(), warm.picks):
+        whose = "their" if n > 1 else "its"
+        parts.append(f"trial {number} = {whose} recommendation" if len(warm.picks) == 1
+                     else f"trial {number} = a recommendation")
+    if not warm.picks:
+        parts.append("no recommendation of theirs to run first")
+    told = len(warm.priors)
+    parts.append(f"{told} earlier trial{'s' if told != 1 else ''} told to the sampler" if told
+                 else "their outcomes not told to the sampler (other data or hardware)")
+    parts += [f"{precision} left out ({evidence})" for precision, evidence in warm.left_out.items()]
+    return f"warm start from {searches} of {here.trainer} on {model} ({where}; {data}): {'; '.join(parts)}"
+
+
+def told_line(record: dict[str, Any], warm: WarmStart) -> str | None:
+    """What the search says when a pick's trial ends: how the earlier recommendation did on this data."""
+    number = record.get("number")
+    if not warm.picks or number not in warm.pick_numbers() or "confirms" in record:
+        return None
+    from tuner.verdicts import recommend as rec
+
+    if rec.is_ok(record) and rec.learned(record):
+        return (f"warm start: trial {number}, the earlier recommendation, runs here: "
+                f"{record.get('tokens_per_second') or 0:.0f} tokens/s, progress {record.get('progress') or 0:+.3f} (ranked "
+                "and confirmed here like any other trial)")
+    if record.get("status") == Status.PRUNED:
+        return (f"warm start: trial {number}, the earlier recommendation, fell behind here and was stopped early "
+                f"({record.get('reason') or 'successive halving'}); the search goes on exploring")
+    why = record.get("reason") or ("stable but did not learn" if rec.is_ok(record) else record.get("status"))
+    return (f"warm start: trial {number}, the earlier recommendation, failed here ({record.get('status')}: {why}); "
+            "the search goes on exploring")
