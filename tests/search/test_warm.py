@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from helpers import CONFIRM_SPACE, SFT_SPACE, Finished, mlflow_client, run_search_in
 
-from tuner.config.space import load_yaml, parse_space
+from tuner.config.space import parse_space
+from tuner.config.user_yaml import load_yaml
 from tuner.search import _sampling as sampling
 from tuner.search import _warm as warm
 from tuner.stores.tags import DATA_TAG, HARDWARE_TAG, STUDY_STORAGE_TAG, STUDY_TAG, WARM_START_TAG
