@@ -206,7 +206,7 @@ def slot_share(run: dict[str, Any]) -> dict[str, Any]:
     A trial stopped by successive halving reports no process wall time: it counts with its MLflow run's
     duration (trial start to verdict as the driver saw them, a little longer than its process), and
     ``measured_only`` leaves such trials out (counts them as 0: an upper bound on the share)."""
-    trials = [*run["records"], *run.get("confirmations", [])]
+    trials = [*run["records"], *run.get("confirmations", []), *run.get("extensions", [])]
     capacity = run["concurrency"] * run["search_wall_seconds"]
     measured = sum(t.get("wall_seconds") or 0.0 for t in trials)
     estimated = sum(t.get("run_seconds") or 0.0 for t in trials if not t.get("wall_seconds"))

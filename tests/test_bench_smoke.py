@@ -173,6 +173,9 @@ def test_slot_share_counts_every_trial_process_once():
     share = slot_share(run)
     assert share["share"] == pytest.approx(1 - 90.0 / 200.0)
     assert share["measured_only"] == pytest.approx(1 - 70.0 / 200.0) and share["without_wall"] == 1
+    # a pretrained model's longer rungs (60, 180 steps) are trial processes too
+    longer = slot_share({**run, "extensions": [{"wall_seconds": 50.0, "max_steps": 60}]})
+    assert longer["share"] == pytest.approx(1 - 140.0 / 200.0)
 
 
 def test_the_anchor_reads_instability_from_its_own_logs():
