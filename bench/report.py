@@ -212,6 +212,26 @@ def render(results: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+# The sections render() writes; any other section of an existing RESULTS.md (written by hand, or by a run of its own
+# such as bench.slots or bench.horizon through replace_section) is kept when the run writes the file again.
+RENDERED = ("## Targets", "## Headline", "## The speed reference", "## Trials to target",
+            "## Slot time outside trial processes (tuner)", "## Method notes", "## A real model's shape",
+            "## On a GPU: the headline command")
+
+
+def keep_other_sections(old: str, new: str) -> str:
+    """``new`` (a render()) with the sections of ``old`` that render() does not write appended, in their order."""
+    kept = [part for part in old.split("\n## ")[1:] if not ("## " + part).startswith(RENDERED)]
+    return new.rstrip("\n") + "".join("\n\n## " + part.rstrip("\n") for part in kept) + "\n" if kept else new
+
+
+def write_results(path: Path, results: dict[str, Any]) -> None:
+    """RESULTS.md from ``results``, keeping the sections of the file there that render() does not write."""
+    path = Path(path)
+    text = render(results)
+    path.write_text(keep_other_sections(path.read_text(), text) if path.exists() else text)
+
+
 def replace_section(path: Path, title: str, lines: list[str]) -> None:
     """Put a section (``title``, then ``lines``) into a Markdown file in place of its last version, or at its end:
     the runs that are not part of ``python -m bench`` (bench/gpu.py, bench/horizon.py) write their own section."""

@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
                                     Budget(**{**results["budget"], "trainers": tuple(results["budget"]["trainers"])})))
             results["lookups_by"] = {"command": results["rendered_by"], "versions": report.versions()}
             Path(args.render).write_text(json.dumps(results, indent=1, default=str))
-        Path(args.output).write_text(report.render(results))
+        report.write_results(Path(args.output), results)
         print(f"wrote {args.output} from {args.render}")
         return 0
 
@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     output.parent.mkdir(parents=True, exist_ok=True)
     raw = output.with_name("results.json") if output.name == "RESULTS.md" else output.with_suffix(".json")
     raw.write_text(json.dumps(_slim(results), indent=1, default=str))
-    output.write_text(report.render(results))
+    report.write_results(output, results)
     print(f"wrote {output} and {raw} in {results['total_seconds']:.0f}s")
     return 0
 

@@ -319,3 +319,13 @@ def test_the_target_set_is_never_empty_while_the_reference_has_a_stable_learning
     result = compare(SPACE, learners, seeds=[0, 1], budget=12, max_steps=20, speed_reference=SPEEDS)
     assert len(result["target_set"]) == 3 and result["floor_ratio"] == pytest.approx(0.4)
     assert all(any(r["first_hit"] for r in s["runs"]) for s in result["samplers"].values())
+
+
+def test_a_run_keeps_the_sections_it_does_not_write():
+    from bench.report import keep_other_sections
+
+    old = "# B\n\n## Targets (issue 11)\n\nold\n\n## Run to run (written by hand)\n\nkept\n\n## Method notes\n\nold\n"
+    new = "# B\n\n## Targets (issue 38)\n\nnew\n\n## Method notes\n\nnew\n"
+    merged = keep_other_sections(old, new)
+    assert merged == new.rstrip("\n") + "\n\n## Run to run (written by hand)\n\nkept\n"
+    assert keep_other_sections(new, new) == new
