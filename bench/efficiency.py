@@ -213,7 +213,10 @@ def compare(space: SearchSpace, records: list[dict[str, Any]], seeds: list[int],
         five, top = _speed_floors(speed_reference)
         floor, members = factored_targets(measured, speed_reference, min_targets)
         best_speed = None if five is None else five / (1.0 - WITHIN)
+        # the members are the reference trials that are hits as they are; another config whose nearest trial learned
+        # is a hit too when its own combination is fast enough: the size is a lower bound on the target
         result.update(best_speed=best_speed, targets=None, top_quartile=None, target_set=[_summary(r) for r in members],
+                      target_set_lower_bound=True,
                       floor=floor, floor_ratio=floor / best_speed if floor and best_speed else None)
         if floor is None:
             return result

@@ -430,8 +430,9 @@ def _targets(results: dict[str, Any], summary: dict[str, Any], trainers: list[st
         for trainer, eff in results.get(key, {}).items():
             r = efficiency_ratio(eff)
             size = target_set_size(eff)
+            at_least = ">= " if eff.get("target_set_lower_bound") else ""
             lines.append(f"| trials to target, tuner's default sampler / random, {trainer} ({lookup}; not real searches)"
-                         f" <= {TRIALS_RATIO_TARGET} | {_fmt(r, '.2f', none='no ratio')}; target set {_fmt(size, 'd', none='not recorded')}"
+                         f" <= {TRIALS_RATIO_TARGET} | {_fmt(r, '.2f', none='no ratio')}; target set {at_least}{_fmt(size, 'd', none='not recorded')}"
                          f" | {_met(r is not None and r <= TRIALS_RATIO_TARGET)}"
                          + (" (no target set: nothing to search for)" if r is None else "") + " |")
     lines.append(f"| slot time outside trial processes / (search wall x concurrency), median of {len(slots)} tuner searches <= {SLOT_SHARE_TARGET} |"
@@ -694,7 +695,10 @@ def _target_set_text(eff: dict[str, Any], steps: int) -> str:
     members = eff.get("target_set") or []
     floor = (f"; floor {eff['floor']:.0f} tokens/s, {eff['floor_ratio']:.2f}x the best stable combination's"
              if eff.get("floor_ratio") else "")
-    return (f"{size} reference trial(s)" + (f" ({', '.join(str(m['number']) for m in members)})" if members else "")
+    bound = (" (each a hit as it is; another config whose nearest trial learned is a hit too where its own"
+             " combination is that fast: a lower bound)" if eff.get("target_set_lower_bound") else "")
+    return (f"{'at least ' if eff.get('target_set_lower_bound') else ''}{size} reference trial(s)"
+            + (f" ({', '.join(str(m['number']) for m in members)})" if members else "") + bound
             + floor + f"; learning judged at {steps} steps, the search's trial length")
 
 
