@@ -33,7 +33,8 @@ from typing import Any
 from bench.headline import slot_share
 
 OUT = Path(__file__).with_name("slots.json")
-FIGURES = ("search_wall_seconds", "seconds", "slot_share_outside", "slot_share_outside_with_prepare")
+FIGURES = ("search_wall_seconds", "seconds", "slot_share_outside", "slot_share_outside_with_prepare", "outside_ends",
+           "outside_idle", "outside_handoff")
 
 
 def one_search(mode: str, trainer: str, trials: int, max_steps: int, seed: int, model: str | None = None) -> dict[str, Any]:
@@ -46,14 +47,43 @@ def one_search(mode: str, trainer: str, trials: int, max_steps: int, seed: int, 
                    cwd=Path(__file__).resolve().parent.parent)
     run = json.loads(out.read_text())
     share = slot_share(run)
-    return {"mode": mode, "seed": seed, "max_steps": max_steps, "search_wall_seconds": run["search_wall_seconds"],
+    return {**slot_parts(folder, run),"mode": mode, "seed": seed, "max_steps": max_steps, "search_wall_seconds": run["search_wall_seconds"],
             "seconds": run["seconds"], "concurrency": run["concurrency"], "slot_share_outside": share["share"],
             # the same over the whole call, prepare included: what the user waits for
             "slot_share_outside_with_prepare": 1 - share["inside"] / (run["seconds"] * run["concurrency"]),
             "trials": len(run["records"]), "confirmations": len(run.get("confirmations", [])),
-            "steps_run": sorted(int(r.get("steps_run") or 0) for r in [*run["records"], *run.get("confirmations", [])]),
+            "steps_run": sorted(int(r.get("steps_run") or 0) for r in [*run["records"], *run.get("confirmations", []),
+                                                                       *run.get("extensions", [])]),
             "trial_process_seconds": share["inside"], "without_wall": share["without_wall"],
             "recommended": (run.get("recommended") or {}).get("number")}
+
+
+def slot_parts(folder: Path, run: dict[str, Any]) -> dict[str, float]:
+    """Where the slot time outside trial processes went, as shares of search wall x concurrency, from the search's
+    MLflow runs' start and end times: ``outside_ends`` before its first trial run opened (Ray start, the stores) and
+    after its last one closed (results, shutdown); ``outside_idle`` slots with no trial run open in between (a rung or
+    a confirmation waiting on fewer trials than slots); ``outside_handoff`` trial runs open outside their process
+    (the hand-off to the trial's child process, the driver's MLflow writes). They add up to the slot share."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{folder}/store/mlflow.db")
+    runs = [r for e in client.search_experiments() for r in client.search_runs([e.experiment_id], max_results=5000)]
+    parent = max((r for r in runs if not r.data.tags.get("mlflow.parentRunId")), key=lambda r: r.info.start_time)
+    kids = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id and r.info.end_time]
+    if not kids:
+        return {}
+    concurrency, capacity = run["concurrency"], run["search_wall_seconds"] * run["concurrency"]
+    processes = sum(t.get("wall_seconds") or 0.0 for t in [*run["records"], *run.get("confirmations", []),
+                                                            *run.get("extensions", [])])
+    opened = sum((k.info.end_time - k.info.start_time) / 1000 for k in kids)
+    events = sorted([(k.info.start_time / 1000, 1) for k in kids] + [(k.info.end_time / 1000, -1) for k in kids])
+    idle, open_, last = 0.0, 0, events[0][0]
+    for when, change in events:
+        idle += max(0, concurrency - open_) * (when - last)
+        open_, last = open_ + change, when
+    span = events[-1][0] - events[0][0]
+    return {"outside_ends": (capacity - span * concurrency) / capacity, "outside_idle": idle / capacity,
+            "outside_handoff": (opened - processes) / capacity}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -76,8 +106,8 @@ def main(argv: list[str] | None = None) -> None:
             for steps in (lengths if round_ % 2 == 0 else lengths[::-1]):
                 runs.append(one_search("on", args.trainer, args.trials, steps, seed=round_, model=args.model))
                 print(json.dumps(runs[-1]), flush=True)
-        summary = {str(steps): {key: statistics.median(r[key] for r in runs if r["max_steps"] == steps)
-                                for key in FIGURES} for steps in lengths}
+        summary = {str(steps): {key: statistics.median(r[key] for r in runs if r["max_steps"] == steps and key in r)
+                                for key in FIGURES if any(key in r for r in runs)} for steps in lengths}
         _write(args, argv, started, load_before, summary, runs)
         return
     for pair in range(args.pairs):
@@ -86,7 +116,8 @@ def main(argv: list[str] | None = None) -> None:
             print(json.dumps(runs[-1]), flush=True)
     summary = {}
     for mode in ("on", "off"):
-        summary[mode] = {key: statistics.median(r[key] for r in runs if r["mode"] == mode) for key in FIGURES}
+        summary[mode] = {key: statistics.median(r[key] for r in runs if r["mode"] == mode and key in r)
+                         for key in FIGURES if any(key in r for r in runs)}
     summary["ratio_on_off"] = {key: summary["on"][key] / summary["off"][key] for key in summary["on"]}
     _write(args, argv, started, load_before, summary, runs)
 
