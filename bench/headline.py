@@ -93,7 +93,11 @@ def _verdict(side: str, run: dict[str, Any], params: dict[str, Any] | None, runs
     speed = speed_verdict(reference, params)
     own = [r.get("tokens_per_second") for r in runs if r.get("tokens_per_second")]
     in_hand = stable and speed["fast_enough"]
+    # stable and learning on its 3 seeds, both sides judged by tuner's learning test (tuner's stable already asks
+    # it; the anchor's learned flags are the test run on its own logged metric)
+    stable_learning = stable and len(extra.get("learned") or []) >= 3 and all(extra["learned"])
     return {"side": side, "seed": run.get("seed"), "params": params, "runs": len(runs), "stable": stable,
+            "stable_learning": stable_learning,
             **speed, "own_tokens_per_second": statistics.median(own) if own else None, "in_hand": in_hand,
             "seconds": run["seconds"], "process_seconds": run.get("process_seconds"),
             "time_to_in_hand": run["seconds"] if in_hand else INF, **extra}
@@ -127,14 +131,71 @@ def summarize(pairs: list[dict[str, Any]]) -> dict[str, Any]:
                      "median_time_to_in_hand": median(v["time_to_in_hand"] for v in verdicts),
                      # the same without the speed rule: a pick stable on its 3 seeds, however fast
                      "median_time_to_stable": median(v["seconds"] if v["stable"] else INF for v in verdicts),
+                     # ... and learning on each of them (tuner's learning test on the side's own logged metric)
+                     "stable_learning": sum(_stable_learning(v) for v in verdicts),
+                     "median_time_to_stable_learning": median(v["seconds"] if _stable_learning(v) else INF
+                                                              for v in verdicts),
                      "median_speed_ratio": median(v.get("speed_ratio") for v in verdicts),
                      "median_seconds": median(v["seconds"] for v in verdicts),
                      "median_process_seconds": median(v.get("process_seconds") for v in verdicts)}
     out["time_ratio"] = ratio(out["tuner"]["median_time_to_in_hand"], out["anchor"]["median_time_to_in_hand"])
     out["stable_time_ratio"] = ratio(out["tuner"]["median_time_to_stable"], out["anchor"]["median_time_to_stable"])
+    out["stable_learning_time_ratio"] = ratio(out["tuner"]["median_time_to_stable_learning"],
+                                              out["anchor"]["median_time_to_stable_learning"])
     out["seconds_ratio"] = ratio(out["tuner"]["median_seconds"], out["anchor"]["median_seconds"])
     out["process_ratio"] = ratio(out["tuner"]["median_process_seconds"], out["anchor"]["median_process_seconds"])
     return out
+
+
+def _stable_learning(v: dict[str, Any]) -> bool:
+    # verdicts recorded before "stable_learning" existed: the same rule from their own fields
+    if "stable_learning" in v:
+        return bool(v["stable_learning"])
+    return bool(v["stable"]) and len(v.get("learned") or []) >= 3 and all(v["learned"])
+
+
+# -- the speed reference's noise --------------------------------------------------------------------------
+
+NOISE_QUANTILES = (0.05, 0.95)  # the band a ratio of two medians of 3 readings falls in, of 20 draws 18
+NOISE_DRAWS = 4000
+
+
+def speed_noise(references: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """How far apart the speed reference's repeated readings of one combination lie, and so how finely a pick's
+    speed over the best can be told on this machine.
+
+    Every combination the reference ran on 3 seeds (bench/reference.py's contenders) gives its readings over their
+    median; pooled over ``references``, they are the machine's noise: ``single`` the lowest and highest of them (a
+    single reading's spread), ``ratio`` the ``NOISE_QUANTILES`` of the ratio of two medians of 3 readings drawn from
+    them (seeded): what a pick exactly as fast as the best reads, pick's median over best's median. A ratio below 1
+    by less than ``1 - ratio[0]`` cannot be told from noise; a 5% bar is resolvable only when ``ratio[0] >= 0.95``.
+    None when no combination was read more than once."""
+    import random
+
+    relative = [x / r["tokens_per_second"] for ref in references for r in ref["records"]
+                if len(r.get("tokens_per_second_runs") or []) > 1 and r.get("tokens_per_second")
+                for x in r["tokens_per_second_runs"]]
+    if not relative:
+        return None
+    rng = random.Random(0)
+    ratios = sorted(statistics.median(rng.choices(relative, k=3)) / statistics.median(rng.choices(relative, k=3))
+                    for _ in range(NOISE_DRAWS))
+    low, high = (ratios[min(len(ratios) - 1, int(q * len(ratios)))] for q in NOISE_QUANTILES)
+    return {"readings": len(relative), "single": (min(relative), max(relative)), "ratio": (low, high),
+            "resolves": low >= 1.0 - WITHIN}
+
+
+def speed_judgement(speed_ratio: float | None, noise: dict[str, Any] | None) -> str | None:
+    """A pick's speed over the best against the 5% bar, as this machine can tell it: "fast" (>= 0.95), "noise"
+    (below 0.95 but within what a pick as fast as the best reads here: not resolvable), "slow" (below the noise
+    band: slower than noise explains), None (no speed)."""
+    if speed_ratio is None:
+        return None
+    if speed_ratio >= 1.0 - WITHIN:
+        return "fast"
+    if noise is not None and speed_ratio >= noise["ratio"][0]:
+        return "noise"
+    return "slow"
 
 
 # -- slot time outside trial processes --------------------------------------------------------------------
@@ -145,7 +206,7 @@ def slot_share(run: dict[str, Any]) -> dict[str, Any]:
     A trial stopped by successive halving reports no process wall time: it counts with its MLflow run's
     duration (trial start to verdict as the driver saw them, a little longer than its process), and
     ``measured_only`` leaves such trials out (counts them as 0: an upper bound on the share)."""
-    trials = [*run["records"], *run.get("confirmations", [])]
+    trials = [*run["records"], *run.get("confirmations", []), *run.get("extensions", [])]
     capacity = run["concurrency"] * run["search_wall_seconds"]
     measured = sum(t.get("wall_seconds") or 0.0 for t in trials)
     estimated = sum(t.get("run_seconds") or 0.0 for t in trials if not t.get("wall_seconds"))

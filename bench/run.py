@@ -51,7 +51,8 @@ class Budget:
     confirm_seeds: int  # more seeds each side's pick runs on (3 seeds in all)
     speed_steps: int  # optimizer steps per speed-reference trial (tokens/s is measured after 2 warm-up steps)
     speed_knobs: tuple[str, ...] | None  # the speed knobs the reference crosses (None: bench.reference.SPEED_KNOBS)
-    lookup: dict[str, tuple[int, int]]  # trainer -> (trials, steps) of the random reference behind the lookup
+    lookup: dict[str, tuple[int, int]]  # trainer -> (trials, steps) of the random reference behind the lookup; its
+    # trials run max_steps[trainer] steps whatever steps says (learning is judged at the search's trial length)
     lookup_seeds: int  # sampler seeds per sampler on the lookup
     search_budget: int  # trials per simulated search on the lookup
     notes: tuple[str, ...] = field(default=())  # what this budget cuts from the issue's, said in RESULTS.md
@@ -100,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
                                     Budget(**{**results["budget"], "trainers": tuple(results["budget"]["trainers"])})))
             results["lookups_by"] = {"command": results["rendered_by"], "versions": report.versions()}
             Path(args.render).write_text(json.dumps(results, indent=1, default=str))
-        Path(args.output).write_text(report.render(results))
+        report.write_results(Path(args.output), results)
         print(f"wrote {args.output} from {args.render}")
         return 0
 
@@ -125,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     output.parent.mkdir(parents=True, exist_ok=True)
     raw = output.with_name("results.json") if output.name == "RESULTS.md" else output.with_suffix(".json")
     raw.write_text(json.dumps(_slim(results), indent=1, default=str))
-    output.write_text(report.render(results))
+    report.write_results(output, results)
     print(f"wrote {output} and {raw} in {results['total_seconds']:.0f}s")
     return 0
 
@@ -165,7 +166,8 @@ def _run(budget: Budget, workdir: Path) -> dict[str, Any]:
         knobs = ["--knobs", ",".join(budget.speed_knobs)] if budget.speed_knobs else []
         speed[trainer] = _timed(["-m", "bench.reference", "--trainer", trainer, "--kind", "speed", "--max-steps",
                                  str(budget.speed_steps), "--seed", str(REFERENCE_SEED), *knobs], workdir, f"speed-{trainer}")
-        trials, steps = budget.lookup[trainer]
+        # learning judged at the search's trial length: the lookup's trials run the headline's steps
+        trials, steps = budget.lookup[trainer][0], budget.max_steps[trainer]
         lookup[trainer] = _timed(["-m", "bench.reference", "--trainer", trainer, "--kind", "random", "--trials",
                                   str(trials), "--max-steps", str(steps), "--seed", str(REFERENCE_SEED)],
                                  workdir, f"lookup-{trainer}")

@@ -5,6 +5,9 @@ and off, each in a fresh Python process.
     python -m bench.slots                                  # 3 pairs of reward searches; writes bench/slots.json
     python -m bench.slots --pairs 5 --trainer grpo --max-steps 12
     python -m bench.slots --lengths 20,60,120 --out /tmp/lengths.json  # the default mode alone, by trial length
+    python -m bench.slots --model tiny-pretrained --trainer grpo --lengths 20 --pairs 1 --out bench/slots_pretrained.json
+        # trials of realistic length: the tiny pretrained model, whose searches extend the best third of their
+        # trials to 60 and then 180 steps (tuner.search._extend)
 
 Per search: its wall (``run_search``: Ray start to the recommendation), the whole call (``prepare`` included), and
 (search wall x concurrency - trial process seconds) / (search wall x concurrency), as bench/headline.py computes it
@@ -30,25 +33,57 @@ from typing import Any
 from bench.headline import slot_share
 
 OUT = Path(__file__).with_name("slots.json")
-FIGURES = ("search_wall_seconds", "seconds", "slot_share_outside", "slot_share_outside_with_prepare")
+FIGURES = ("search_wall_seconds", "seconds", "slot_share_outside", "slot_share_outside_with_prepare", "outside_ends",
+           "outside_idle", "outside_handoff")
 
 
-def one_search(mode: str, trainer: str, trials: int, max_steps: int, seed: int) -> dict[str, Any]:
+def one_search(mode: str, trainer: str, trials: int, max_steps: int, seed: int, model: str | None = None) -> dict[str, Any]:
     folder = Path(tempfile.mkdtemp(prefix=f"bench-slots-{mode}-"))
     out = folder / "search.json"
     env = {**os.environ, "TUNER_TRIAL_LAUNCHER": mode}
     subprocess.run([sys.executable, "-m", "bench.tuner_search", "--out", str(out), "--trainer", trainer,
                     "--trials", str(trials), "--max-steps", str(max_steps), "--seed", str(seed),
-                    "--store", str(folder / "store")], check=True, env=env, stdout=subprocess.DEVNULL,
+                    "--store", str(folder / "store"), *(["--model", model] if model else [])], check=True, env=env, stdout=subprocess.DEVNULL,
                    cwd=Path(__file__).resolve().parent.parent)
     run = json.loads(out.read_text())
     share = slot_share(run)
-    return {"mode": mode, "seed": seed, "max_steps": max_steps, "search_wall_seconds": run["search_wall_seconds"],
+    return {**slot_parts(folder, run),"mode": mode, "seed": seed, "max_steps": max_steps, "search_wall_seconds": run["search_wall_seconds"],
             "seconds": run["seconds"], "concurrency": run["concurrency"], "slot_share_outside": share["share"],
             # the same over the whole call, prepare included: what the user waits for
             "slot_share_outside_with_prepare": 1 - share["inside"] / (run["seconds"] * run["concurrency"]),
             "trials": len(run["records"]), "confirmations": len(run.get("confirmations", [])),
+            "steps_run": sorted(int(r.get("steps_run") or 0) for r in [*run["records"], *run.get("confirmations", []),
+                                                                       *run.get("extensions", [])]),
+            "trial_process_seconds": share["inside"], "without_wall": share["without_wall"],
             "recommended": (run.get("recommended") or {}).get("number")}
+
+
+def slot_parts(folder: Path, run: dict[str, Any]) -> dict[str, float]:
+    """Where the slot time outside trial processes went, as shares of search wall x concurrency, from the search's
+    MLflow runs' start and end times: ``outside_ends`` before its first trial run opened (Ray start, the stores) and
+    after its last one closed (results, shutdown); ``outside_idle`` slots with no trial run open in between (a rung or
+    a confirmation waiting on fewer trials than slots); ``outside_handoff`` trial runs open outside their process
+    (the hand-off to the trial's child process, the driver's MLflow writes). They add up to the slot share."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{folder}/store/mlflow.db")
+    runs = [r for e in client.search_experiments() for r in client.search_runs([e.experiment_id], max_results=5000)]
+    parent = max((r for r in runs if not r.data.tags.get("mlflow.parentRunId")), key=lambda r: r.info.start_time)
+    kids = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id and r.info.end_time]
+    if not kids:
+        return {}
+    concurrency, capacity = run["concurrency"], run["search_wall_seconds"] * run["concurrency"]
+    processes = sum(t.get("wall_seconds") or 0.0 for t in [*run["records"], *run.get("confirmations", []),
+                                                            *run.get("extensions", [])])
+    opened = sum((k.info.end_time - k.info.start_time) / 1000 for k in kids)
+    events = sorted([(k.info.start_time / 1000, 1) for k in kids] + [(k.info.end_time / 1000, -1) for k in kids])
+    idle, open_, last = 0.0, 0, events[0][0]
+    for when, change in events:
+        idle += max(0, concurrency - open_) * (when - last)
+        open_, last = open_ + change, when
+    span = events[-1][0] - events[0][0]
+    return {"outside_ends": (capacity - span * concurrency) / capacity, "outside_idle": idle / capacity,
+            "outside_handoff": (opened - processes) / capacity}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -58,6 +93,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--trials", type=int, default=6)
     parser.add_argument("--max-steps", type=int, default=20)
     parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--model", default=None, help="tuner's --model (default: the tiny model)")
     parser.add_argument("--lengths", help="comma-separated step budgets: instead of on/off pairs, the default mode "
                                           "alone at each budget, --pairs rounds in alternating order (the share by "
                                           "trial length)")
@@ -68,19 +104,20 @@ def main(argv: list[str] | None = None) -> None:
         lengths = [int(steps) for steps in args.lengths.split(",")]
         for round_ in range(args.pairs):
             for steps in (lengths if round_ % 2 == 0 else lengths[::-1]):
-                runs.append(one_search("on", args.trainer, args.trials, steps, seed=round_))
+                runs.append(one_search("on", args.trainer, args.trials, steps, seed=round_, model=args.model))
                 print(json.dumps(runs[-1]), flush=True)
-        summary = {str(steps): {key: statistics.median(r[key] for r in runs if r["max_steps"] == steps)
-                                for key in FIGURES} for steps in lengths}
+        summary = {str(steps): {key: statistics.median(r[key] for r in runs if r["max_steps"] == steps and key in r)
+                                for key in FIGURES if any(key in r for r in runs)} for steps in lengths}
         _write(args, argv, started, load_before, summary, runs)
         return
     for pair in range(args.pairs):
         for mode in (("on", "off") if pair % 2 == 0 else ("off", "on")):  # alternate which goes first
-            runs.append(one_search(mode, args.trainer, args.trials, args.max_steps, seed=pair))
+            runs.append(one_search(mode, args.trainer, args.trials, args.max_steps, seed=pair, model=args.model))
             print(json.dumps(runs[-1]), flush=True)
     summary = {}
     for mode in ("on", "off"):
-        summary[mode] = {key: statistics.median(r[key] for r in runs if r["mode"] == mode) for key in FIGURES}
+        summary[mode] = {key: statistics.median(r[key] for r in runs if r["mode"] == mode and key in r)
+                         for key in FIGURES if any(key in r for r in runs)}
     summary["ratio_on_off"] = {key: summary["on"][key] / summary["off"][key] for key in summary["on"]}
     _write(args, argv, started, load_before, summary, runs)
 
@@ -91,7 +128,7 @@ def _write(args, argv, started: float, load_before, summary: dict[str, Any], run
               "minutes": round((time.time() - started) / 60, 1),
               "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs",
               "load_before": load_before, "load_after": os.getloadavg(),
-              "trainer": args.trainer, "trials": args.trials, "max_steps": args.max_steps,
+              "trainer": args.trainer, "model": args.model or "tiny", "trials": args.trials, "max_steps": args.max_steps,
               "summary": summary, "runs": runs}
     args.out.write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps(summary, indent=1))

@@ -22,14 +22,18 @@ from bench.history import first_nonfinite_step, wasted_steps
 
 
 def run_tuner_search(trainer: str, search_space: str | None, sampler: str, max_steps: int, store: str,
-                     trials: int | None = None, seed: int = 0, confirm_seeds: int | None = None) -> dict[str, Any]:
-    """``confirm_seeds`` None keeps tuner's default (the top candidates re-run on more seeds)."""
+                     trials: int | None = None, seed: int = 0, confirm_seeds: int | None = None,
+                     model: str | None = None) -> dict[str, Any]:
+    """``confirm_seeds`` None keeps tuner's default (the top candidates re-run on more seeds); ``model`` None: tuner's
+    default (the tiny model)."""
     from tuner.search.driver import SearchOptions, prepare, run_search
     from tuner.stores.mlflow_store import client
 
     lines: list[str] = []
     started = time.perf_counter()
     extra = {} if confirm_seeds is None else {"confirm_seeds": confirm_seeds}
+    if model is not None:
+        extra["model"] = model
     prepared = prepare(SearchOptions(trainer=trainer, search_space=search_space, sampler=sampler, trials=trials,
                                      max_steps=max_steps, seed=seed, store=store, warm_start="none", **extra))
     outcome = run_search(prepared, echo=lambda line: (lines.append(line), print(line, flush=True)))
@@ -57,11 +61,18 @@ def run_tuner_search(trainer: str, search_space: str | None, sampler: str, max_s
     for c in confirmations:
         c["params"] = params_of.get(c["confirms"])
     confirmations.sort(key=lambda c: (c["confirms"], c["seed"]))
+    # the longer re-runs (tuner.search._extend: a pretrained model's 60- and 180-step rungs) and the re-measured
+    # speeds (tuner.search._remeasure) are trial processes too: the slot share counts them inside
+    summary = outcome.search or {}
+    longer = [{**{k: r.get(k) for k in ("number", "max_steps", "status", "steps_run", "wall_seconds", "extends", "run_id")},
+               "run_seconds": _run_seconds(mlflow, r.get("run_id"))}
+              for key in ("extensions", "remeasures") for r in (summary.get(key) or [])]
     return {
         "side": "tuner", "trainer": trainer, "sampler": sampler, "search_space": prepared.space.source,
         "max_steps": max_steps, "seed": seed, "seconds": seconds, "search_wall_seconds": outcome.wall_seconds,
         "concurrency": int(parent.data.params.get("concurrency", 1)), "dropped_precisions": prepared.dropped_precisions,
-        "records": records, "confirmations": confirmations, "recommended": outcome.recommended, "log": lines,
+        "records": records, "confirmations": confirmations, "extensions": longer, "recommended": outcome.recommended,
+        "log": lines,
     }
 
 
@@ -96,10 +107,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--confirm-seeds", type=int, default=None, help="default: tuner's own default")
     parser.add_argument("--store", default=None, help="MLflow store folder (default: a new temp dir)")
+    parser.add_argument("--model", default=None, help="tuner's --model (default: tuner's, the tiny model)")
     args = parser.parse_args(argv)
     store = args.store or tempfile.mkdtemp(prefix="bench-tuner-")
     outcome = run_tuner_search(args.trainer, args.space, args.sampler, args.max_steps, store, args.trials,
-                               args.seed, args.confirm_seeds)
+                               args.seed, args.confirm_seeds, args.model)
     Path(args.out).write_text(json.dumps(outcome, indent=1))
 
 
