@@ -219,6 +219,12 @@ def prepare(options: SearchOptions) -> Prepared:
         from_config=source.path if source is not None else None)
     space.source = o.search_space or space.source
 
+    # the stores checked before the warm start reads them
+    if not remote:
+        mlflow_store.check_tracking(uri, Path(o.store))
+    if o.tracking_uri:
+        # the local store folder is written with any tracking URI: the Optuna study (and a server's spool) live there
+        mlflow_store.check_tracking(mlflow_store.default_tracking_uri(Path(o.store)), Path(o.store))
     here, warm = _warm_start(o, uri, space, cannot, n_trials, source, first)
     if warm.left_out:  # precisions that crashed on this hardware in every earlier trial (tuner.search._warm)
         space = space.without_precisions(list(warm.left_out))
@@ -238,11 +244,6 @@ def prepare(options: SearchOptions) -> Prepared:
     if grid is not None and not o.trials:
         n_trials = len(grid)
 
-    if not remote:
-        mlflow_store.check_tracking(uri, Path(o.store))
-    if o.tracking_uri:
-        # the local store folder is written with any tracking URI: the Optuna study (and a server's spool) live there
-        mlflow_store.check_tracking(mlflow_store.default_tracking_uri(Path(o.store)), Path(o.store))
     experiment = o.experiment or f"{o.trainer}-{model_label(inputs.model)}"
     return Prepared(o, space, model_path, uri, experiment, n_trials, grid, dropped, warnings, source=source,
                     first=first if grid is None else None, origins=origins, here=here, warm=warm)

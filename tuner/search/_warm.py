@@ -156,7 +156,19 @@ def read_sources(uri: str, store: Path, here: Here, requested: str) -> list[Sour
             return []
         raise TunerError(f"--warm-start {requested}: no MLflow store at {uri.removeprefix('sqlite:///')} holds it; pass "
                          "the --store (or --tracking-uri) of the search to start from, or --warm-start auto")
-    client = mlflow_store.client(uri)
+    try:
+        return _read(mlflow_store.client(uri), here, requested)
+    except TunerError:
+        raise
+    except Exception as error:  # noqa: BLE001 - a store that cannot be read (a server answering 500, a locked file)
+        if requested == "auto":  # nothing to start from; the store's own checks then say what is wrong with it
+            return []
+        raise TunerError(f"--warm-start {requested}: the MLflow store at {uri} cannot be read "
+                         f"({type(error).__name__}: {str(error).splitlines()[0][:200] if str(error) else ''}); "
+                         "check the store, or pass --warm-start auto or none") from None
+
+
+def _read(client, here: Here, requested: str) -> list[Source]:
     if requested != "auto":
         return [_named(client, run_id.strip(), here, requested) for run_id in requested.split(",") if run_id.strip()]
     experiments = {e.experiment_id: e.name for e in client.search_experiments()}

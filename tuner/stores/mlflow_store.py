@@ -4,6 +4,7 @@ can be used before anything runs, its lock, the client, and a search's experimen
 from __future__ import annotations
 
 import contextlib
+import errno
 import importlib.metadata
 import importlib.util
 import os
@@ -64,9 +65,13 @@ def check_tracking(uri: str, store: Path = DEFAULT_STORE) -> None:
         folder = Path(uri.removeprefix("file://").removeprefix("file:"))
     else:
         folder = Path(store)
+    existing = folder.absolute()
+    while not existing.exists() and existing != existing.parent:  # nothing created here: the search makes it
+        existing = existing.parent
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=folder, prefix=".write-test-"):
+        if not existing.is_dir():
+            raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(existing))
+        with tempfile.NamedTemporaryFile(dir=existing, prefix=".write-test-"):
             pass
     except OSError as e:
         raise TunerError(
