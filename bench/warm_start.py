@@ -1,7 +1,7 @@
 """The warm start against a cold one: a second search in a store that holds a first one, side by side (issue 35).
 
     python -m bench.warm_start                       # 3 seeds; grpo on the tiny model, tuner's defaults (12 x 20 steps)
-    python -m bench.warm_start --quick               # 1 seed, the smallest sizes (reward, 3 trials of 6 steps): a harness check
+    python -m bench.warm_start --quick               # 1 seed, the smallest sizes (reward, 2 trials of 6 steps): a harness check
     python -m bench.warm_start --other-data          # also the second search on other data of the same task
     python -m bench.warm_start --render bench/warm_start.json --results bench/RESULTS.md
 
@@ -60,9 +60,9 @@ AS_GOOD = 0.9  # the warm pick's learning speed / the cold pick's, at least
 SECOND = 100  # the second search's seed: s + SECOND
 
 # (trainer, trials, max_steps, confirm_seeds): tuner's defaults for the default trainer; --quick the smallest that
-# still confirms a pick (a third of 3 trials is the one pick a warm start runs first)
+# still confirms a pick (a warm start runs at least one pick first, whatever the trials)
 DEFAULT = ("grpo", 12, 20, 2)
-QUICK = ("reward", 3, 6, 1)
+QUICK = ("reward", 2, 6, 1)
 KEEP = ("number", "params", "status", "reason", "progress", "learned", "tokens_per_second", "max_steps", "seed",
         "steps_run", "wall_seconds", "risk", "confirms", "extends", "run_id")
 
@@ -355,7 +355,7 @@ def lines(data: dict[str, Any]) -> list[str]:
             f" {_fmt(w['trials_to_pick'], '.0f')} / {_fmt(k['trials_to_pick'], '.0f')} | {_fmt(c['trials_ratio'])} |"
             f" {w['seconds']:.0f} / {k['seconds']:.0f} ({_fmt(w.get('seconds_to_pick'), '.0f')} /"
             f" {_fmt(k.get('seconds_to_pick'), '.0f')}) | {_fmt(c['wall_ratio'])} ({_fmt(c['wall_to_pick_ratio'])}) |"
-            f" {_pick(w['pick'])} | {_pick(k['pick'])} |"
+            f" {_pick(w['pick'], data['max_steps'])} | {_pick(k['pick'], data['max_steps'])} |"
             f" {_fmt(q['ratio'])}" + (f" ({_fmt(q['band'][0])}-{_fmt(q['band'][1])})" if q["band"] else "")
             + f" | {q['verdict']}{' (same config)' if q['same_config'] else ''} |")
     out += ["", "| data | seeds | trials to a pick, warm / cold (median) | wall to the pick | wall to the end |"
@@ -378,11 +378,13 @@ def _yes(value: bool | None) -> str:
     return "-" if value is None else "yes" if value else "no"
 
 
-def _pick(pick: dict[str, Any] | None) -> str:
+def _pick(pick: dict[str, Any] | None, steps: int) -> str:
+    """Its number (a longer re-run: its steps) and its learning speed on each seed, or its status there."""
     if pick is None:
         return "none"
     runs = ", ".join(f"{o:.0f}" if s == "ok" else s for o, s in zip(pick["objectives"], pick["statuses"]))
-    return f"trial {pick['number']}: {runs}"
+    longer = f" x{pick['max_steps']} steps" if pick.get("max_steps") and pick["max_steps"] != steps else ""
+    return f"trial {pick['number']}{longer}: {runs}"
 
 
 def _json_default(value):
