@@ -261,10 +261,12 @@ def _verdict_of(row: str) -> str | None:
     return next((v for v in VERDICTS if last.startswith(v)), None)
 
 
-def test_no_target_line_reads_undefined_when_neither_side_has_a_config_in_hand():
+def test_no_target_line_reads_undefined_when_neither_side_has_a_config_in_hand(monkeypatch, tmp_path):
     from pathlib import Path
 
     from bench import report
+
+    monkeypatch.setattr(report, "WARM_START_JSON", tmp_path / "absent.json")  # bench.warm_start not run
 
     results = json.loads((Path(report.REPO) / "bench" / "results.json").read_text())
     for pair in results["headline"]:

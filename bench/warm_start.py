@@ -1,0 +1,442 @@
+"""The warm start against a cold one: a second search in a store that holds a first one, side by side (issue 35).
+
+    python -m bench.warm_start                       # 3 seeds; grpo on the tiny model, tuner's defaults (12 x 20 steps)
+    python -m bench.warm_start --quick               # 1 seed, the smallest sizes (reward, 2 trials of 6 steps): a harness check
+    python -m bench.warm_start --other-data          # also the second search on other data of the same task
+    python -m bench.warm_start --render bench/warm_start.json --results bench/RESULTS.md
+
+For each seed s, in a fresh store: a first search (cold, seed s, the trainer's shipped space on the tiny model,
+tuner's default options: trials, steps, confirmation on 2 more seeds). Then a copy of that store is taken, and a
+second search with seed s + 100 runs twice, side by side (warm first on even seeds, cold first on odd):
+
+- warm: in the first search's store, ``--warm-start auto`` (the default): the first search's recommendation runs as
+  trial 0, its trials are told to the sampler, precisions that crashed in all of its trials are left out;
+- cold: in the copy, ``--warm-start none``: the same store, nothing reused.
+
+With ``--other-data`` the second search also runs, warm and cold, on other data of the same task: the built-in
+rows drawn with another seed (``tuner.inputs.data.builtin_dataset(seed=1)``, written to a .jsonl file: the project
+has no second built-in dataset of its own, and ``--dataset builtin`` takes no seed), each in its own copy of the
+first store; there only the recommendation is reused (other data: nothing is told to the sampler).
+
+Measured for each second search (from its ``SearchOutcome`` and search.json, tuner.search.driver):
+
+- trials to the confirmed pick: the recommended trial's number + 1. The search numbers its own trials from 0;
+  confirmation runs and longer re-runs keep the number of the trial they re-run, so a pick that is a longer re-run
+  counts the trial it extends. A search without a confirmed pick counts as never (inf);
+- wall seconds from ``prepare`` to the end of ``run_search``, and to the confirmed pick (the end of the last of its
+  runs, the search run and its confirmation re-runs, from MLflow's run times, after the search run's start);
+- the pick's learning speed (tuner.verdicts.recommend.objective: progress x tokens/s, 0 for a run unstable or not
+  learning) on each of its seeds (its search run and its confirmation re-runs) and their statuses.
+
+Judged per seed, then as medians over the seeds: warm / cold of the trials to a confirmed pick (the target: at most
+0.5; the wall ratios are reported beside it) and whether the warm pick is as good: the median of its readings at
+least 0.9x the cold pick's. One comparison of two picks of 3 readings each cannot always tell: when the warm pick's
+best reading reaches 0.9x the cold pick's worst while the medians fall short, it is **not resolvable** from this
+seed (the band, worst over best to best over worst, is said).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+if __package__ in (None, ""):
+    sys.path.insert(0, str(REPO))
+
+OUTPUT = REPO / "bench" / "warm_start.json"
+SECTION = "## Warm start: the second search against a cold one (issue 35)"
+TARGET = 0.5  # warm / cold, trials to a confirmed pick
+AS_GOOD = 0.9  # the warm pick's learning speed / the cold pick's, at least
+SECOND = 100  # the second search's seed: s + SECOND
+
+# (trainer, trials, max_steps, confirm_seeds): tuner's defaults for the default trainer; --quick the smallest that
+# still confirms a pick (a warm start runs at least one pick first, whatever the trials)
+DEFAULT = ("grpo", 12, 20, 2)
+QUICK = ("reward", 2, 6, 1)
+KEEP = ("number", "params", "status", "reason", "progress", "learned", "tokens_per_second", "max_steps", "seed",
+        "steps_run", "wall_seconds", "risk", "confirms", "extends", "run_id")
+
+
+def _slim(record: dict[str, Any] | None) -> dict[str, Any] | None:
+    if record is None:
+        return None
+    from tuner.verdicts.recommend import objective
+
+    out = {k: record.get(k) for k in KEEP if k in record}
+    out["status"] = str(getattr(out.get("status"), "value", out.get("status")))
+    out["objective"] = round(objective(record), 3)
+    return out
+
+
+def search(store: Path, experiment: str, trainer: str, trials: int, max_steps: int, seed: int, confirm_seeds: int,
+           warm_start: str, dataset: str | None = None, reward_funcs: list[str] | None = None,
+           echo=print) -> dict[str, Any]:
+    """One real search through tuner's Python API (tuner.search.driver), its figures as the bench keeps them."""
+    from tuner.search.driver import SearchOptions, prepare, run_search
+    from tuner.stores.mlflow_store import client
+
+    started = time.perf_counter()
+    prepared = prepare(SearchOptions(trainer=trainer, trials=trials, max_steps=max_steps, seed=seed,
+                                     confirm_seeds=confirm_seeds, store=str(store), experiment=experiment,
+                                     warm_start=warm_start, dataset=dataset, reward_funcs=reward_funcs))
+    log: list[str] = []
+    outcome = run_search(prepared, echo=lambda line: (log.append(line), echo(f"    {line}")))
+    seconds = time.perf_counter() - started
+    summary = outcome.search or {}
+    warm = prepared.warm
+    best = outcome.recommended
+    confirmations = [_slim(r) for r in summary.get("confirmations") or []]
+    row = {"warm_start": warm_start, "seed": seed, "dataset": dataset or "builtin", "experiment": experiment,
+           "run_id": outcome.parent_run_id, "seconds": round(seconds, 1),
+           "search_wall_seconds": round(outcome.wall_seconds, 1),
+           "warm_line": warm.line if warm else "", "warm_picks": list(warm.picks) if warm else [],
+           "left_out": dict(warm.left_out) if warm else {}, "priors": len(warm.priors) if warm else 0,
+           "records": [_slim(r) for r in outcome.records], "confirmations": confirmations,
+           "extensions": [_slim(r) for r in summary.get("extensions") or []],
+           "recommended": _slim(best), "candidates": outcome.candidates,
+           "log": [line for line in log if line.startswith(("warm start", "recommended", "search stopped"))]}
+    row["seconds_to_pick"] = _seconds_to_pick(client(prepared.tracking_uri), outcome.parent_run_id, best,
+                                              confirmations)
+    row.update(measure(row))
+    return row
+
+
+def _seconds_to_pick(mlflow, parent_id: str, best: dict[str, Any] | None,
+                     confirmations: list[dict[str, Any]]) -> float | None:
+    """From the search run's start to the end of the last run of its pick (its search run and confirmation re-runs)."""
+    if best is None:
+        return None
+    start = mlflow.get_run(parent_id).info.start_time
+    ids = [best.get("run_id"), *(c.get("run_id") for c in confirmations if c.get("confirms") == best["number"])]
+    ends = [mlflow.get_run(i).info.end_time for i in ids if i]
+    ends = [e for e in ends if e]
+    return round((max(ends) - start) / 1000, 1) if ends and start else None
+
+
+def measure(side: dict[str, Any]) -> dict[str, Any]:
+    """A second search's figures: trials to its confirmed pick, and the pick on each of its seeds."""
+    best = side.get("recommended")
+    if best is None:
+        return {"confirmed_pick": False, "trials_to_pick": math.inf, "pick": None}
+    reruns = sorted((c for c in side.get("confirmations") or [] if c.get("confirms") == best["number"]),
+                    key=lambda c: c.get("seed") or 0)
+    readings = [best, *reruns]
+    objectives = [r["objective"] for r in readings]
+    return {"confirmed_pick": True, "trials_to_pick": best["number"] + 1,
+            "pick": {"number": best["number"], "params": best.get("params"), "max_steps": best.get("max_steps"),
+                     "seeds": [r.get("seed") for r in readings], "statuses": [r.get("status") for r in readings],
+                     "objectives": objectives, "objective": round(statistics.median(objectives), 3)}}
+
+
+def _ratio(warm: float | None, cold: float | None) -> float | None:
+    """warm / cold, with never (inf) on one side: 0 (cold never) or inf (warm never); None when neither."""
+    if warm is None or cold is None or (math.isinf(warm) and math.isinf(cold)):
+        return None
+    if math.isinf(cold):
+        return 0.0
+    if math.isinf(warm):
+        return math.inf
+    return round(warm / cold, 3) if cold else None
+
+
+def quality(warm: dict[str, Any] | None, cold: dict[str, Any] | None) -> dict[str, Any]:
+    """Is the warm pick as good as the cold one: "good", "worse", "not resolvable" (the spread of the two picks'
+    readings covers the 0.9x bar), or "no pick" on either side."""
+    if warm is None or cold is None:
+        verdict = "no pick" if warm is None and cold is None else "good" if cold is None else "worse"
+        return {"verdict": verdict, "ratio": None, "band": None, "same_config": False}
+    same = warm["params"] == cold["params"]
+    w, c = warm["objectives"], cold["objectives"]
+    ratio = _share(statistics.median(w), statistics.median(c))
+    band = (_share(min(w), max(c)), _share(max(w), min(c)))
+    if ratio >= AS_GOOD:
+        verdict = "good"
+    elif band[1] >= AS_GOOD:
+        verdict = "not resolvable"
+    else:
+        verdict = "worse"
+    return {"verdict": verdict, "ratio": _round(ratio), "band": [_round(b) for b in band], "same_config": same}
+
+
+def _share(a: float, b: float) -> float:
+    if b > 0:
+        return a / b
+    return math.inf if a > 0 else 1.0  # neither learned: as good as each other
+
+
+def _round(value: float) -> float:
+    return value if math.isinf(value) else round(value, 3)
+
+
+def compare(warm: dict[str, Any], cold: dict[str, Any]) -> dict[str, Any]:
+    wall_pick = _ratio(warm.get("seconds_to_pick") if warm["confirmed_pick"] else math.inf,
+                       cold.get("seconds_to_pick") if cold["confirmed_pick"] else math.inf)
+    return {"trials_ratio": _ratio(warm["trials_to_pick"], cold["trials_to_pick"]),
+            "wall_ratio": _ratio(warm["seconds"], cold["seconds"]),
+            "wall_to_pick_ratio": wall_pick,
+            "trial_0_is_first_pick": None,  # filled by run() from the first search's pick
+            "quality": quality(warm["pick"], cold["pick"])}
+
+
+def _median(values: list[float | None]) -> float | None:
+    """Median over the seeds; a seed without a ratio (neither side had a pick) counts as never."""
+    if not values:
+        return None
+    known = [math.inf if v is None else v for v in values]
+    value = statistics.median(known)
+    return None if math.isinf(value) and all(v is None for v in values) else value
+
+
+def summarize(pairs: list[dict[str, Any]]) -> dict[str, Any]:
+    comparisons = [p["comparison"] for p in pairs]
+    verdicts = [c["quality"]["verdict"] for c in comparisons]
+    ratios = [c["quality"]["ratio"] for c in comparisons if c["quality"]["ratio"] is not None]
+    return {"seeds": len(pairs),
+            "trials_ratio": _median([c["trials_ratio"] for c in comparisons]),
+            "wall_ratio": _median([c["wall_ratio"] for c in comparisons]),
+            "wall_to_pick_ratio": _median([c["wall_to_pick_ratio"] for c in comparisons]),
+            "quality_ratio": statistics.median(ratios) if ratios else None,
+            "quality": {v: verdicts.count(v) for v in ("good", "worse", "not resolvable", "no pick")},
+            "warm_confirmed": sum(p["warm"]["confirmed_pick"] for p in pairs),
+            "cold_confirmed": sum(p["cold"]["confirmed_pick"] for p in pairs),
+            "trial_0_is_first_pick": sum(bool(c.get("trial_0_is_first_pick")) for c in comparisons)}
+
+
+def judge(summary: dict[str, Any]) -> tuple[str, str]:
+    """(verdict, why) of the target: warm / cold trials to a confirmed pick <= 0.5 with a pick as good."""
+    ratio = summary["trials_ratio"]
+    q = summary["quality"]
+    if ratio is None:
+        return "not met", "neither side had a confirmed pick on half the seeds"
+    if ratio > TARGET:
+        return "not met", f"warm / cold trials to a confirmed pick {_fmt(ratio)} > {TARGET}"
+    if q["worse"] > summary["seeds"] / 2:
+        return "not met", f"the warm pick was worse on {q['worse']} of {summary['seeds']} seeds"
+    if q["good"] <= summary["seeds"] / 2:
+        return "not resolvable here", (f"the picks' readings overlap the {AS_GOOD}x bar on {q['not resolvable']} of "
+                                       f"{summary['seeds']} seeds")
+    return "met", ""
+
+
+def _fmt(value: float | None, spec: str = ".2f") -> str:
+    if value is None:
+        return "-"
+    if math.isinf(value):
+        return "inf (never)"
+    return f"{value:{spec}}"
+
+
+def _pick_key(params: dict[str, Any] | None, searched: list[str]) -> dict[str, Any] | None:
+    return None if params is None else {k: params[k] for k in searched if k in params}
+
+
+def _other_data(folder: Path, trainer: str) -> tuple[str, list[str] | None]:
+    """The built-in rows of another seed, as a .jsonl file (and the built-in reward, which --dataset then needs)."""
+    from tuner.config.trainers import adapter
+    from tuner.inputs.data import builtin_dataset, builtin_reward
+
+    entry = adapter(trainer)
+    path = folder / f"{trainer}-seed1.jsonl"
+    builtin_dataset(entry, seed=1).to_json(str(path))
+    return str(path), ([builtin_reward(tiny=True)] if entry.uses_reward_funcs else None)
+
+
+def run(seeds: list[int], trainer: str, trials: int, max_steps: int, confirm_seeds: int, other_data: bool,
+        workdir: Path, echo=print) -> dict[str, Any]:
+    from bench import report
+
+    os.environ.setdefault("PYTHONWARNINGS", "ignore")
+    started = time.perf_counter()
+    sizes = {"trainer": trainer, "trials": trials, "max_steps": max_steps, "confirm_seeds": confirm_seeds}
+    data_sets = [("same data", None, None)]
+    if other_data:
+        data_sets.append(("other data", *_other_data(workdir, trainer)))
+    pairs: list[dict[str, Any]] = []
+    for seed in seeds:
+        store = workdir / f"seed{seed}" / "warm"
+        echo(f"[warm_start] seed {seed}: the first search (cold, seed {seed}) [{time.perf_counter() - started:.0f} s]")
+        first = search(store, "first", seed=seed, warm_start="none", echo=echo, **sizes)
+        copies = {}
+        for label, _, _ in data_sets:  # every copy before any second search ran: each sees the first store alone
+            for side in ("warm", "cold"):
+                if (label, side) != ("same data", "warm"):
+                    copies[label, side] = workdir / f"seed{seed}" / f"{side}-{label.replace(' ', '-')}"
+                    shutil.copytree(store, copies[label, side], ignore=shutil.ignore_patterns("ray"))
+        copies["same data", "warm"] = store
+        order = ["warm", "cold"] if seed % 2 == 0 else ["cold", "warm"]
+        for label, dataset, reward_funcs in data_sets:
+            second: dict[str, dict[str, Any]] = {}
+            for side in order:
+                echo(f"[warm_start] seed {seed}, {label}: the second search, {side} (seed {seed + SECOND}) "
+                     f"[{time.perf_counter() - started:.0f} s]")
+                second[side] = search(copies[label, side], "second", seed=seed + SECOND,
+                                      warm_start="auto" if side == "warm" else "none", dataset=dataset,
+                                      reward_funcs=reward_funcs, echo=echo, **sizes)
+            comparison = compare(second["warm"], second["cold"])
+            trial0 = next((r for r in second["warm"]["records"] if r["number"] == 0), None)
+            picked = first["recommended"]
+            searched = list((picked or {}).get("params") or {})
+            comparison["trial_0_is_first_pick"] = (None if picked is None or trial0 is None else
+                                                   _pick_key(trial0["params"], searched) == picked["params"])
+            pair = {"seed": seed, "data": label, "order": order, "first": first, "warm": second["warm"],
+                    "cold": second["cold"], "comparison": comparison}
+            pairs.append(pair)
+            echo("[warm_start] " + _seed_line(pair))
+            shutil.rmtree(copies[label, "cold"], ignore_errors=True)
+    by_data = {label: summarize([p for p in pairs if p["data"] == label]) for label, _, _ in data_sets}
+    return {"command": None, "machine": report.machine(), "versions": report.versions(), "model": "tiny", **sizes,
+            "seeds": seeds, "second_seed_offset": SECOND,
+            "other_data": ("builtin rows of seed 1, as a .jsonl file" if other_data else
+                           "not run (--other-data: the built-in rows of another seed as a .jsonl file)"),
+            "seconds": round(time.perf_counter() - started), "pairs": pairs, "summary": by_data}
+
+
+def _seed_line(pair: dict[str, Any]) -> str:
+    c, w, k = pair["comparison"], pair["warm"], pair["cold"]
+    q = c["quality"]
+    return (f"seed {pair['seed']} ({pair['data']}): trials to a confirmed pick warm {_fmt(w['trials_to_pick'], '.0f')}"
+            f" / cold {_fmt(k['trials_to_pick'], '.0f')} = {_fmt(c['trials_ratio'])}; wall {w['seconds']:.0f} s / "
+            f"{k['seconds']:.0f} s = {_fmt(c['wall_ratio'])}; pick {q['verdict']}"
+            + (f" ({_fmt(q['ratio'])}, band {_fmt(q['band'][0])}-{_fmt(q['band'][1])})" if q["ratio"] is not None else ""))
+
+
+# -- the report ------------------------------------------------------------------------------------------------------
+
+
+def target_row(data: dict[str, Any]) -> str:
+    """bench/report.py's target line, from a recorded run."""
+    s = data["summary"]["same data"]
+    verdict, why = judge(s)
+    q = s["quality"]
+    mark = {"met": "**met**", "not met": "**not met**"}.get(verdict)
+    if mark is None:
+        bands = [p["comparison"]["quality"]["band"] for p in data["pairs"]
+                 if p["data"] == "same data" and p["comparison"]["quality"]["verdict"] == "not resolvable"]
+        band = ", ".join(f"{_fmt(b[0])}x-{_fmt(b[1])}x" for b in bands) or "-"
+        mark = f"**not resolvable here** (noise band {band})"
+    elif why:
+        mark += f" ({why})"
+    return (f"| time to a pick, warm start / cold start <= {TARGET} (trials to a confirmed pick, median over"
+            f" {s['seeds']} seeds; the warm pick as good: >= {AS_GOOD}x the cold pick's learning speed) |"
+            f" {_fmt(s['trials_ratio'])} (wall to the confirmed pick {_fmt(s['wall_to_pick_ratio'])}, to the end"
+            f" {_fmt(s['wall_ratio'])}); pick as good on {q['good']}, worse on {q['worse']}, not resolvable on"
+            f" {q['not resolvable']} of {s['seeds']} (`{data.get('command')}`, {data['machine'].get('date')}) | {mark} |")
+
+
+def lines(data: dict[str, Any]) -> list[str]:
+    m = data["machine"]
+    out = [f"`{data.get('command')}` on {m.get('cpu')} ({m.get('cpus')} cores), {m.get('date')}: {data['trainer']} on"
+           f" the {data['model']} model, the shipped space, {data['trials']} trials of {data['max_steps']} steps,"
+           f" confirmation on {data['confirm_seeds']} more seeds; seeds {data['seeds']} (the second search's seed"
+           f" + {data['second_seed_offset']}); other data: {data['other_data']}; {data['seconds']} s.", "",
+           "Trials to a confirmed pick: the pick's trial number + 1 (confirmation and longer re-runs keep their"
+           " trial's number); a search without one counts as never. The pick's learning speed: progress x tokens/s"
+           " on each of its seeds (its search run and its confirmation re-runs), the median compared.", "",
+           "| seed | data | order | first pick | warm trial 0 = it | trials to a pick, warm / cold | ratio |"
+           " wall s, warm / cold (to the pick) | ratio (to the pick) | warm pick | cold pick | pick ratio (band) |"
+           " as good |",
+           "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for p in data["pairs"]:
+        c, w, k, q = p["comparison"], p["warm"], p["cold"], p["comparison"]["quality"]
+        first = p["first"]["recommended"]
+        out.append(
+            f"| {p['seed']} | {p['data']} | {' then '.join(p['order'])} |"
+            f" {'trial %d' % first['number'] if first else 'none'} | {_yes(c['trial_0_is_first_pick'])} |"
+            f" {_fmt(w['trials_to_pick'], '.0f')} / {_fmt(k['trials_to_pick'], '.0f')} | {_fmt(c['trials_ratio'])} |"
+            f" {w['seconds']:.0f} / {k['seconds']:.0f} ({_fmt(w.get('seconds_to_pick'), '.0f')} /"
+            f" {_fmt(k.get('seconds_to_pick'), '.0f')}) | {_fmt(c['wall_ratio'])} ({_fmt(c['wall_to_pick_ratio'])}) |"
+            f" {_pick(w['pick'], data['max_steps'])} | {_pick(k['pick'], data['max_steps'])} |"
+            f" {_fmt(q['ratio'])}" + (f" ({_fmt(q['band'][0])}-{_fmt(q['band'][1])})" if q["band"] else "")
+            + f" | {q['verdict']}{' (same config)' if q['same_config'] else ''} |")
+    out += ["", "| data | seeds | trials to a pick, warm / cold (median) | wall to the pick | wall to the end |"
+            " warm pick as good (>= 0.9x) | confirmed picks, warm / cold | target |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for label, s in data["summary"].items():
+        verdict, why = judge(s)
+        q = s["quality"]
+        out.append(f"| {label} | {s['seeds']} | {_fmt(s['trials_ratio'])} | {_fmt(s['wall_to_pick_ratio'])} |"
+                   f" {_fmt(s['wall_ratio'])} | {q['good']} good, {q['worse']} worse, {q['not resolvable']} not"
+                   f" resolvable, {q['no pick']} no pick (median ratio {_fmt(s['quality_ratio'])}) |"
+                   f" {s['warm_confirmed']} / {s['cold_confirmed']} | {verdict}{': ' + why if why else ''} |")
+    if data.get("quick"):
+        out += ["", "A `--quick` run: one seed at the smallest sizes checks the harness; its figures are not the"
+                " measurement."]
+    return out
+
+
+def _yes(value: bool | None) -> str:
+    return "-" if value is None else "yes" if value else "no"
+
+
+def _pick(pick: dict[str, Any] | None, steps: int) -> str:
+    """Its number (a longer re-run: its steps) and its learning speed on each seed, or its status there."""
+    if pick is None:
+        return "none"
+    runs = ", ".join(f"{o:.0f}" if s == "ok" else s for o, s in zip(pick["objectives"], pick["statuses"]))
+    longer = f" x{pick['max_steps']} steps" if pick.get("max_steps") and pick["max_steps"] != steps else ""
+    return f"trial {pick['number']}{longer}: {runs}"
+
+
+def _json_default(value):
+    return str(getattr(value, "value", value))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.warm_start", description=__doc__.splitlines()[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog="\n".join(__doc__.splitlines()[2:6]))
+    parser.add_argument("--seeds", default="0,1,2", help="comma-separated first-search seeds (default %(default)s)")
+    parser.add_argument("--quick", action="store_true", help="1 seed, the smallest sizes: checks the harness")
+    parser.add_argument("--trainer", default=None, help=f"default {DEFAULT[0]} ({QUICK[0]} with --quick)")
+    parser.add_argument("--trials", type=int, default=None, help=f"default {DEFAULT[1]} ({QUICK[1]} with --quick)")
+    parser.add_argument("--max-steps", type=int, default=None, help=f"default {DEFAULT[2]} ({QUICK[2]} with --quick)")
+    parser.add_argument("--confirm-seeds", type=int, default=None,
+                        help=f"default {DEFAULT[3]} ({QUICK[3]} with --quick)")
+    parser.add_argument("--other-data", action="store_true", help="also the second search on other data")
+    parser.add_argument("--workdir", default=None, help="the stores (default: a temp dir, removed)")
+    parser.add_argument("--output", default=None, help=f"default {OUTPUT.relative_to(REPO)} (--quick: "
+                        "warm_start-quick.json in the temp folder: a harness check is not the measurement)")
+    parser.add_argument("--render", metavar="JSON", help="print the tables of a recorded run and stop")
+    parser.add_argument("--results", metavar="MD", help="also put them into this RESULTS.md as the section "
+                        + SECTION.removeprefix("## "))
+    args = parser.parse_args(argv)
+    if args.render:
+        out = lines(json.loads(Path(args.render).read_text()))
+        print("\n".join(out))
+        if args.results:
+            from bench.report import replace_section
+
+            replace_section(Path(args.results), SECTION, out)
+        return 0
+    trainer, trials, steps, confirm = QUICK if args.quick else DEFAULT
+    seeds = [int(s) for s in args.seeds.split(",")][:1 if args.quick else None]
+    keep = args.workdir is not None
+    workdir = Path(args.workdir or tempfile.mkdtemp(prefix="bench-warm-")).resolve()
+    workdir.mkdir(parents=True, exist_ok=True)
+    try:
+        data = run(seeds, args.trainer or trainer, args.trials or trials, args.max_steps or steps,
+                   confirm if args.confirm_seeds is None else args.confirm_seeds, args.other_data, workdir)
+    finally:
+        if not keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+    data["command"] = " ".join(["python -m bench.warm_start", *(sys.argv[1:] if argv is None else argv)])
+    data["quick"] = args.quick
+    output = Path(args.output or (Path(tempfile.gettempdir()) / "warm_start-quick.json" if args.quick else OUTPUT))
+    output.write_text(json.dumps(data, indent=1, default=_json_default) + "\n")
+    print("\n".join(lines(data)))
+    print(f"wrote {output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

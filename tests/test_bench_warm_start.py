@@ -1,0 +1,115 @@
+"""bench/warm_start.py: its judgement and tables on a hand-made run, the report's target line, one --quick run."""
+
+import json
+import math
+import statistics
+
+import pytest
+
+from bench import report
+from bench import warm_start as ws
+
+
+def side(number, objectives, params=None, seconds=60.0, to_pick=30.0, statuses=None):
+    """A second search as bench.warm_start keeps it (measure's fields included); number None: no confirmed pick."""
+    if number is None:
+        return {"seconds": seconds, "seconds_to_pick": None, "confirmed_pick": False, "trials_to_pick": math.inf,
+                "pick": None}
+    statuses = statuses or ["ok"] * len(objectives)
+    return {"seconds": seconds, "seconds_to_pick": to_pick, "confirmed_pick": True, "trials_to_pick": number + 1,
+            "pick": {"number": number, "params": params or {"learning_rate": 1e-3}, "seeds": [100, 101, 102],
+                     "statuses": statuses, "objectives": objectives, "objective": statistics.median(objectives)}}
+
+
+def pair(seed, warm, cold, trial0=True):
+    comparison = ws.compare(warm, cold)
+    comparison["trial_0_is_first_pick"] = trial0
+    return {"seed": seed, "data": "same data", "order": ["warm", "cold"] if seed % 2 == 0 else ["cold", "warm"],
+            "first": {"recommended": {"number": 4, "params": {"learning_rate": 1e-3}}}, "warm": warm, "cold": cold,
+            "comparison": comparison}
+
+
+def made_up(pairs, command="python -m bench.warm_start"):
+    return {"command": command, "machine": {"cpu": "x86", "cpus": 2, "date": "2026-01-01"}, "model": "tiny",
+            "trainer": "grpo", "trials": 12, "max_steps": 20, "confirm_seeds": 2, "seeds": [p["seed"] for p in pairs],
+            "second_seed_offset": 100, "other_data": "not run", "seconds": 900, "pairs": pairs,
+            "summary": {"same data": ws.summarize(pairs)}}
+
+
+def test_a_warm_pick_at_trial_0_as_good_as_the_cold_one_meets_the_target():
+    pairs = [pair(0, side(0, [100.0, 90.0, 110.0], to_pick=20.0), side(5, [100.0, 95.0, 105.0], to_pick=50.0)),
+             pair(1, side(0, [80.0, 85.0, 90.0]), side(3, [90.0, 88.0, 92.0])),
+             pair(2, side(1, [100.0, 100.0, 100.0]), side(7, [100.0, 100.0, 100.0]))]
+    data = made_up(pairs)
+    s = data["summary"]["same data"]
+    assert s["trials_ratio"] == pytest.approx(0.25)  # 1/6, 1/4, 2/8
+    assert s["quality"] == {"good": 3, "worse": 0, "not resolvable": 0, "no pick": 0}
+    assert ws.judge(s) == ("met", "")
+    row = ws.target_row(data)
+    assert row.startswith("| time to a pick, warm start / cold start <= 0.5") and row.endswith("| **met** |")
+    text = "\n".join(ws.lines(data))
+    assert "| 0 | same data | warm then cold | trial 4 | yes | 1 / 6 | 0.17 |" in text
+    assert "| 1 | same data | cold then warm |" in text
+
+
+def test_a_worse_pick_inside_the_noise_cannot_be_resolved_from_one_comparison():
+    q = ws.quality(side(0, [50.0, 100.0, 70.0])["pick"], side(3, [100.0, 80.0, 120.0])["pick"])
+    assert q["verdict"] == "not resolvable" and q["ratio"] == pytest.approx(0.7)
+    assert q["band"] == [pytest.approx(50 / 120, abs=1e-3), pytest.approx(100 / 80)]
+    assert ws.quality(side(0, [10.0, 12.0, 11.0])["pick"], side(3, [100.0, 90.0, 110.0])["pick"])["verdict"] == "worse"
+    assert ws.quality(None, side(3, [1.0])["pick"])["verdict"] == "worse"  # a confirmed pick only cold
+    assert ws.quality(side(0, [1.0])["pick"], None)["verdict"] == "good"
+    data = made_up([pair(0, side(0, [50.0, 100.0, 70.0]), side(3, [100.0, 80.0, 120.0]))])
+    assert ws.target_row(data).endswith("| **not resolvable here** (noise band 0.42x-1.25x) |")
+
+
+def test_slower_to_a_pick_or_no_pick_is_not_met_and_never_counts_as_inf():
+    assert ws._ratio(math.inf, 5) == math.inf and ws._ratio(3, math.inf) == 0.0 and ws._ratio(math.inf, math.inf) is None
+    data = made_up([pair(0, side(4, [100.0]), side(5, [100.0])), pair(1, side(None, []), side(2, [100.0]))])
+    s = data["summary"]["same data"]
+    assert s["trials_ratio"] == math.inf  # median of 5/6 and inf (warm had no confirmed pick)
+    verdict, why = ws.judge(s)
+    assert verdict == "not met" and "trials to a confirmed pick inf (never) > 0.5" in why
+    assert ws.target_row(data).endswith("| **not met** (warm / cold trials to a confirmed pick inf (never) > 0.5) |")
+    assert "| 1 | same data | cold then warm | trial 4 | yes | inf (never) / 3 | inf (never) |" in "\n".join(ws.lines(data))
+
+
+def test_render_writes_the_section_and_the_report_reads_the_json(tmp_path, monkeypatch, capsys):
+    data = made_up([pair(0, side(0, [100.0, 90.0, 110.0]), side(5, [100.0, 95.0, 105.0]))])
+    path = tmp_path / "warm_start.json"
+    path.write_text(json.dumps(data, default=str))
+    results = tmp_path / "RESULTS.md"
+    results.write_text("# Benchmark\n\n## Targets (issue 38)\n\nkept\n")
+    assert ws.main(["--render", str(path), "--results", str(results)]) == 0
+    text = results.read_text()
+    assert "kept" in text and text.count(ws.SECTION) == 1 and "| same data | 1 | 0.17 |" in text
+    assert ws.main(["--render", str(path), "--results", str(results)]) == 0  # again: replaced, not appended
+    assert results.read_text().count(ws.SECTION) == 1
+    monkeypatch.setattr(report, "WARM_START_JSON", path)
+    assert report.warm_start_row().endswith("| **met** |") and "not built" not in report.warm_start_row()
+    monkeypatch.setattr(report, "WARM_START_JSON", tmp_path / "absent.json")
+    assert report.warm_start_row().endswith("has not been run (bench/warm_start.json) |")
+    assert "not built" in report.warm_start_row()
+
+
+@pytest.mark.slow
+def test_quick_run_measures_a_warm_and_a_cold_second_search(tmp_path):
+    output = tmp_path / "warm_start.json"
+    assert ws.main(["--quick", "--output", str(output), "--workdir", str(tmp_path / "work")]) == 0
+    data = json.loads(output.read_text())
+    assert data["quick"] and data["seeds"] == [0] and data["trainer"] == "reward"
+    (p,) = data["pairs"]
+    assert p["order"] == ["warm", "cold"] and p["warm"]["seed"] == p["cold"]["seed"] == 100
+    for key in ("trials_ratio", "wall_ratio", "wall_to_pick_ratio", "quality", "trial_0_is_first_pick"):
+        assert key in p["comparison"], key
+    for name in ("warm", "cold"):
+        for key in ("trials_to_pick", "seconds", "seconds_to_pick", "confirmed_pick", "pick", "records"):
+            assert key in p[name], (name, key)
+    assert p["cold"]["warm_line"] == "" and p["warm"]["warm_line"].startswith("warm start from search")
+    first = p["first"]["recommended"]
+    if first is not None:  # the warm search's trial 0 is the first search's pick
+        assert p["comparison"]["trial_0_is_first_pick"] is True
+        trial0 = next(r for r in p["warm"]["records"] if r["number"] == 0)
+        assert {k: trial0["params"][k] for k in first["params"]} == first["params"]
+    assert set(data["summary"]["same data"]) >= {"trials_ratio", "wall_ratio", "quality", "seeds"}
+    assert ws.target_row(data).startswith("| time to a pick, warm start / cold start <= 0.5")
