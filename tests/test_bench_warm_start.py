@@ -90,26 +90,3 @@ def test_render_writes_the_section_and_the_report_reads_the_json(tmp_path, monke
     monkeypatch.setattr(report, "WARM_START_JSON", tmp_path / "absent.json")
     assert report.warm_start_row().endswith("has not been run (bench/warm_start.json) |")
     assert "not built" in report.warm_start_row()
-
-
-@pytest.mark.slow
-def test_quick_run_measures_a_warm_and_a_cold_second_search(tmp_path):
-    output = tmp_path / "warm_start.json"
-    assert ws.main(["--quick", "--output", str(output), "--workdir", str(tmp_path / "work")]) == 0
-    data = json.loads(output.read_text())
-    assert data["quick"] and data["seeds"] == [0] and data["trainer"] == "reward"
-    (p,) = data["pairs"]
-    assert p["order"] == ["warm", "cold"] and p["warm"]["seed"] == p["cold"]["seed"] == 100
-    for key in ("trials_ratio", "wall_ratio", "wall_to_pick_ratio", "quality", "trial_0_is_first_pick"):
-        assert key in p["comparison"], key
-    for name in ("warm", "cold"):
-        for key in ("trials_to_pick", "seconds", "seconds_to_pick", "confirmed_pick", "pick", "records"):
-            assert key in p[name], (name, key)
-    assert p["cold"]["warm_line"] == "" and p["warm"]["warm_line"].startswith("warm start from search")
-    first = p["first"]["recommended"]
-    if first is not None:  # the warm search's trial 0 is the first search's pick
-        assert p["comparison"]["trial_0_is_first_pick"] is True
-        trial0 = next(r for r in p["warm"]["records"] if r["number"] == 0)
-        assert {k: trial0["params"][k] for k in first["params"]} == first["params"]
-    assert set(data["summary"]["same data"]) >= {"trials_ratio", "wall_ratio", "quality", "seeds"}
-    assert ws.target_row(data).startswith("| time to a pick, warm start / cold start <= 0.5")
