@@ -196,3 +196,13 @@ def test_none_and_another_trainer_start_cold(case, two_searches, monkeypatch):
         options = driver.SearchOptions(search_space=str(root / "sft.yaml"))
     prepared = driver.prepare(dataclasses.replace(options, store=str(root / "mlflow"), trials=2))
     assert prepared.warm is not None and not prepared.warm and prepared.warm.picks == []
+
+
+def test_a_warm_search_on_the_same_data_runs_half_the_default_trials_and_says_so():
+    trials = [trial(0, "fp32", lr=2e-3), trial(1, "fp32", lr=4e-3)]
+    built = warm.build([source(trials, recommended=trials[0])], HERE, space(), n_trials=12)
+    assert built.budget(12) == 6 and "6 trials instead of 12" in warm.describe(built, HERE)
+    assert built.budget(3) == 3  # never fewer than the picks and two more
+    # other data: nothing told to the sampler, so nothing counts toward this search's budget
+    other = warm.build([source(trials, recommended=trials[0], data="sha256:abc")], HERE, space(), n_trials=12)
+    assert other.budget(12) == 12 and "instead of" not in warm.describe(other, HERE)

@@ -243,6 +243,9 @@ def prepare(options: SearchOptions) -> Prepared:
                 *(point for point in grid if point is not first and point not in picked)]
     if grid is not None and not o.trials:
         n_trials = len(grid)
+    elif not o.trials and warm:  # a warm search's budget (tuner.search._warm.WarmStart.budget): said in its line
+        n_trials = warm.budget(n_trials)
+        warm.line = _warm_line(warm, here)
 
     experiment = o.experiment or f"{o.trainer}-{model_label(inputs.model)}"
     return Prepared(o, space, model_path, uri, experiment, n_trials, grid, dropped, warnings, source=source,

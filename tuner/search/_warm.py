@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +43,9 @@ __all__ = ["Here", "Source", "WarmStart", "build", "fingerprint", "hardware", "i
 
 MAX_SOURCES = 3  # the newest matching searches used
 MAX_PICKS = 2  # earlier recommendations run first, at most
+# A warm search on the same data and hardware runs this share of the default trials (--trials N sets its own):
+# the earlier trials, told to the sampler, count toward its budget; its pick is still confirmed on this data.
+WARM_BUDGET = 0.5
 MIN_EVIDENCE = 2  # trials at a precision, all crashed, before it is left out
 CANDIDATES = 200  # finished search runs read from the store (their tags) to find the matching ones
 
@@ -86,6 +90,17 @@ class WarmStart:
     notes: list[str] = field(default_factory=list)  # what was found but not reused, and why
     line: str = ""  # what the search says at its start
     first_pick: int = 0  # the search trial number of the first pick (1 after a --from trial 0)
+    trials: tuple[int, int] | None = None  # (this search's trials, the default it replaces): the budget rule
+
+    def budget(self, n_trials: int) -> int:
+        """The trials a search of ``n_trials`` by default runs warm: WARM_BUDGET of them when earlier trials on the
+        same data and hardware were told to the sampler and a recommendation runs first (they count toward this
+        search's budget), never fewer than the picks and two more; ``n_trials`` otherwise."""
+        if not (self.priors and self.picks):
+            return n_trials
+        trials = min(n_trials, max(len(self.picks) + 2, math.ceil(n_trials * WARM_BUDGET)))
+        self.trials = (trials, n_trials) if trials < n_trials else None
+        return trials
 
     def __bool__(self) -> bool:
         return bool(self.sources)
@@ -318,6 +333,9 @@ def describe(warm: WarmStart, here: Here) -> str:
     parts.append(f"{told} earlier trial{'s' if told != 1 else ''} told to the sampler" if told
                  else "their outcomes not told to the sampler (other data or hardware)")
     parts += [f"{precision} left out ({evidence})" for precision, evidence in warm.left_out.items()]
+    if warm.trials is not None:
+        parts.append(f"{warm.trials[0]} trials instead of {warm.trials[1]}: the earlier ones count (--trials N to "
+                     "run more)")
     return f"warm start from {searches} of {here.trainer} on {model} ({where}; {data}): {'; '.join(parts)}"
 
 
