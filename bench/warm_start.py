@@ -78,7 +78,7 @@ def _slim(record: dict[str, Any] | None) -> dict[str, Any] | None:
     return out
 
 
-def search(store: Path, experiment: str, trainer: str, trials: int, max_steps: int, seed: int, confirm_seeds: int,
+def search(store: Path, experiment: str, trainer: str, trials: int | None, max_steps: int, seed: int, confirm_seeds: int,
            warm_start: str, dataset: str | None = None, reward_funcs: list[str] | None = None,
            echo=print) -> dict[str, Any]:
     """One real search through tuner's Python API (tuner.search.driver), its figures as the bench keeps them."""
@@ -251,6 +251,14 @@ def _other_data(folder: Path, trainer: str) -> tuple[str, list[str] | None]:
     return str(path), ([builtin_reward(tiny=True)] if entry.uses_reward_funcs else None)
 
 
+def _as_a_user(trials: int) -> int | None:
+    """The second searches' --trials: none at tuner's default (as a user runs it: a warm search then runs its own
+    budget, tuner.search._warm.WarmStart.budget), the number otherwise."""
+    from tuner.search._prepare import DEFAULT_TRIALS
+
+    return None if trials == DEFAULT_TRIALS else trials
+
+
 def run(seeds: list[int], trainer: str, trials: int, max_steps: int, confirm_seeds: int, other_data: bool,
         workdir: Path, echo=print) -> dict[str, Any]:
     from bench import report
@@ -281,7 +289,8 @@ def run(seeds: list[int], trainer: str, trials: int, max_steps: int, confirm_see
                      f"[{time.perf_counter() - started:.0f} s]")
                 second[side] = search(copies[label, side], "second", seed=seed + SECOND,
                                       warm_start="auto" if side == "warm" else "none", dataset=dataset,
-                                      reward_funcs=reward_funcs, echo=echo, **sizes)
+                                      reward_funcs=reward_funcs, echo=echo,
+                                      **{**sizes, "trials": _as_a_user(trials)})
             comparison = compare(second["warm"], second["cold"])
             trial0 = next((r for r in second["warm"]["records"] if r["number"] == 0), None)
             picked = first["recommended"]
