@@ -290,6 +290,14 @@ def _digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def _store_from(db: Path, root: Path) -> tuple[Path, str]:
+    """A local store at ``root``/STORE holding a copy of ``db``, and the copy's digest (to show nothing wrote it)."""
+    store = root / STORE
+    store.mkdir(parents=True)
+    (store / "mlflow.db").write_bytes(db.read_bytes())
+    return store, _digest(store / "mlflow.db")
+
+
 def _run(case: Case, cwd: Path, cache: str, monkeypatch, capsys) -> tuple[int, str, str, float]:
     started = time.perf_counter()
     if case.process:
@@ -317,9 +325,7 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(case, tmp_path, cache_d
         (tmp_path / name).write_text(text)
     store = tmp_path / STORE
     if case.store_exists:
-        store.mkdir(parents=True)
-        (store / "mlflow.db").write_bytes(request.getfixturevalue("empty_store").read_bytes())
-        before = _digest(store / "mlflow.db")
+        store, before = _store_from(request.getfixturevalue("empty_store"), tmp_path)
         capsys.readouterr()  # drop what MLflow said while the fixture made the store
 
     server = request.getfixturevalue("healthy_server") if HEALTHY in case.args else None
@@ -392,10 +398,7 @@ def two_searches(tmp_path_factory) -> tuple[Path, dict[str, str]]:
 @pytest.mark.parametrize("which", ["other-experiment", "trial"])
 def test_run_id_must_be_a_search_of_the_experiment(command, which, two_searches, tmp_path, monkeypatch, capsys):
     db, ids = two_searches
-    store = tmp_path / STORE
-    store.mkdir(parents=True)
-    (store / "mlflow.db").write_bytes(db.read_bytes())
-    before = _digest(store / "mlflow.db")
+    store, before = _store_from(db, tmp_path)
     capsys.readouterr()
     run_id = ids["beta-search"] if which == "other-experiment" else ids["alpha-trial"]
     monkeypatch.chdir(tmp_path)
@@ -438,10 +441,7 @@ def test_tuner_trial_exits_0_only_for_an_ok_trial(tmp_path, tiny_model, monkeypa
 
 def test_warm_start_from_a_trial_run_is_one_line_exit_2(two_searches, tmp_path, cache_dir, monkeypatch, capsys):
     db, ids = two_searches
-    store = tmp_path / STORE
-    store.mkdir(parents=True)
-    (store / "mlflow.db").write_bytes(db.read_bytes())
-    before = _digest(store / "mlflow.db")
+    store, before = _store_from(db, tmp_path)
     capsys.readouterr()
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("TUNER_CACHE_DIR", cache_dir)

@@ -179,7 +179,8 @@ def test_no_risk_rung_when_the_budget_is_spent_or_the_best_is_safe():
 
 
 # A real trial at risk: a full fine-tune in fp16-pure (its trainable weights float16, tuner.verdicts.forecast's
-# fp16_weights rule, a level that needs no trend) at a learning rate it survives for 12 steps on the tiny model.
+# fp16_weights rule, a level that needs no trend) at a learning rate it survives for 12 steps on the tiny model
+# (ok on seeds 0-2 at 1e-4; 3e-4 diverged on seed 2 and 1e-3 within 5 steps: a 3-10x margin).
 FP16_SPACE = """\
 trainer: reward
 fixed:
@@ -188,7 +189,7 @@ fixed:
   max_length: 64
   precision: fp16-pure
 params:
-  learning_rate: {type: categorical, choices: [3.0e-4]}
+  learning_rate: {type: categorical, choices: [1.0e-4]}
 """
 
 
@@ -208,9 +209,11 @@ def test_a_real_trial_at_risk_gets_its_longer_rung_and_the_risk_is_said(tmp_path
     assert first["status"] == "ok" and first["risk_signal"] == "fp16_weights"
     assert "trainable weights are float16" in first["risk"]
     # the best trial is at risk: it runs again for 3x its steps (a risk rung, or a learning rung: both are 36)
-    assert [(e["extends"], e["max_steps"]) for e in outcome.search["extensions"]][:1] == [(first["number"], 36)]
+    rungs = outcome.search["extensions"]
+    assert [(e["extends"], e["max_steps"]) for e in rungs][:1] == [(first["number"], 36)]
     best = outcome.recommended
-    # nothing safe to prefer: if it is recommended at all, its risk is said, not hidden
-    assert best is None or (best.get("risk") and "at risk" in recommend.horizon(best))
-    if best is None:  # the risk came true on the longer rung: the summary says so, not only "1 ok"
+    if rungs[0]["status"] != "ok":  # the risk came true on the longer rung: nothing, and the summary says why
+        assert best is None
         assert f"trial {first['number']} was ok but failed on its run of 36 steps" in summary_text(outcome)
+    else:  # nothing safe to prefer: if it is recommended at all, its risk is said, not hidden
+        assert best is None or (best.get("risk") and "forecast: " + best["risk"] in recommend.horizon(best))
