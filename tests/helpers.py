@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
 import subprocess
 import threading
 import time
@@ -263,6 +264,12 @@ def refreshed(path: Path, folder: Path) -> Path:
 # Generous: one short search takes about 2 minutes on a 2-core machine that other test suites load too
 # (most of it is Ray starting and each Ray worker importing torch and TRL once).
 SEARCH_TIMEOUT = 480
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def session_members(sid: int) -> list[psutil.Process]:

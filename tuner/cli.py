@@ -6,7 +6,6 @@ Heavy libraries are imported by the commands that need them, so ``tuner --help``
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import signal
 import sys
@@ -14,7 +13,16 @@ from pathlib import Path
 from typing import Any
 
 from tuner import __version__
-from tuner.config.options import AT_LEAST_1, Rule, flag, help_text, option_fields, value_type
+from tuner.config.options import (
+    AT_LEAST_1,
+    SUBMITTED_JOB_ENV,
+    Rule,
+    env_default,
+    flag,
+    help_text,
+    option_fields,
+    value_type,
+)
 from tuner.config.trainers import ADAPTERS
 from tuner.errors import TunerError
 from tuner.records import SearchSummary, Status, TrialRecord
@@ -38,6 +46,18 @@ SEARCH_EXAMPLES = """examples:
   tuner search --ray-address 10.0.0.1:6379 --gpus-per-trial 1 --tracking-uri http://mlflow:5000
   tuner search --model Qwen2.5-7B --trainer dpo --gpus-per-trial 4   # a trial on 4 GPUs, one process each
   tuner search --processes-per-trial 2                 # each trial 2 gloo processes on this CPU (data parallel)
+"""
+
+SUBMIT_EXAMPLES = """examples:
+  tuner submit --cluster http://10.0.0.1:8265 --trainer dpo --dataset prefs.jsonl --trials 40
+  tuner submit --cluster http://10.0.0.1:8265 --from my_grpo.yaml --max-gpus 4
+  tuner jobs --cluster http://10.0.0.1:8265                 # every search on the cluster
+  tuner logs JOB --follow --cluster http://10.0.0.1:8265
+  tuner stop JOB --cluster http://10.0.0.1:8265             # its runs KILLED, resumable:
+  tuner submit --resume JOB --cluster http://10.0.0.1:8265
+  export TUNER_CLUSTER=http://10.0.0.1:8265                 # then --cluster can be left out
+
+the team's set-up (once): docs/distributed.md, "A shared cluster"
 """
 
 MAIN_EXAMPLES = """examples:
@@ -77,23 +97,28 @@ _positive_int = _number(int, AT_LEAST_1, "whole number")
 _port = _number(int, Rule("must be between 1 and 65535", lambda v: 1 <= v <= 65535), "port number")
 
 
-def _add_options(p: argparse.ArgumentParser, *names: str) -> None:
+def _add_options(p: argparse.ArgumentParser, *names: str, given_only: bool = False) -> None:
     """One argument per SearchOptions field (all of them, or ``names``), generated from its declaration in
-    tuner.config.options: flag, type and rule, default, choices, metavar, and help with "(default: X)"."""
+    tuner.config.options: flag, type and rule, default (or its environment variable's value), choices, metavar,
+    and help with "(default: X)". ``given_only``: an option left out is absent from the parsed namespace (tuner
+    submit passes on what was typed, and the cluster's own defaults apply to the rest)."""
     for f in option_fields():
         if names and f.name not in names:
             continue
         meta = f.metadata
         kind = value_type(f)
         kwargs: dict[str, Any] = {"dest": f.name, "help": help_text(f).replace("%", "%%")}
+        if given_only:
+            kwargs["default"] = argparse.SUPPRESS
         if kind is bool:
-            kwargs.update(action=argparse.BooleanOptionalAction, default=f.default)
+            kwargs.update(action=argparse.BooleanOptionalAction)
+            kwargs.setdefault("default", f.default)
             p.add_argument(flag(f), **kwargs)
             continue
         if meta.get("action"):
             kwargs["action"] = meta["action"]
         else:
-            kwargs["default"] = None if f.default is dataclasses.MISSING else f.default
+            kwargs.setdefault("default", env_default(f))
         if meta.get("rule") is not None:
             kwargs["type"] = _number(kind, meta["rule"], "whole number" if kind is int else "number")
         elif kind is not str:
@@ -179,10 +204,42 @@ def build_parser() -> argparse.ArgumentParser:
     y = commands.add_parser("sync", help="send results kept on disk while the MLflow server was away")
     _store_args(y)
 
+    b = commands.add_parser("submit", help="send a search to a shared Ray cluster as a job",
+                            formatter_class=argparse.RawDescriptionHelpFormatter, epilog=SUBMIT_EXAMPLES,
+                            description="Run `tuner search` on a Ray cluster as a Ray job: this folder (your jsonl, "
+                            "reward module, --from file) travels as the job's working directory, the search joins "
+                            "the cluster, logs to the cluster's MLflow store (TUNER_TRACKING_URI and TUNER_STORE, "
+                            "set where `ray start` runs) under an experiment of its own, and holds half the "
+                            "cluster unless asked for more. The search options are tuner search's.")
+    _cluster_arg(b)
+    b.add_argument("--resume", dest="resume_job", metavar="JOB", help="resume the stopped (or failed) search of "
+                   "job JOB as a new job, keeping its finished trials; run from the same folder")
+    _add_options(b, *[f.name for f in option_fields() if f.name not in ("ray_address", "resume")], given_only=True)
+
+    j = commands.add_parser("jobs", help="the searches on a shared Ray cluster, one line each",
+                            description="Every search sent with tuner submit: job id, user, trainer and model, "
+                            "status, trials done and the best so far (from the search's log), and its experiment.")
+    _cluster_arg(j)
+    lg = commands.add_parser("logs", help="a submitted search's output", description="Print a job's log: the "
+                             "search's progress lines, results table and recommendation.")
+    lg.add_argument("job", metavar="JOB", help="job id, as tuner submit and tuner jobs print it")
+    lg.add_argument("-f", "--follow", action="store_true", help="keep printing until the job ends")
+    _cluster_arg(lg)
+    st = commands.add_parser("stop", help="stop a submitted search (resumable)", description="Stop a job: Ray sends "
+                             "the search SIGTERM, it ends its trials, marks its MLflow runs KILLED and stays resumable "
+                             "with tuner submit --resume JOB.")
+    st.add_argument("job", metavar="JOB", help="job id, as tuner submit and tuner jobs print it")
+    _cluster_arg(st)
+
     u = commands.add_parser("ui", help="serve the MLflow UI for the store on 127.0.0.1")
     u.add_argument("--port", type=_port, default=5000, help="port (default: 5000)")
     _add_options(u, "store")
     return parser
+
+
+def _cluster_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--cluster", metavar="URL", help="the Ray head node's job server, e.g. http://10.0.0.1:8265 "
+                   "(default: $TUNER_CLUSTER)")
 
 
 def _store_args(p: argparse.ArgumentParser) -> None:
@@ -387,8 +444,56 @@ def cmd_sync(args) -> int:
     return EXIT_OK if not left else EXIT_PENDING
 
 
+def cmd_submit(args) -> int:
+    from tuner.jobs import cluster, send
+
+    given = {f.name: getattr(args, f.name) for f in option_fields() if hasattr(args, f.name)}
+    if args.resume_job and given:
+        raise TunerError(f"--resume {args.resume_job}: a resumed search keeps its own options; leave out "
+                         + " ".join(flag(f) for f in option_fields() if f.name in given))
+    url = cluster.address(args.cluster)
+    send.check_given(given, Path.cwd())
+    folder = send.working_folder(Path.cwd(), given.get("store"))  # what travels, and whether it may: before the cluster
+    client = cluster.connect(url)
+    if args.resume_job:
+        sent = send.resume(client, url, cluster.job(client, args.resume_job), folder)
+    else:
+        sent = send.submit(client, url, given, folder)
+    for line in sent.lines():
+        print(line)
+    return EXIT_OK
+
+
+def cmd_jobs(args) -> int:
+    from tuner.jobs import cluster, listing
+
+    print(listing.jobs_table(cluster.connect(args.cluster)))
+    return EXIT_OK
+
+
+def cmd_logs(args) -> int:
+    from tuner.jobs import cluster, listing
+
+    client = cluster.connect(args.cluster)
+    status = listing.follow(client, args.job, print, keep_following=args.follow)
+    if args.follow:
+        print(f"tuner: job {args.job} {status}", file=sys.stderr)
+    return EXIT_OK
+
+
+def cmd_stop(args) -> int:
+    from tuner.jobs import cluster, listing
+
+    client = cluster.connect(args.cluster)
+    status = listing.stop(client, args.job)
+    url = cluster.address(args.cluster)
+    print(f"job {args.job}: {status}; its finished trials are kept. Resume with: tuner submit --resume {args.job} "
+          f"--cluster {url}")
+    return EXIT_OK
+
+
 COMMANDS = {"sync": cmd_sync, "search": cmd_search, "trial": cmd_trial, "verify": cmd_verify, "export": cmd_export, "report": cmd_report,
-            "ui": cmd_ui}
+            "ui": cmd_ui, "submit": cmd_submit, "jobs": cmd_jobs, "logs": cmd_logs, "stop": cmd_stop}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -412,6 +517,10 @@ def main(argv: list[str] | None = None) -> int:
         code = EXIT_INTERRUPTED
     finally:
         signal.signal(signal.SIGTERM, previous)
+    if args.command == "search" and os.environ.get(SUBMITTED_JOB_ENV):
+        # a search sent with tuner submit: its exit code in the job's log (tuner jobs reads it; Ray says only
+        # STOPPED or FAILED)
+        print(f"tuner: exit code {code}", file=sys.stderr, flush=True)
     if args.command == "search" and interrupts.signalled():
         # A signal came while the search ran: its Ray was killed, not shut down (tuner.search._execution.shutdown_ray), and
         # Python's exit would run Ray's own teardown, which waits on and can crash against a GCS that is gone.

@@ -16,6 +16,8 @@ command line is generated from them (tuner.cli), so a new option is one field he
     action        argparse action: ``append`` for a repeatable flag whose field is a list (a ``bool`` field
                   is ``--name`` / ``--no-name``)
     metavar       argparse metavar (``FILE``, ``N``)
+    env           an environment variable that, when set, replaces the default on the command line (a team names
+                  its shared store once, where ``ray start`` runs: docs/distributed.md, "A shared cluster")
 
 Light on purpose: ``tuner --help`` imports this module (no torch, TRL, Ray or MLflow).
 """
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import typing
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -32,6 +35,7 @@ from tuner.config.trainers import ADAPTERS, DEFAULT_TRAINER, Adapter, adapter
 from tuner.errors import TunerError
 
 SAMPLERS = ("tpe", "random", "grid")
+SUBMITTED_JOB_ENV = "TUNER_JOB"  # set by tuner submit in the search's environment on the cluster: its Ray job id
 DEFAULT_TRIALS = 12  # --trials left out (grid: every point)
 
 
@@ -144,11 +148,13 @@ class SearchOptions:
     )
     store: str = field(
         default="mlflow",
-        metadata={"help": "local MLflow store folder, relative to the working directory"},
+        metadata={"help": "local MLflow store folder (and the Optuna study beside it), relative to the working "
+                  "directory", "env": "TUNER_STORE"},
     )
     tracking_uri: str | None = field(
         default=None,
-        metadata={"help": "MLflow tracking URI, e.g. http://127.0.0.1:5000", "default_help": "the local store"},
+        metadata={"help": "MLflow tracking URI, e.g. http://127.0.0.1:5000", "default_help": "the local store",
+                  "env": "TUNER_TRACKING_URI"},
     )
     experiment: str | None = field(
         default=None,
@@ -188,6 +194,19 @@ class SearchOptions:
                   "the sampler; the pick is still confirmed on this data (docs/how-a-search-works.md, Warm start). "
                   "auto: when a finished search matches; none: start cold; or a search's run id",
                   "metavar": "auto|none|RUN_ID"},
+    )
+    cluster_share: float | None = field(
+        default=None,
+        metadata={"help": "the share of the Ray cluster's GPUs (its CPUs, for CPU trials) that this search's trials "
+                  "hold at once, e.g. 0.5: on a shared cluster the other searches' trials queue for the rest",
+                  "default_help": "all that fit; tuner submit: 0.5, so that one search never takes a shared "
+                  "cluster unless asked (--cluster-share 1, or --max-gpus N)",
+                  "rule": Rule("must be above 0 and at most 1", lambda v: 0 < v <= 1), "metavar": "SHARE"},
+    )
+    max_gpus: float | None = field(
+        default=None,
+        metadata={"help": "the most GPUs this search's trials hold at once, e.g. 4 of a shared cluster's 16",
+                  "default_help": "no cap beyond --cluster-share", "rule": POSITIVE, "metavar": "N"},
     )
     budget: int | None = field(
         default=None,
@@ -241,10 +260,22 @@ def help_text(f: dataclasses.Field) -> str:
     text = f.metadata["help"]
     default = None if f.default is dataclasses.MISSING else f.default
     shown = f.metadata.get("default_help") if default is None else _shown(default)
+    env = f.metadata.get("env")
+    if env:
+        shown = f"${env} when set, else {shown}"
     if shown is None:
         return text
     note = f.metadata.get("default_note")
     return f"{text} (default: {shown}{'; ' + note if note else ''})"
+
+
+def env_default(f: dataclasses.Field) -> Any:
+    """The command line's default for ``f``: its environment variable's value when the field names one and it is
+    set (TUNER_STORE, TUNER_TRACKING_URI), else the declared default (None for a required field)."""
+    env = f.metadata.get("env")
+    if env and os.environ.get(env):
+        return os.environ[env]
+    return None if f.default is dataclasses.MISSING else f.default
 
 
 def check_options(options: SearchOptions) -> None:

@@ -159,10 +159,18 @@ class SearchInterrupted(KeyboardInterrupt):
 
 
 def resume_command(experiment: str, store: str | None = None, tracking_uri: str | None = None) -> str:
-    """``tuner search --resume EXPERIMENT``, with --store / --tracking-uri when the search did not use the defaults."""
+    """``tuner search --resume EXPERIMENT``, with --store / --tracking-uri when the search did not use the defaults;
+    for a search sent to a cluster (tuner submit), ``tuner submit --resume JOB --cluster URL``."""
+    import os
     import shlex
     from pathlib import Path
 
+    from tuner.config.options import SUBMITTED_JOB_ENV
+
+    job = os.environ.get(SUBMITTED_JOB_ENV)
+    if job:
+        cluster = os.environ.get("TUNER_CLUSTER")
+        return shlex.join(["tuner", "submit", "--resume", job, *(["--cluster", cluster] if cluster else [])])
     words = ["tuner", "search", "--resume", experiment]
     if store and Path(store).resolve() != Path("mlflow").resolve():
         words += ["--store", str(store)]

@@ -119,6 +119,7 @@ class Placement:
     notes: list[str] = field(default_factory=list)  # what the plan changed of the user's options
     ranks: int = 1  # processes per trial: one per GPU, or CPU processes (gloo)
     sharding: str | None = None  # of trials whose params name none: "fsdp", or None (DDP, or a single process)
+    capped: str | None = None  # why fewer trials run at once than fit: the search's share of a shared cluster
 
     def check(self, params: dict[str, Any]) -> str | None:
         """Why this config cannot run within its share, with the numbers; None when it fits."""
@@ -277,3 +278,29 @@ def place(entry: Adapter, model_path: str, space, cluster: Cluster, *, cpus_per_
     return Placement(device=device, plan=plan, resources={"cpu": cpus, "gpu": share},
                      concurrency=max(1, min(wanted, bound)), budget_bytes=budget, estimate_of=estimate_of, notes=notes,
                      ranks=ranks, sharding=sharding)
+
+
+def share_cap(placement: Placement, cluster: Cluster, *, cluster_share: float | None,
+              max_gpus: float | None) -> tuple[int, str | None]:
+    """The trials at once a search may hold of a shared cluster: ``cluster_share`` of its GPUs (of its CPUs for
+    CPU trials) and at most ``max_gpus`` GPUs; at least one trial. With the note that says why, when it caps."""
+    if cluster_share is None and max_gpus is None:
+        return placement.concurrency, None
+    share = 1.0 if cluster_share is None else cluster_share
+    gpu = placement.resources["gpu"]  # a trial's GPUs: its share of one, or its whole GPUs
+    if placement.device == "cuda" and gpu > 0:
+        held = cluster.gpus * share if max_gpus is None else min(cluster.gpus * share, max_gpus)
+        bound, what = int(held / gpu + 1e-9), f"{held:g} of the cluster's {cluster.gpus} GPUs"
+    else:
+        held = cluster.cpus * share
+        bound, what = int(held / max(placement.resources["cpu"], 1e-9) + 1e-9), \
+            f"{held:g} of the cluster's {cluster.cpus} CPUs"
+    bound = max(1, bound)
+    if bound >= placement.concurrency:
+        return placement.concurrency, None
+    flags = []
+    if cluster_share is not None:
+        flags.append(f"--cluster-share {cluster_share:g}")
+    if max_gpus is not None:
+        flags.append(f"--max-gpus {max_gpus:g}")
+    return bound, f"{bound} trial{'s' if bound > 1 else ''} at a time ({' and '.join(flags)}: {what})"

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tuner.config.options import DEFAULT_TRIALS, SearchOptions, check_options
+from tuner.config.options import DEFAULT_TRIALS, SUBMITTED_JOB_ENV, SearchOptions, check_options
 from tuner.config.space import SearchSpace, check_param_names, load_space
 from tuner.errors import TunerError
 from tuner.inputs.quiet import quiet_libraries
@@ -120,6 +121,15 @@ def _check_ray_address(address: str) -> None:
         ) from None
 
 
+def _check_job_store(store: str) -> None:
+    """A search sent with tuner submit runs in a copy of the submitter's folder that Ray deletes with the job: its
+    store (the Optuna study, Ray Tune's trial folders, MLflow's local files) must be somewhere that stays."""
+    if os.environ.get(SUBMITTED_JOB_ENV) and Path(store).resolve().is_relative_to(Path.cwd().resolve()):
+        raise TunerError(f"--store {store}: inside the job's working directory, which Ray deletes when the job "
+                         f"ends (no resume, no review); set TUNER_STORE to a folder every node shares where `ray "
+                         f"start` runs on the cluster, or pass --store /shared/path to tuner submit")
+
+
 def prepare(options: SearchOptions) -> Prepared:
     """Check everything the user gave us; raises TunerError before any run, study or trial exists.
 
@@ -151,6 +161,7 @@ def prepare(options: SearchOptions) -> Prepared:
         space.grid()  # a float or int param cannot be a grid axis: say so before the slow checks
     if o.ray_address:
         _check_ray_address(o.ray_address)
+    _check_job_store(o.store)
     uri = o.tracking_uri or mlflow_store.default_tracking_uri(Path(o.store))
     remote = mlflow_store.is_server(uri)
     if o.tracking_uri:

@@ -210,8 +210,11 @@ def _place(prepared: Prepared, ray):
     if gpus is None and cluster.gpus > 0 and ranks > 1:
         gpus = ranks  # --processes-per-trial N on GPUs: a process per GPU
     on_gpu = cluster.gpus > 0 if gpus is None else gpus > 0
-    return placement.place(o.entry, prepared.model_path, prepared.space, cluster, cpus_per_trial=o.cpus_per_trial,
-                           gpus_per_trial=gpus, concurrency=o.concurrency, processes_per_trial=1 if on_gpu else ranks)
+    placed = placement.place(o.entry, prepared.model_path, prepared.space, cluster, cpus_per_trial=o.cpus_per_trial,
+                             gpus_per_trial=gpus, concurrency=o.concurrency, processes_per_trial=1 if on_gpu else ranks)
+    placed.concurrency, placed.capped = placement.share_cap(placed, cluster, cluster_share=o.cluster_share,
+                                                            max_gpus=o.max_gpus)
+    return placed
 
 
 def _run(prepared, ray, tracker, run_name, study, records, started, echo) -> SearchOutcome:
@@ -223,6 +226,8 @@ def _run(prepared, ray, tracker, run_name, study, records, started, echo) -> Sea
         placement = _place(prepared, ray)
         for note in placement.notes:
             echo(f"warning: {note}")
+        if placement.capped:
+            echo(f"share: {placement.capped}")
         placement.concurrency = max(1, min(placement.concurrency, prepared.n_trials))
         if prepared.resume_run_id:
             tracker.resume()
