@@ -28,6 +28,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -117,7 +118,10 @@ class WarmStart:
 
 def hardware(gpus_per_trial: float | None, ray_address: str | None) -> str:
     """Where the trials run, as this machine sees it: "cpu", the first GPU's name, or the Ray cluster's address
-    (whose GPUs this machine cannot see)."""
+    (whose GPUs this machine cannot see); for ``auto`` (a search sent with tuner submit), the address Ray gives
+    the job (RAY_ADDRESS), so that searches on one cluster match each other and not another cluster's."""
+    if ray_address == "auto" and os.environ.get("RAY_ADDRESS"):
+        ray_address = os.environ["RAY_ADDRESS"]
     if ray_address:
         return f"Ray cluster {ray_address}"
     import torch
