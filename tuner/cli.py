@@ -68,6 +68,7 @@ MAIN_EXAMPLES = """examples:
   tuner verify recommended.yaml --steps 500            # how far it holds, before the long run
   trl grpo --config recommended.yaml --dataset_name YOUR_DATASET
   tuner trial --config trial.yaml                      # reproduce one trial in this process
+  tuner submit --cluster http://HEAD:8265 --trainer dpo # a search as a job on a team's Ray cluster (tuner jobs)
 
 run `tuner COMMAND --help` for a command's options
 """
