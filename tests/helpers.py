@@ -304,12 +304,18 @@ class Spawner:
         self.started: list[tuple[subprocess.Popen, Path]] = []
 
     def start(self, args: list[str], name: str, cwd: Path | None = None,
-              env: dict[str, str] | None = None) -> subprocess.Popen:
+              env: dict[str, str] | None = None, user: str | None = None) -> subprocess.Popen:
+        """``user``: run as that user and its group (only root may: a server that refuses to run as root)."""
         log = self.folder / f"{name}.log"
+        ids: dict[str, Any] = {}
+        if user is not None:
+            import pwd
+
+            ids = {"user": user, "group": pwd.getpwnam(user).pw_gid, "extra_groups": []}
         with log.open("ab") as out:
             process = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                        cwd=cwd or self.folder, env={**os.environ, **(env or {})},
-                                       start_new_session=True)
+                                       start_new_session=True, **ids)
         process.log = log  # type: ignore[attr-defined]
         self.started.append((process, log))
         return process
