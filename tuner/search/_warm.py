@@ -237,11 +237,12 @@ def _source(client, run, experiment: str, with_summary: bool) -> Source:
 
 
 def _summary(client, run_id: str) -> dict[str, Any]:
-    try:
-        path = client.download_artifacts(run_id, "search.json", tempfile.mkdtemp(prefix="tuner-warm-"))
-        return json.loads(Path(path).read_text())
-    except Exception:  # noqa: BLE001 - a search that wrote no table (or an unreadable one) offers nothing to reuse
-        return {}
+    with tempfile.TemporaryDirectory(prefix="tuner-warm-") as folder:  # read, then gone: nothing left in /tmp
+        try:
+            path = client.download_artifacts(run_id, "search.json", folder)
+            return json.loads(Path(path).read_text())
+        except Exception:  # noqa: BLE001 - a search that wrote no table (or an unreadable one) offers nothing to reuse
+            return {}
 
 
 # -- what is reused (pure) -------------------------------------------------------------------------------------------
