@@ -18,10 +18,11 @@ own process: first ``--short`` steps (the search's trial), then, for each config
 All but ``held`` count as failures of the long run.
 
 The forecast is the short run's own (``risk`` in its result: tuner.verdicts.forecast at the trial length, as the
-search sees it); none of these configs was used to set its rules, so all are held out. Recall: late failures
-(failed late or regressed) flagged at risk; precision: flags that came true. Every long run's per-step history is
-kept (the keys the forecast and the learning test read) so a later rule can be fitted and judged offline
-(``forecast_again``) without re-running them.
+search sees it). Recall: late failures (failed late or regressed) flagged at risk; precision: flags that came
+true. Every long run's per-step history is kept (the keys the forecast and the learning test read) so a later rule
+can be fitted and judged offline (``forecast_again``) without re-running them. A recorded set counts as held out
+(its ``held_out`` key, set by hand with its ``role``) only while no rule was changed after its runs were seen;
+``--render`` pools the held-out sets, and separately every set given.
 """
 
 from __future__ import annotations
@@ -204,15 +205,16 @@ def lines(data: dict[str, Any]) -> list[str]:
     return out
 
 
-def pooled(sets: list[dict[str, Any]]) -> list[str]:
-    """The held-out sets together, today's rules re-run on them: the forecast's held-out recall and precision."""
+def pooled(sets: list[dict[str, Any]], title: str = "Held-out sets together") -> list[str]:
+    """Sets together, today's rules re-run on them: over the held-out sets, the forecast's held-out recall and
+    precision; over every set, the pooled figures (fitting sets included, so not held-out figures)."""
     rows = []
     for data in sets:
         again = {**data, "runs": [{**r, "short": {**r["short"], "risk": _risk_again(r)}} for r in data["runs"]]}
         rows += again["runs"]
     summary = summarize(rows)
     seeds = ", ".join(str(d.get("config_seed")) for d in sets)
-    out = [f"**Held-out sets together** (config seeds {seeds}; today's rules):", "",
+    out = [f"**{title}** (config seeds {seeds}; today's rules):", "",
            "| configs | ok at the trial length | failed in the long run | flagged at risk | recall | precision |",
            "| --- | --- | --- | --- | --- | --- |"]
     for name in ("all", CANDIDATES):
@@ -252,9 +254,12 @@ def main(argv: list[str] | None = None) -> int:
             data = load(path)
             data["summary"] = forecast_again(data)
             out += [f"**`{Path(path).name}`**: " + lines(data)[0], *lines(data)[1:], ""]
-        held_out = [data for data in map(load, args.render) if data.get("held_out")]
-        if len(held_out) > 1:
+        every = [load(path) for path in args.render]
+        held_out = [data for data in every if data.get("held_out")]
+        if held_out:
             out += [*pooled(held_out), ""]
+        if len(every) > 1:
+            out += [*pooled(every, "Every set together, fitting sets included (not held-out figures)"), ""]
         print("\n".join(out))
         if args.results:
             from bench.report import replace_section

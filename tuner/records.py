@@ -58,7 +58,7 @@ class TrialResult:
     wall_seconds: float | None = None
     guard_signal: str | None = None
     risk: str = ""  # the late-failure forecast (tuner.verdicts.forecast): "" when none, else its first risk in words
-    risk_signal: str | None = None  # which signal it reads: headroom, fp16_weights, reward_spread, grad_norm
+    risk_signal: str | None = None  # which signal it reads: headroom, fp16_weights, reward_spread
     risk_step: int | None = None  # the step it projects the failure at (None: already there, or no risk)
     device: str | None = None  # "cpu" or "cuda": the export sets use_cpu from it
     history: list[dict[str, Any]] = field(default_factory=list)
