@@ -9,6 +9,7 @@ imports this file, before any test module, so ``helpers`` is importable from eve
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -70,6 +71,17 @@ def anchor(tmp_path_factory, tiny_model):
 
 
 @pytest.fixture
+def grid_space(tmp_path, tiny_model) -> Path:
+    """helpers.GRID_SPACE written to the test's folder (tests/search/test_reliability*.py); requesting tiny_model
+    builds the model once, so parallel searches never race to."""
+    from helpers import GRID_SPACE
+
+    path = tmp_path / "space.yaml"
+    path.write_text(GRID_SPACE)
+    return path
+
+
+@pytest.fixture
 def spawn(tmp_path):
     """A helpers.Spawner in the test's folder: commands in sessions of their own, every one killed at the end."""
     from helpers import Spawner
@@ -77,3 +89,4 @@ def spawn(tmp_path):
     spawner = Spawner(tmp_path)
     yield spawner
     spawner.cleanup()
+
