@@ -90,3 +90,41 @@ def spawn(tmp_path):
     yield spawner
     spawner.cleanup()
 
+
+# The test files that take minutes, longest first (roughly: the sum of each file's setup, call and teardown times in
+# runs on the 2-core runner, --durations=0; the order matters, not the figures). pytest-xdist runs a file whole on one
+# worker (--dist loadfile) and hands the files out in collection order (--no-loadscope-reorder in pyproject.toml). Its
+# default, the files with most tests first, handed these few-test files of minutes out last (a 5-test file of 2-5
+# minutes behind 60 files of seconds), so the two workers ended with long searches side by side or one alone; started
+# first, the long files overlap each other and the many short ones fill both workers to the end. A file not listed
+# keeps its collection order, after these. Only the order changes: every test runs as written.
+LONG_FILES = [
+    "tests/search/test_from_config.py",
+    "tests/search/test_reliability_services.py",
+    "tests/search/test_reliability.py",
+    "tests/search/test_verdict_stability.py",
+    "tests/test_real_model.py",
+    "tests/test_bench_smoke.py",
+    "tests/search/test_search.py",
+    "tests/search/test_sigterm_group.py",
+    "tests/trial/test_trial.py",
+    "tests/search/test_ranks_search.py",
+    "tests/search/test_live.py",
+    "tests/test_bench_gpu.py",
+    "tests/trial/test_trainers.py",
+    "tests/report/test_export.py",
+    "tests/inputs/test_tasks.py",
+    "tests/search/test_from_published.py",
+    "tests/search/test_warm.py",
+    "tests/search/test_pruning.py",
+    "tests/search/test_extend.py",
+    "tests/trial/test_ranks.py",
+    "tests/trial/test_trainer_config.py",
+    "tests/trial/test_launcher.py",
+    "tests/inputs/test_tiny_pretrained.py",
+]
+
+
+def pytest_collection_modifyitems(items):
+    rank = {path: i for i, path in enumerate(LONG_FILES)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))  # stable: the rest as collected
