@@ -92,12 +92,13 @@ def spawn(tmp_path):
 
 
 # The test files that take minutes, longest first (roughly: the sum of each file's setup, call and teardown times in
-# runs on the 2-core runner, --durations=0; the order matters, not the figures). pytest-xdist runs a file whole on one
-# worker (--dist loadfile) and hands the files out in collection order (--no-loadscope-reorder in pyproject.toml). Its
-# default, the files with most tests first, handed these few-test files of minutes out last (a 5-test file of 2-5
-# minutes behind 60 files of seconds), so the two workers ended with long searches side by side or one alone; started
-# first, the long files overlap each other and the many short ones fill both workers to the end. A file not listed
-# keeps its collection order, after these. Only the order changes: every test runs as written.
+# a suite run on the 2-core runner, --durations=0; the order matters, not the figures). pytest-xdist runs a file whole
+# on one worker (--dist loadfile) and hands the files out in collection order (--no-loadscope-reorder in
+# pyproject.toml). Its default, the files with most tests first, hands few-test files of minutes (test_from_config,
+# test_sigterm_group, test_ranks_search, the two test_reliability files) out near the end, where one of them can leave
+# a worker running it alone; started first, the long files overlap each other and the many short ones fill both
+# workers to the end. A file not listed keeps its collection order, after these. Only the order changes: every test
+# runs as written.
 LONG_FILES = [
     "tests/search/test_from_config.py",
     "tests/search/test_reliability_services.py",
