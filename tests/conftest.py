@@ -9,6 +9,7 @@ imports this file, before any test module, so ``helpers`` is importable from eve
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -70,6 +71,17 @@ def anchor(tmp_path_factory, tiny_model):
 
 
 @pytest.fixture
+def grid_space(tmp_path, tiny_model) -> Path:
+    """helpers.GRID_SPACE written to the test's folder (tests/search/test_reliability*.py); requesting tiny_model
+    builds the model once, so parallel searches never race to."""
+    from helpers import GRID_SPACE
+
+    path = tmp_path / "space.yaml"
+    path.write_text(GRID_SPACE)
+    return path
+
+
+@pytest.fixture
 def spawn(tmp_path):
     """A helpers.Spawner in the test's folder: commands in sessions of their own, every one killed at the end."""
     from helpers import Spawner
@@ -77,3 +89,43 @@ def spawn(tmp_path):
     spawner = Spawner(tmp_path)
     yield spawner
     spawner.cleanup()
+
+
+# The test files that take minutes, longest first (roughly: the sum of each file's setup, call and teardown times in
+# a suite run on the 2-core runner, --durations=0; the order matters, not the figures). pytest-xdist runs a file whole
+# on one worker (--dist loadfile) and hands the files out in collection order (--no-loadscope-reorder in
+# pyproject.toml). Its default, the files with most tests first, hands few-test files of minutes (test_from_config,
+# test_sigterm_group, test_ranks_search, the two test_reliability files) out near the end, where one of them can leave
+# a worker running it alone; started first, the long files overlap each other and the many short ones fill both
+# workers to the end. A file not listed keeps its collection order, after these. Only the order changes: every test
+# runs as written.
+LONG_FILES = [
+    "tests/search/test_from_config.py",
+    "tests/search/test_reliability_services.py",
+    "tests/search/test_reliability.py",
+    "tests/search/test_verdict_stability.py",
+    "tests/test_real_model.py",
+    "tests/test_bench_smoke.py",
+    "tests/search/test_search.py",
+    "tests/search/test_sigterm_group.py",
+    "tests/trial/test_trial.py",
+    "tests/search/test_ranks_search.py",
+    "tests/search/test_live.py",
+    "tests/test_bench_gpu.py",
+    "tests/trial/test_trainers.py",
+    "tests/report/test_export.py",
+    "tests/inputs/test_tasks.py",
+    "tests/search/test_from_published.py",
+    "tests/search/test_warm.py",
+    "tests/search/test_pruning.py",
+    "tests/search/test_extend.py",
+    "tests/trial/test_ranks.py",
+    "tests/trial/test_trainer_config.py",
+    "tests/trial/test_launcher.py",
+    "tests/inputs/test_tiny_pretrained.py",
+]
+
+
+def pytest_collection_modifyitems(items):
+    rank = {path: i for i, path in enumerate(LONG_FILES)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))  # stable: the rest as collected

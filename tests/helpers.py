@@ -10,9 +10,13 @@ this module do not pay for torch, TRL, Ray or MLflow, which each helper imports 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import socket
+import sqlite3
 import subprocess
+import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -266,12 +270,6 @@ def refreshed(path: Path, folder: Path) -> Path:
 SEARCH_TIMEOUT = 480
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def session_members(sid: int) -> list[psutil.Process]:
     members = []
     for process in psutil.process_iter(["status"]):
@@ -399,6 +397,148 @@ def at_once(build, builders: int) -> list:
         thread.join()
     assert not errors, errors
     return results
+
+
+# -- searches through the CLI, read back from their store (tests/search/test_reliability*.py) --------------------------
+
+# The cheapest real search: SFT on the tiny model, batch 2, 32 tokens, and a grid over learning rates only,
+# so every trial is "ok", takes seconds, and the trial numbers map to known params (the ``grid_space`` fixture).
+GRID_RATES = [1.0e-4, 2.0e-4, 3.0e-4, 4.0e-4, 5.0e-4, 6.0e-4]
+GRID_SPACE = f"""trainer: sft
+fixed:
+  max_length: 32                   # short sequences: these trials only have to run, not to learn
+  per_device_train_batch_size: 2   # the cheapest batch
+params:
+  learning_rate: {{type: categorical, choices: {json.dumps(GRID_RATES)}}}
+"""
+
+
+def free_port() -> int:
+    """A TCP port on loopback that nothing listens on (bound and released)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def tuner_command(*args: str) -> list[str]:
+    """``tuner ARGS`` as a command line, run by this Python."""
+    return [sys.executable, "-m", "tuner.cli", *args]
+
+
+def search_args(space: Path, store: Path, experiment: str, trials: int, max_steps: int, *extra: str) -> list[str]:
+    """``tuner search`` over ``space`` (GRID_SPACE), the grid sampler, no confirmation runs and no re-runs."""
+    return tuner_command("search", "--trainer", "sft", "--search-space", str(space), "--sampler", "grid",
+                         "--trials", str(trials), "--max-steps", str(max_steps), "--confirm-seeds", "0",
+                         "--budget", "0",  # no re-runs (tuner.search._extend): these tests count the search's own trials
+                         "--experiment", experiment, "--store", str(store), *extra)
+
+
+def reading(db: Path):
+    """A connection to read a store a search writes or wrote. Not read-only: after a kill -9 mid-write the
+    database has a hot journal, which a read-only connection cannot roll back ("attempt to write a readonly
+    database"); this one rolls it back, as MLflow or Optuna opening the store next would."""
+    return contextlib.closing(sqlite3.connect(db, timeout=5))
+
+
+def trial_rows(db: Path, experiment: str | None = None) -> list[tuple[str, str]]:
+    """(run id, status) of the nested trial runs in an MLflow SQLite database, read directly (no MLflow
+    import, no server): cheap enough to poll while a search writes it."""
+    if not db.exists():
+        return []
+    query = ("SELECT r.run_uuid, r.status FROM runs r JOIN tags t ON t.run_uuid = r.run_uuid "
+             "JOIN experiments e ON e.experiment_id = r.experiment_id "
+             "WHERE t.key = 'tuner.kind' AND t.value = 'trial' AND (?1 IS NULL OR e.name = ?1)")
+    try:
+        with reading(db) as con:
+            return con.execute(query, (experiment,)).fetchall()
+    except sqlite3.OperationalError:  # not created yet, or busy: ask again later
+        return []
+
+
+def trials_with_a_verdict(db: Path, experiment: str) -> set[str]:
+    """Run ids of the trial runs that got their verdict: not RUNNING, and not ended KILLED by an interrupt (tagged
+    interrupted): --resume deletes those and runs their trials again."""
+    query = ("SELECT r.run_uuid FROM runs r JOIN tags t ON t.run_uuid = r.run_uuid AND t.key = 'tuner.status' "
+             "JOIN experiments e ON e.experiment_id = r.experiment_id "
+             "WHERE e.name = ? AND r.status != 'RUNNING' AND t.value NOT IN ('running', 'interrupted')")
+    kinds = dict(trial_rows(db, experiment))
+    with reading(db) as con:
+        return {run_id for (run_id,) in con.execute(query, (experiment,)).fetchall() if run_id in kinds}
+
+
+def finished_trial_rows(db: Path, experiment: str | None = None) -> list[tuple[str, str]]:
+    # set_terminated is a trial run's last write: a run that is no longer RUNNING is complete
+    return [row for row in trial_rows(db, experiment) if row[1] != "RUNNING"]
+
+
+def store_client(uri: str):
+    """An MlflowClient of the store at ``uri`` (a local SQLite one's folder made first)."""
+    from mlflow.tracking import MlflowClient
+
+    if uri.startswith("sqlite:///"):
+        Path(uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+    return MlflowClient(tracking_uri=uri)
+
+
+def local_uri(store: Path) -> str:
+    return f"sqlite:///{store.resolve() / 'mlflow.db'}"
+
+
+def parent_and_trial_runs(client, experiment: str) -> tuple[list, list]:
+    """(parent search runs, nested trial runs) of an experiment."""
+    found = client.get_experiment_by_name(experiment)
+    assert found is not None, f"no experiment {experiment!r}"
+    runs = client.search_runs([found.experiment_id], max_results=1000)
+    parents = [r for r in runs if r.data.tags.get("tuner.kind") == "search"]
+    trials = [r for r in runs if r.data.tags.get("tuner.kind") == "trial"]
+    return parents, trials
+
+
+def assert_trial_run_complete(client, run) -> None:
+    """A trial's nested run reads back whole: tags, the per-step loss history, its artifacts."""
+    tags = run.data.tags
+    assert tags["tuner.status"] in ("ok", "diverged", "collapsed", "crashed", "oom", "invalid")
+    steps_run = int(run.data.metrics["trial/steps_run"])
+    history = client.get_metric_history(run.info.run_id, "loss")
+    # one loss point per optimizer step the trial ran, nothing lost on the way to the store
+    assert sorted(m.step for m in history) == list(range(1, steps_run + 1)), (tags, history)
+    with tempfile.TemporaryDirectory(prefix="reliability-") as folder:
+        result = json.loads(Path(client.download_artifacts(run.info.run_id, "result.json", folder)).read_text())
+    assert result["status"] == tags["tuner.status"] and result["steps_run"] == steps_run
+
+
+def load_search(uri: str, experiment: str):
+    from tuner.stores.run_reader import load_search as load
+
+    return load(uri, experiment)
+
+
+def descendants(pid: int) -> dict[int, float]:
+    """PID -> start time of every process under ``pid`` (Ray's GCS, raylet, agents, workers, the trials)."""
+    found = {}
+    for process in psutil.Process(pid).children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            found[process.pid] = process.create_time()
+    return found
+
+
+def still_running(processes: dict[int, float]) -> list[str]:
+    """Those of ``processes`` (PID -> start time) still alive, by name."""
+    alive = []
+    for pid, started in processes.items():
+        with contextlib.suppress(psutil.Error):
+            process = psutil.Process(pid)
+            if process.create_time() == started and process.status() != psutil.STATUS_ZOMBIE:
+                alive.append(f"{pid} {' '.join(process.cmdline())[:80]}")
+    return alive
+
+
+def kill_all(processes: dict[int, float]) -> None:
+    for pid, started in processes.items():
+        with contextlib.suppress(psutil.Error):
+            process = psutil.Process(pid)
+            if process.create_time() == started:
+                process.kill()
 
 
 # -- memory estimates of real model shapes (tests/trial/test_memory.py, tests/search/test_packing.py) ---------------
