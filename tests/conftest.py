@@ -100,6 +100,7 @@ def spawn(tmp_path):
 # workers to the end. A file not listed keeps its collection order, after these. Only the order changes: every test
 # runs as written.
 LONG_FILES = [
+    "tests/jobs/test_cluster_jobs.py",
     "tests/search/test_from_config.py",
     "tests/search/test_reliability_services.py",
     "tests/search/test_reliability.py",

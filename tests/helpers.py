@@ -572,3 +572,57 @@ def qwen7b_config():
     from transformers import AutoConfig
 
     return AutoConfig.for_model("qwen2", **QWEN_7B)
+
+
+# -- a PostgreSQL server of a test's own ------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def postgres_server(spawn: Spawner):
+    """A real PostgreSQL server on a free port of 127.0.0.1 (no Unix socket), for as long as the ``with`` lasts:
+    yields its SQLAlchemy URI for MLflow (psycopg v3, trust authentication, user postgres). Its binaries come from
+    pip (the ``pgserver`` wheel bundles them; pgserver itself is not imported: its import sets up a registry and lock
+    file of its own). Stopped, and its folder removed, also when the test fails."""
+    import importlib.util
+    import shutil
+    import signal
+
+    psycopg = pytest.importorskip("psycopg")
+    spec = importlib.util.find_spec("pgserver")
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("pgserver is not installed (pip install -e '.[test]')")
+    binaries = Path(spec.submodule_search_locations[0]) / "pginstall" / "bin"
+    # PostgreSQL refuses to run as root: as root, it runs as nobody, in a folder nobody owns (not under pytest's
+    # tmp_path, whose pytest-of-root folder only root may enter).
+    user = "nobody" if os.geteuid() == 0 else None
+    folder = Path(tempfile.mkdtemp(prefix="tuner-postgres-"))
+    if user:
+        import pwd
+
+        os.chown(folder, pwd.getpwnam(user).pw_uid, pwd.getpwnam(user).pw_gid)
+    data, port = folder / "data", free_port()
+    server: subprocess.Popen | None = None
+    try:
+        code, out = spawn.run([str(binaries / "initdb"), "-D", str(data), "-U", "postgres", "--auth", "trust",
+                               "--encoding", "UTF8", "--no-sync"], "initdb", timeout=120, cwd=folder, user=user)
+        assert code == 0, out[-4000:]
+        server = spawn.start([str(binaries / "postgres"), "-D", str(data), "-h", "127.0.0.1", "-p", str(port),
+                              "-k", "",  # no Unix socket: TCP on 127.0.0.1 only
+                              "-c", "fsync=off"], "postgres", cwd=folder, user=user)
+
+        def ready() -> bool:
+            try:
+                psycopg.connect(f"postgresql://postgres@127.0.0.1:{port}/postgres", connect_timeout=3).close()
+                return True
+            except psycopg.OperationalError:
+                return False
+
+        wait_for(ready, f"PostgreSQL on port {port}", timeout=60, process=server, interval=0.2)
+        yield f"postgresql+psycopg://postgres@127.0.0.1:{port}/postgres"
+    finally:
+        if server is not None and server.poll() is None:
+            server.send_signal(signal.SIGINT)  # a fast shutdown: its shared memory goes with it (a kill leaves some)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                server.wait(30)
+            kill_session(server.pid)  # what is left of it, if anything
+        shutil.rmtree(folder, ignore_errors=True)

@@ -1,10 +1,13 @@
-"""Searches as jobs on a real Ray cluster: ``ray start --head`` with its job server on 127.0.0.1, an ``mlflow server``
+"""Searches as jobs on a real Ray cluster, set up as docs/distributed.md tells a team: ``ray start --head`` with its
+job server on 127.0.0.1, an ``mlflow server`` backed by a real PostgreSQL server (helpers.postgres_server), both
 named once for the cluster (TUNER_TRACKING_URI and TUNER_STORE in the head's environment), and tuner submit, jobs,
 logs and stop run as a user runs them, from a folder of their own.
 
 One cluster for the module (its start is most of the cost): two searches sent at once both finish with their own
 experiments while they share the cluster's CPUs; one is stopped during its trials (runs KILLED, exit 130 in its log)
-and resumed to the end as a new job; tuner jobs and tuner logs say what happened.
+and resumed to the end as a new job; tuner jobs and tuner logs say what happened; and a second user's search, with
+a --store of their own, warm-starts from the first user's through the shared PostgreSQL-backed MLflow server (issue
+35's "team's memory": what is shared is MLflow, what stays each user's is the Optuna study in their --store).
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from helpers import SFT_SPACE, Spawner, free_port, kill_session, wait_for
+from helpers import SFT_SPACE, Spawner, free_port, kill_session, postgres_server, wait_for
 
 from tuner.stores import tags
 
@@ -51,12 +54,12 @@ class TeamCluster:
         self.url = f"http://127.0.0.1:{self.dashboard_port}"
         self.temp_dir = tempfile.mkdtemp(prefix="tj-", dir="/tmp")  # socket paths must stay short
 
-    def start(self) -> None:
+    def start(self, database: str) -> None:
         port = self.tracking_uri.rsplit(":", 1)[1]
-        mlflow = self.spawn.start([sys.executable, "-m", "mlflow", "server", "--backend-store-uri",
-                                   f"sqlite:///{self.folder / 'team.db'}", "--default-artifact-root",
-                                   str(self.folder / "team-artifacts"), "--host", "127.0.0.1", "--port", port,
-                                   "--workers", "1"], "mlflow-server")
+        mlflow = self.spawn.start([sys.executable, "-m", "mlflow", "server", "--backend-store-uri", database,
+                                   # artifacts through the server: every user uploads and downloads them over HTTP
+                                   "--artifacts-destination", str(self.folder / "team-artifacts"),
+                                   "--host", "127.0.0.1", "--port", port, "--workers", "1"], "mlflow-server")
         env = {**RAY_ENV, "TUNER_STORE": str(self.store), "TUNER_TRACKING_URI": self.tracking_uri,
                "TUNER_FAULT": "slow@1"}  # every step 0.25 s longer: a search is still in its trials when stopped
         self.head = self.spawn.start(
@@ -80,8 +83,9 @@ def team(tmp_path_factory):
     spawner = Spawner(folder)
     cluster = TeamCluster(spawner, folder)
     try:
-        cluster.start()
-        yield cluster
+        with postgres_server(spawner) as database:
+            cluster.start(database)
+            yield cluster
     finally:
         cluster.stop()
         spawner.cleanup()
@@ -193,6 +197,23 @@ def test_two_searches_at_once_one_stopped_and_resumed_and_jobs_says_what_happene
     assert re.search(r"SUCCEEDED \(recommended\)|FAILED \(nothing recommended\)", lines[first]), lines[first]
     # tuner logs: the search's own output, the results table included
     assert "| trial | status |" in tuner(user_folder, "logs", first, "--cluster", team.url).stdout
+
+    # Another user, another folder and a --store of their own: their search warm-starts from the team's finished
+    # searches of sft on tiny on this cluster, read through the shared MLflow server (its PostgreSQL).
+    bob = user_folder / "bob"
+    bob.mkdir()
+    (bob / "sft.yaml").write_text(SFT_SPACE)
+    sent = tuner(bob, "submit", *common, "--trials", "2", "--max-steps", "4", "--store", str(bob / "store"))
+    theirs = job_id(sent)
+    log = wait_ended(team, bob, theirs)
+    line = next((line for line in log.splitlines() if line.startswith("warm start from")), None)
+    assert line is not None and " of sft on tiny (Ray cluster " in line and "; same data)" in line, log[-3000:]
+    assert re.search(r"^tuner: exit code (0|3)$", log, re.MULTILINE), log[-3000:]
+    (ours,), _ = search_runs(team, re.search(r"experiment: (\S+)", sent.stdout).group(1))
+    (first_run,), _ = search_runs(team, experiments[first])
+    assert first_run.info.run_id in ours.data.tags[tags.WARM_START_TAG]
+    assert ours.data.tags[tags.STUDY_STORAGE_TAG] == f"sqlite:///{(bob / 'store').resolve() / 'optuna.db'}"
+    assert (bob / "store" / "optuna.db").exists() and not (bob / "store" / "mlflow.db").exists()
 
 
 def test_an_unknown_job_and_a_store_in_the_jobs_folder_are_one_line(team, user_folder):
