@@ -262,8 +262,10 @@ def test_sigterm_to_the_group_while_ray_starts(searches, tmp_path):
 def test_sigterm_to_the_group_during_trials_then_resume(searches, tmp_path):
     space, store, trials = tmp_path / "space.yaml", tmp_path / "S", 3
     space.write_text(SFT_SPACE)
-    # every step 0.25 s longer: a trial is still running when the test looks, however fast the machine
-    search = searches(search_args(space, store, trials, 6, "--confirm-seeds", "0"), env={"TUNER_FAULT": "slow@1"})
+    # every step 0.25 s longer: a trial is still running when the test looks, however fast the machine, and still
+    # running when the signal comes, however loaded (16 steps: 4 s; with 6, a trial on a machine loaded 6x over
+    # ended between the look and the signal, and no trial was left to be KILLED)
+    search = searches(search_args(space, store, trials, 16, "--confirm-seeds", "0"), env={"TUNER_FAULT": "slow@1"})
 
     def one_done_one_running() -> bool:
         found = runs(store)
