@@ -31,17 +31,29 @@ def _risks(run):
                     run["params"].get("precision", "fp32"), horizon_steps(short["steps_run"]))
 
 
-def test_every_flag_on_a_candidate_and_every_level_flag_came_true(recorded):
-    # precision where it moves a recommendation: an `at risk` flag on a config that learned at the trial length (a
-    # candidate) costs the search a longer rung and can change its pick; on the recorded runs every one came true.
-    # The level rules (float16 weights, activations near float16's top) came true on every config, learning or not.
+def test_every_float16_weights_flag_came_true(recorded):
+    # the fp16_weights rule (every trainable weight float16, no float32 master copy): on every recorded set, each of
+    # its flags came true (15 over the eight sets), on configs that learned at the trial length or not
     for run in recorded["runs"]:
         if run["long"] is None:
             continue
-        risks = _risks(run)
-        level = [r for r in risks if r.signal in ("fp16_weights", "headroom")]
-        if (risks and run["short"].get("learned")) or level:
-            assert run["outcome"] in FAILED, (run["trainer"], run["config"], str(risks[0]), run["outcome"])
+        if any(r.signal == "fp16_weights" for r in _risks(run)):
+            assert run["outcome"] in FAILED, (run["trainer"], run["config"], run["outcome"])
+
+
+def test_the_headroom_flags_that_did_not_come_true_are_the_ones_the_docs_name():
+    # headroom (activations growing toward float16's top) came true 3 times on the fitting sets; on held-out set 47
+    # it flagged one fp16-pure LoRA reward config (lr 0.043) on both seeds, its activations growing ~25% a step in
+    # the first 20 steps ("overflow expected near step 46"), and both runs held 500 steps: growth that levelled off.
+    # docs/horizon.md says so; a rule change that adds or removes a false flag fails here, and the docs must follow.
+    false = []
+    for path in SETS:
+        data = load(path)
+        for run in data["runs"]:
+            if run["long"] is not None and run["outcome"] not in FAILED and \
+                    any(r.signal == "headroom" for r in _risks(run)):
+                false.append((data["config_seed"], run["trainer"], run["config"]))
+    assert sorted(false) == [(47, "reward", 5), (47, "reward", 5)]
 
 
 def _figures(runs):
@@ -51,30 +63,26 @@ def _figures(runs):
     return len(failed), len(flagged), sum(r["outcome"] in FAILED for r in flagged)
 
 
-def test_on_the_held_out_sets_no_flag_was_false():
-    # the sets recorded after the rules were frozen (their "held_out" key): config seed 43, recorded after the
-    # grad_norm rule was removed. There 40 configs were ok at 20 steps, none failed by step 500 and none was
-    # flagged: no false flag, and recall undefined (no failure to catch). 31 and 41 were held out for the rules
-    # before that change (recall 6 of 7, precision 6 of 8: the 2 false flags the grad_norm rule's) and are not now.
+def test_on_the_held_out_sets_every_failure_was_flagged_and_half_the_flags_came_true():
+    # the sets recorded after the rules were frozen (their "held_out" key): config seeds 43 and 47, recorded after
+    # the grad_norm rule was removed. 96 configs ok at 20 steps, 2 failed by step 500, both flagged (recall 1.0);
+    # 4 flags, 2 came true (precision 0.5, below the issue's 0.8: the headroom flags above). 31 and 41 were held out
+    # for the rules before that change (recall 6 of 7, precision 6 of 8) and are not now. The figures the docs give.
     held_out = [load(path) for path in SETS if load(path).get("held_out")]
-    assert held_out and all(data["config_seed"] not in (17, 23, 29, 31, 37, 41) for data in held_out)
+    assert sorted(data["config_seed"] for data in held_out) == [43, 47]
     runs = [r for data in held_out for r in data["runs"]]
-    failed, flagged, hits = _figures(runs)
-    assert len([r for r in runs if r["long"] is not None]) >= 40
-    assert hits == flagged  # precision 1.0, or no flag
-    assert failed == 0 or hits / failed >= 0.8
+    assert len([r for r in runs if r["long"] is not None]) == 96
+    assert _figures(runs) == (2, 4, 2)  # failed, flagged, flags that came true
 
 
-def test_over_every_recorded_set_the_flags_came_true_and_most_failures_were_flagged():
-    # every set together, fitting sets included (not held-out figures): 19 late failures among 283 configs ok at
-    # 20 steps, 15 flagged (recall 0.79, below the issue's 0.8), 15 flags, all came true. Over the candidates (ok
-    # and learned at 20 steps): 9 failures, 9 flagged, 9 flags; the unflagged candidates, 178, none failed.
+def test_over_every_recorded_set_most_failures_were_flagged_and_no_unflagged_candidate_failed():
+    # every set together, fitting sets included (not held-out figures): 21 late failures among 339 configs ok at
+    # 20 steps, 17 flagged (recall 0.81), 19 flags, 17 came true (precision 0.89). Over the candidates (ok and
+    # learned at 20 steps): 11 failures, all flagged, 13 flags; the unflagged candidates, none failed by step 500.
     runs = [r for path in SETS for r in load(path)["runs"]]
-    failed, flagged, hits = _figures(runs)
-    assert failed >= 19 and hits == flagged and hits / failed >= 0.75
+    assert _figures(runs) == (21, 19, 17)
     candidates = [r for r in runs if r["short"].get("learned")]
-    failed, flagged, hits = _figures(candidates)
-    assert failed >= 9 and hits == flagged == failed
+    assert _figures(candidates) == (11, 13, 11)
     assert not [r for r in candidates if r["long"] is not None and not _risks(r) and r["outcome"] in FAILED]
 
 
