@@ -370,6 +370,21 @@ def test_help_exits_0_and_shows_examples(args, tmp_path):
     assert done.stderr == ""
 
 
+def test_a_reader_that_goes_away_is_no_error(tmp_path):
+    # `tuner jobs | head`: stdout a pipe whose reader is gone before the first write (closed here, so on any
+    # machine). tuner ui prints its first line before it starts anything (a store file is all it checks before).
+    (tmp_path / "mlflow").mkdir()
+    (tmp_path / "mlflow" / "mlflow.db").touch()
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        done = subprocess.run([sys.executable, "-m", "tuner.cli", "ui", "--port", "1"], cwd=tmp_path, stdout=write,
+                              stderr=subprocess.PIPE, text=True, timeout=60)
+    finally:
+        os.close(write)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+
+
 # -- --run-id must be a search of --experiment ---------------------------------------------------------------------
 
 

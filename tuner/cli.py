@@ -498,6 +498,16 @@ COMMANDS = {"sync": cmd_sync, "search": cmd_search, "trial": cmd_trial, "verify"
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        # The reader went away (`tuner jobs | head`): what it did not read is not an error. No traceback, and none
+        # from Python flushing the closed stdout at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
+
+
+def _main(argv: list[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:
