@@ -36,6 +36,7 @@ from tuner.errors import TunerError
 
 SAMPLERS = ("tpe", "random", "grid")
 SUBMITTED_JOB_ENV = "TUNER_JOB"  # set by tuner submit in the search's environment on the cluster: its Ray job id
+CLUSTER_ENV = "TUNER_CLUSTER"  # the cluster's job server, when --cluster is left out (and in a submitted search's)
 DEFAULT_TRIALS = 12  # --trials left out (grid: every point)
 
 

@@ -15,14 +15,12 @@ import socket
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from tuner.config.options import SUBMITTED_JOB_ENV
+from tuner.config.options import CLUSTER_ENV
 from tuner.errors import TunerError
 
 if TYPE_CHECKING:
     from ray.job_submission import JobDetails, JobSubmissionClient
 
-CLUSTER_ENV = "TUNER_CLUSTER"  # the job server's address, when --cluster is left out
-JOB_ENV = SUBMITTED_JOB_ENV  # set in a submitted search's environment: its job id
 DEFAULT_PORT = 8265  # Ray's dashboard and job server
 TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tuner.config.options import SUBMITTED_JOB_ENV, flag, option_field, option_fields
+from tuner.config.options import CLUSTER_ENV, SUBMITTED_JOB_ENV, flag, option_field, option_fields
 from tuner.config.trainers import DEFAULT_TRAINER
 from tuner.errors import TunerError
 
@@ -140,14 +140,20 @@ def check_given(given: dict[str, Any], root: Path) -> None:
                              "of this folder")
 
 
+def _search_of(given: dict[str, Any]) -> tuple[str, str]:
+    """The trainer and model the search will run, as far as the typed options say ("" where a file named in them
+    decides: the --from file's, the --search-space file's)."""
+    trainer = given.get("trainer") or ("" if given.get("from_config") or given.get("search_space")
+                                       else DEFAULT_TRAINER)
+    return trainer, given.get("model") or ("" if given.get("from_config") else "tiny")
+
+
 def _experiment(given: dict[str, Any], job_id: str) -> str:
     """An experiment of the job's own: ``<trainer>-<model>-<job id's tail>``, unless --experiment is given."""
     if given.get("experiment"):
         return given["experiment"]
-    trainer = given.get("trainer") or (None if given.get("from_config") or given.get("search_space")
-                                       else DEFAULT_TRAINER)
-    model = given.get("model") or (None if given.get("from_config") else "tiny")
-    model = model.rstrip("/").rsplit("/", 1)[-1] if model else None
+    trainer, model = _search_of(given)
+    model = model.rstrip("/").rsplit("/", 1)[-1]
     return "-".join(part for part in (trainer, model, job_id.removeprefix("tuner-")) if part)
 
 
@@ -175,7 +181,7 @@ def _send(client: JobSubmissionClient, cluster: str, job_id: str, words: list[st
     entrypoint = shlex.join(["tuner", "search", "--ray-address", "auto", *words])
     runtime_env = {
         "working_dir": str(folder.root), "excludes": folder.excludes,
-        "env_vars": {SUBMITTED_JOB_ENV: job_id, "TUNER_CLUSTER": cluster, "PYTHONUNBUFFERED": "1",
+        "env_vars": {SUBMITTED_JOB_ENV: job_id, CLUSTER_ENV: cluster, "PYTHONUNBUFFERED": "1",
                      # read by the job's supervisor: how long the search has to end cleanly after `tuner stop`
                      "RAY_JOB_STOP_WAIT_TIME_S": str(STOP_WAIT_S)},
     }
@@ -206,10 +212,8 @@ def submit(client: JobSubmissionClient, cluster: str, given: dict[str, Any], fol
         given["cluster_share"] = DEFAULT_SHARE
     words = search_words(given)
     share = search_words({k: given[k] for k in ("cluster_share", "max_gpus") if k in given})
-    trainer = given.get("trainer") or ("" if given.get("from_config") or given.get("search_space")
-                                       else DEFAULT_TRAINER)
-    metadata = {"user": user, "experiment": given["experiment"], "trainer": trainer,
-                "model": given.get("model") or ("" if given.get("from_config") else "tiny"),
+    trainer, model = _search_of(given)
+    metadata = {"user": user, "experiment": given["experiment"], "trainer": trainer, "model": model,
                 "share": shlex.join(share)}
     return _send(client, cluster, job_id, words, folder, metadata, given["experiment"])
 

@@ -165,11 +165,11 @@ def resume_command(experiment: str, store: str | None = None, tracking_uri: str 
     import shlex
     from pathlib import Path
 
-    from tuner.config.options import SUBMITTED_JOB_ENV
+    from tuner.config.options import CLUSTER_ENV, SUBMITTED_JOB_ENV
 
     job = os.environ.get(SUBMITTED_JOB_ENV)
     if job:
-        cluster = os.environ.get("TUNER_CLUSTER")
+        cluster = os.environ.get(CLUSTER_ENV)
         return shlex.join(["tuner", "submit", "--resume", job, *(["--cluster", cluster] if cluster else [])])
     words = ["tuner", "search", "--resume", experiment]
     if store and Path(store).resolve() != Path("mlflow").resolve():
