@@ -14,7 +14,8 @@ from tuner.config.space import parse_space
 from tuner.config.user_yaml import load_yaml
 from tuner.search import _sampling as sampling
 from tuner.search import _warm as warm
-from tuner.stores.tags import DATA_TAG, HARDWARE_TAG, STUDY_STORAGE_TAG, STUDY_TAG, WARM_START_TAG
+from tuner.stores.tags import (DATA_TAG, HARDWARE_TAG, STUDY_STORAGE_TAG, STUDY_TAG, WARM_FALLBACK_TAG,
+                               WARM_START_TAG)
 
 HERE = warm.Here("reward", "tiny", "NVIDIA H100 80GB HBM3", ("fp32", "bf16-mixed", "fp16-mixed", "bf16-pure",
                                                              "fp16-pure"), "builtin:reward")
@@ -206,3 +207,48 @@ def test_a_warm_search_on_the_same_data_runs_half_the_default_trials_and_says_so
     # other data: nothing told to the sampler, so nothing counts toward this search's budget
     other = warm.build([source(trials, recommended=trials[0], data="sha256:abc")], HERE, space(), n_trials=12)
     assert other.budget(12) == 12 and "instead of" not in warm.describe(other, HERE)
+
+
+def test_a_warm_search_falls_back_to_the_default_trials_only_when_every_pick_failed_here():
+    trials = [trial(0, "fp32", lr=2e-3), trial(1, "fp32", lr=4e-3)]
+    built = warm.build([source(trials, recommended=trials[0])], HERE, space(), n_trials=12)
+    assert built.budget(12) == 6
+    pick = {**trial(0, "fp32", lr=2e-3), "status": "diverged", "learned": False}
+    assert warm.fell_back([], built) is None  # the pick still runs
+    assert warm.fell_back([pick], built) == 12
+    assert "runs the default 12 trials" in warm.fallback_line(12, built)
+    assert warm.fell_back([{**pick, "status": "ok", "learned": False}], built) == 12  # stable, learned nothing
+    assert warm.fell_back([{**pick, "status": "ok", "learned": True}], built) is None  # it did well here
+    assert warm.fell_back([{**pick, "status": "pruned"}], built) is None  # others beat it: nothing wrong with it
+    assert warm.fell_back([{**pick, "confirms": 0}], built) is None  # a confirmation re-run is not the pick's trial
+    # a search whose budget the earlier trials did not cut (--trials N, other data) has nothing to go back to
+    other = warm.build([source(trials, recommended=trials[0], data="sha256:abc")], HERE, space(), n_trials=12)
+    assert other.budget(12) == 12 and warm.fell_back([pick], other) is None
+
+
+FLOAT_SPACE = CONFIRM_SPACE.replace("{type: categorical, choices: [1.0e-3, 2.0e-3]}",
+                                    "{type: float, low: 1.0e-3, high: 2.0e-3, log: true}")
+
+
+@pytest.mark.slow
+def test_a_pick_that_diverges_here_sends_the_warm_search_back_to_the_default_trials(two_searches, monkeypatch):
+    from tuner.search import _prepare
+
+    first = two_searches[0]
+    pick = first.outcome.recommended["params"]["learning_rate"]
+    # the earlier recommendation diverges here (its weights poisoned after step 2: a real NaN for the guard)
+    monkeypatch.setenv("TUNER_FAULT", "nan@2")
+    monkeypatch.setenv("TUNER_FAULT_WHEN", f"learning_rate={pick!r}")
+    monkeypatch.setattr(_prepare, "DEFAULT_TRIALS", 4)  # warm: 3 trials (its pick and two more); back to 4
+    root: Path = first.root
+    (root / "float.yaml").write_text(FLOAT_SPACE)  # the store's own folder: the first search is found there
+    third = run_search_in(root, search_space=str(root / "float.yaml"), experiment="third", trainer="reward",
+                          max_steps=8, seed=3, confirm_seeds=0, warm_start=first.outcome.parent_run_id)
+    assert third.prepared.n_trials == 3 and third.prepared.warm.trials == (3, 4)
+    said = "\n".join(third.echoed)
+    assert "warm start: trial 0, the earlier recommendation, failed here (diverged" in said, said
+    assert "warm start: the earlier recommendation failed here; the search runs the default 4 trials" in said, said
+    numbers = sorted(r["number"] for r in third.outcome.records)
+    assert numbers == [0, 1, 2, 3], numbers  # the trials already run kept, one more run: 4 in all
+    tags = mlflow_client(third).get_run(third.outcome.parent_run_id).data.tags
+    assert tags[WARM_FALLBACK_TAG] == "4"  # --resume goes on with 4

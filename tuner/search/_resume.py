@@ -19,7 +19,7 @@ from typing import Any
 from tuner.errors import TunerError
 from tuner.records import TrialRecord
 from tuner.search import _sampling as sampling
-from tuner.stores.tags import WARM_START_TAG
+from tuner.stores.tags import WARM_FALLBACK_TAG, WARM_START_TAG
 
 __all__ = ["resume_options", "reattach"]
 
@@ -46,7 +46,9 @@ def resume_options(options) -> tuple[Any, str]:
         space = None if space in ("None", "null", "") else space
     resumed = dataclasses.replace(
         options,
-        trainer=p["trainer"], model=p["model"], sampler=p["sampler"], trials=int(p["trials"]),
+        # the trials it was running: a warm search whose earlier picks failed had gone back to the default
+        trainer=p["trainer"], model=p["model"], sampler=p["sampler"],
+        trials=int(run.data.tags.get(WARM_FALLBACK_TAG) or p["trials"]),
         max_steps=int(p["max_steps"]), seed=int(p["seed"]), search_space=space, from_config=from_config,
         dataset=None if p.get("dataset", "builtin") == "builtin" else p["dataset"],
         reward_funcs=json.loads(p.get("reward_funcs", "null")),

@@ -21,6 +21,8 @@ What is reused, each rule also in docs/how-a-search-works.md ("Warm start"):
   own, with their objective and constraint as they were told then; learning knobs keep their full range.
 - trust: nothing is recommended from them. The picks are trials of this search, on this data and these seeds, and
   confirmed as any candidate is; a pick that fails here is said (``told_line``) and the search goes on exploring.
+  When every pick failed here (``fell_back``), a search whose budget the earlier trials had cut runs the default
+  trials again: a cold search's exploration, the trials already run kept.
 """
 
 from __future__ import annotations
@@ -39,8 +41,8 @@ from tuner.errors import TunerError
 from tuner.records import Status, TrialRecord
 from tuner.stores.tags import DATA_TAG, HARDWARE_TAG, KIND_TAG, PRECISIONS_TAG, WARM_START_TAG
 
-__all__ = ["Here", "Source", "WarmStart", "build", "fingerprint", "hardware", "identity", "left_out", "pick_of",
-           "read_sources", "told_line"]
+__all__ = ["Here", "Source", "WarmStart", "build", "fell_back", "fingerprint", "hardware", "identity", "left_out",
+           "pick_of", "read_sources", "told_line"]
 
 MAX_SOURCES = 3  # the newest matching searches used
 MAX_PICKS = 2  # earlier recommendations run first, at most
@@ -361,3 +363,28 @@ def told_line(record: dict[str, Any], warm: WarmStart) -> str | None:
     why = record.get("reason") or ("stable but did not learn" if rec.is_ok(record) else record.get("status"))
     return (f"warm start: trial {number}, the earlier recommendation, failed here ({record.get('status')}: {why}); "
             "the search goes on exploring")
+
+
+def fell_back(told: list[dict[str, Any]], warm: WarmStart) -> int | None:
+    """The trials a warm search runs once every earlier pick has ended here and none held and learned (diverged,
+    crashed, did not learn; not one that halving stopped for falling behind, which others beat): the default it had
+    cut (``WarmStart.budget``), so that it explores as a cold search would. None while a pick runs, when one did
+    well, or when its budget was not cut. ``told``: the records of this search's trials that have ended."""
+    if warm.trials is None or not warm.picks:
+        return None
+    from tuner.verdicts import recommend as rec
+
+    picks = {r.get("number"): r for r in told if r.get("number") in warm.pick_numbers() and "confirms" not in r
+             and "extends" not in r and "remeasures" not in r}
+    if len(picks) < len(warm.picks):
+        return None
+    if any(r.get("status") == Status.PRUNED or (rec.is_ok(r) and rec.learned(r)) for r in picks.values()):
+        return None
+    return warm.trials[1]
+
+
+def fallback_line(trials: int, warm: WarmStart) -> str:
+    """What the search says when it falls back (``fell_back``)."""
+    whose = "the earlier recommendations" if len(warm.picks) > 1 else "the earlier recommendation"
+    return (f"warm start: {whose} failed here; the search runs the default {trials} trials, as a cold search "
+            f"explores (the {warm.trials[0] if warm.trials else trials} it planned kept)")

@@ -44,6 +44,7 @@ from tuner.stores.tags import (
     STOPPED_BECAUSE_TAG,
     STUDY_STORAGE_TAG,
     STUDY_TAG,
+    WARM_FALLBACK_TAG,
 )
 from tuner.trial import TrialSpec
 from tuner.verdicts import recommend as rec
@@ -339,13 +340,15 @@ def _search(prepared, tracker, study, run_name, records, placement, progress, st
             return _neighbours.neighbours(prepared.space, prepared.first, record)[
                 :_neighbours.neighbour_count(prepared.n_trials)]
     proposer = Proposer(study, prepared.space, o.sampler, prepared.n_trials, done=records,
-                        device=placement.device, fits=placement.check, after_first=after_first,
-                        on_told=_warm_news(warm, echo))
+                        device=placement.device, fits=placement.check, after_first=after_first)
     keep = 1 + _neighbours.neighbour_count(prepared.n_trials) if prepared.first is not None else 0
     searcher = execution.OptunaSearcher(proposer, base_spec, o.trial_timeout, n_search=remaining,
                                         then=next_job, done=records, fits=placement.check, prune_slow=prunes(o),
                                         keep_first=keep)
-    at_most = remaining + longer.most_runs + schedule.most_runs + speed.most_runs  # FINISHED when it has fewer
+    proposer.on_told = _warm_news(warm, echo, proposer, searcher, tracker, progress, prepared.n_trials)
+    # a warm search whose earlier picks fail here goes back to the default trials it had cut (_warm.fell_back)
+    spare = warm.trials[1] - prepared.n_trials if warm and warm.trials else 0
+    at_most = remaining + spare + longer.most_runs + schedule.most_runs + speed.most_runs  # FINISHED when it has fewer
     if at_most:
         execution.run_trials(name=f"{run_name}-{len(records)}", storage=ray_storage, per_trial=placement.resources,
                              concurrency=placement.concurrency,
@@ -367,16 +370,24 @@ def _search(prepared, tracker, study, run_name, records, placement, progress, st
     return outcome
 
 
-def _warm_news(warm, echo):
-    """record -> None: says how a warm start's earlier pick did here, when its trial ends."""
+def _warm_news(warm, echo, proposer, searcher, tracker, progress, n_trials: int):
+    """record -> None: says how a warm start's earlier pick did here, when its trial ends; once every pick has
+    failed here, a search whose budget they had cut runs the default trials again (said, and tagged for --resume)."""
     if not warm or not warm.picks:
         return None
     from tuner.search import _warm
 
     def news(record):
         line = _warm.told_line(record, warm)
-        if line:
-            echo(line)
+        if not line:
+            return  # not a pick's trial
+        echo(line)
+        trials = _warm.fell_back(proposer.finished, warm)
+        if trials is not None and trials > n_trials:  # the last pick's trial: said once
+            searcher.n_search += trials - n_trials
+            progress.total += trials - n_trials
+            echo(_warm.fallback_line(trials, warm))
+            tracker.set_tags({WARM_FALLBACK_TAG: str(trials)})
     return news
 
 

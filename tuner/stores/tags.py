@@ -34,3 +34,4 @@ HARDWARE_TAG = "tuner.hardware"  # where its trials ran: "cpu", the GPU's name, 
 PRECISIONS_TAG = "tuner.precisions"  # the precisions that hardware can run, comma-joined in the table's order
 DATA_TAG = "tuner.data"  # the dataset's fingerprint: builtin:TRAINER, sha256:DIGEST of a local file, hub:ID
 WARM_START_TAG = "tuner.warm_start"  # the search runs it warm-started from, comma-joined ("" or absent: none)
+WARM_FALLBACK_TAG = "tuner.warm_fallback"  # the trials a warm search runs after its earlier picks failed here
