@@ -14,8 +14,7 @@ from tuner.config.space import parse_space
 from tuner.config.user_yaml import load_yaml
 from tuner.search import _sampling as sampling
 from tuner.search import _warm as warm
-from tuner.stores.tags import (DATA_TAG, HARDWARE_TAG, STUDY_STORAGE_TAG, STUDY_TAG, WARM_FALLBACK_TAG,
-                               WARM_START_TAG)
+from tuner.stores.tags import DATA_TAG, HARDWARE_TAG, STUDY_STORAGE_TAG, STUDY_TAG, WARM_FALLBACK_TAG, WARM_START_TAG
 
 HERE = warm.Here("reward", "tiny", "NVIDIA H100 80GB HBM3", ("fp32", "bf16-mixed", "fp16-mixed", "bf16-pure",
                                                              "fp16-pure"), "builtin:reward")
@@ -71,6 +70,51 @@ def test_nothing_is_left_out_without_evidence_tied_to_the_precision(why, trials,
 def test_crashes_on_other_hardware_leave_nothing_out():
     trials = [trial(0, "fp16-pure", "crashed"), trial(1, "fp16-pure", "crashed"), trial(2, "fp32")]
     assert warm.left_out([source(trials, hardware="cpu")], HERE, ["fp32", "fp16-pure"]) == {}
+
+
+def batch_trial(number: int, size: int, status: str = "ok", precision: str = "fp32") -> dict:
+    record = trial(number, precision, status)
+    return {**record, "params": {**record["params"], "per_device_train_batch_size": size}}
+
+
+def test_a_batch_size_that_ran_out_of_memory_in_every_trial_is_left_out_with_every_larger_one():
+    trials = [batch_trial(0, 8, "oom"), batch_trial(1, 8, "oom", precision="bf16-pure"), batch_trial(2, 4),
+              batch_trial(3, 16, "oom")]
+    found = warm.batches_left_out([source(trials)], HERE, [2, 4, 8, 16, 32])
+    assert found == {8: "out of memory in 2 of 2 trials there", 16: "larger than 8, out of memory there",
+                     32: "larger than 8, out of memory there"}
+    built = warm.build([source(trials, recommended=trials[2])], HERE, space_with_batches(), n_trials=12)
+    assert built.batches_left_out == {8: found[8], 16: found[16]}  # the space's choices only
+    assert "per_device_train_batch_size 8, 16 left out (out of memory in 2 of 2 trials there)" in built.line
+    # the trials at the sizes left out are not told to the sampler; the one at 4 is
+    assert [r["number"] for r in built.priors] == [2]
+
+
+@pytest.mark.parametrize("why, trials, kwargs", [
+    ("one OOM is no evidence", [batch_trial(0, 8, "oom"), batch_trial(1, 4)], {}),
+    ("a size that also ran", [batch_trial(0, 8, "oom"), batch_trial(1, 8, "oom"), batch_trial(2, 8), batch_trial(3, 4)],
+     {}),
+    ("nothing smaller ran: the batch is not shown to be the cause", [batch_trial(0, 8, "oom"), batch_trial(1, 8, "oom")],
+     {}),
+    ("a crash is not out of memory", [batch_trial(0, 8, "crashed"), batch_trial(1, 8, "crashed"), batch_trial(2, 4)],
+     {}),
+    ("too_big never ran", [batch_trial(0, 8, "too_big"), batch_trial(1, 8, "too_big"), batch_trial(2, 4)], {}),
+    ("a --from file's batch size runs as written", [batch_trial(0, 8, "oom"), batch_trial(1, 8, "oom"),
+                                                    batch_trial(2, 4)], {"keep": ("fp32", 8)}),
+])
+def test_no_batch_size_is_left_out_without_evidence(why, trials, kwargs):
+    assert warm.batches_left_out([source(trials)], HERE, [4, 8], **kwargs) == {}, why
+
+
+def test_ooms_on_other_hardware_leave_no_batch_size_out_and_the_smallest_is_always_kept():
+    trials = [batch_trial(0, 8, "oom"), batch_trial(1, 8, "oom"), batch_trial(2, 4)]
+    assert warm.batches_left_out([source(trials, hardware="cpu")], HERE, [4, 8]) == {}
+    assert warm.batches_left_out([source(trials)], HERE, [8, 16]) == {16: "larger than 8, out of memory there"}
+
+
+def space_with_batches():
+    return parse_space(load_yaml(SPACE.replace("fixed: {per_device_train_batch_size: 8}\n", "").replace(
+        "params:\n", "params:\n  per_device_train_batch_size: {type: categorical, choices: [4, 8, 16]}\n")), "space.yaml")
 
 
 def test_the_space_keeps_a_precision():

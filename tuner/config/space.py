@@ -283,6 +283,19 @@ class SearchSpace(BaseModel):
         return copy
 
 
+    def without_choices(self, name: str, dropped: list) -> "SearchSpace":
+        """A copy whose categorical ``name`` excludes ``dropped`` (at least one choice kept: the caller's rule)."""
+        p = self.params.get(name)
+        if not isinstance(p, CategoricalParam) or not dropped:
+            return self
+        params = dict(self.params)
+        params[name] = CategoricalParam(type="categorical", choices=[v for v in p.choices if v not in dropped],
+                                        when=p.when)
+        copy = self.model_copy(update={"params": params})
+        copy.source = self.source
+        return copy
+
+
 def _values(p) -> list:
     if isinstance(p, CategoricalParam):
         return list(p.choices)

@@ -241,6 +241,12 @@ def prepare(options: SearchOptions) -> Prepared:
         space = space.without_precisions(list(warm.left_out))
         if grid is not None:
             grid = [point for point in grid if point.get("precision") not in warm.left_out]
+    if warm.batches_left_out:  # batch sizes that ran out of memory on this hardware in every earlier trial
+        from tuner.search._warm import BATCH
+
+        space = space.without_choices(BATCH, list(warm.batches_left_out))
+        if grid is not None:
+            grid = [point for point in grid if point.get(BATCH) not in warm.batches_left_out]
     if grid is not None and warm.picks:  # the earlier picks run first, each once, after a --from trial 0
         picked = []
         for pick in warm.picks:
@@ -278,7 +284,8 @@ def _warm_start(o: SearchOptions, uri: str, space: SearchSpace, cannot: dict[str
     assert o.trainer is not None and o.model is not None  # prepare resolved both before this
     here = _warm.identity(o.trainer, o.model, o.dataset, o.gpus_per_trial, o.ray_address, cannot)
     sources = _warm.read_sources(uri, Path(o.store), here, o.warm_start)
-    keep = (source.params["precision"],) if source is not None else ()
+    # a --from file's precision and batch size run as written
+    keep = (source.params["precision"], source.params.get(_warm.BATCH)) if source is not None else ()
     return here, _warm.build(sources, here, space, n_trials, keep=keep, after_first=first is not None)
 
 

@@ -17,6 +17,9 @@ What is reused, each rule also in docs/how-a-search-works.md ("Warm start"):
 - left out: a precision every trial of which crashed in the sources on this hardware (at least two trials), while
   another precision there did not crash: the crash follows the precision on this device, not the data. Never the
   space's last precision, nor the precision of a ``--from`` file.
+- left out too: a batch size (per_device_train_batch_size) every trial of which ran out of memory in the sources on
+  this hardware (at least two trials, whatever the other knobs), while a smaller one ran: it and every larger
+  choice leave the space (memory grows with the batch). Never the smallest choice, nor a ``--from`` file's.
 - priors: the trials of sources on the same data and hardware are told to the sampler (Optuna) before this search's
   own, with their objective and constraint as they were told then; learning knobs keep their full range.
 - trust: nothing is recommended from them. The picks are trials of this search, on this data and these seeds, and
@@ -41,7 +44,7 @@ from tuner.errors import TunerError
 from tuner.records import Status, TrialRecord
 from tuner.stores.tags import DATA_TAG, HARDWARE_TAG, KIND_TAG, PRECISIONS_TAG, WARM_START_TAG
 
-__all__ = ["Here", "Source", "WarmStart", "build", "fell_back", "fingerprint", "hardware", "identity", "left_out",
+__all__ = ["BATCH", "Here", "Source", "WarmStart", "batches_left_out", "build", "fell_back", "fingerprint", "hardware", "identity", "left_out",
            "pick_of", "read_sources", "told_line"]
 
 MAX_SOURCES = 3  # the newest matching searches used
@@ -50,6 +53,7 @@ MAX_PICKS = 2  # earlier recommendations run first, at most
 # the earlier trials, told to the sampler, count toward its budget; its pick is still confirmed on this data.
 WARM_BUDGET = 0.5
 MIN_EVIDENCE = 2  # trials at a precision, all crashed, before it is left out
+BATCH = "per_device_train_batch_size"  # the batch knob whose out-of-memory trials leave larger batches out
 CANDIDATES = 200  # finished search runs read from the store (their tags) to find the matching ones
 
 
@@ -89,6 +93,7 @@ class WarmStart:
     sources: list[Source] = field(default_factory=list)
     picks: list[dict[str, Any]] = field(default_factory=list)  # searched params to run first, in order
     left_out: dict[str, str] = field(default_factory=dict)  # precision -> the evidence ("crashed 4 of 4 there")
+    batches_left_out: dict[int, str] = field(default_factory=dict)  # batch size -> the evidence ("out of memory ...")
     priors: list[TrialRecord] = field(default_factory=list)  # earlier trial records told to the sampler
     notes: list[str] = field(default_factory=list)  # what was found but not reused, and why
     line: str = ""  # what the search says at its start
@@ -290,20 +295,47 @@ def left_out(sources: list[Source], here: Here, precisions: list[str], keep: tup
     return out
 
 
-def build(sources: list[Source], here: Here, space: SearchSpace, n_trials: int, keep: tuple[str, ...] = (),
+def batches_left_out(sources: list[Source], here: Here, choices: list, keep: tuple = ()) -> dict[int, str]:
+    """The batch sizes of ``choices`` to leave out, each with its evidence: the smallest size at which every trial in
+    the sources on this hardware ran out of memory (at least MIN_EVIDENCE, whatever their other knobs), while a
+    trial at a smaller size did not, and every choice larger than it. Never the smallest choice, nor those in
+    ``keep``."""
+    tried: dict[int, list[str]] = {}
+    for source in sources:
+        if source.was.hardware != here.hardware:
+            continue
+        for record in source.summary.get("trials") or []:
+            size = (record.get("params") or {}).get(BATCH)
+            if isinstance(size, int) and record.get("status") != Status.TOO_BIG:  # too_big: never ran
+                tried.setdefault(size, []).append(record.get("status"))
+    ran = [size for size, statuses in tried.items() if any(s != Status.OOM for s in statuses)]
+    failed = sorted(size for size, statuses in tried.items()
+                    if len(statuses) >= MIN_EVIDENCE and all(s == Status.OOM for s in statuses)
+                    and any(smaller < size for smaller in ran))
+    if not failed:
+        return {}
+    limit, n = failed[0], len(tried[failed[0]])
+    sizes = [c for c in choices if isinstance(c, int)]
+    return {c: (f"out of memory in {n} of {n} trials there" if c == limit else f"larger than {limit}, out of memory there")
+            for c in sizes if c >= limit and c != min(sizes) and c not in keep}
+
+
+def build(sources: list[Source], here: Here, space: SearchSpace, n_trials: int, keep: tuple = (),
           after_first: bool = False) -> WarmStart:
-    """What this search reuses of ``sources`` (newest first); ``keep``: precisions never left out (a --from file's);
-    ``after_first``: a --from trial 0 runs before the picks."""
+    """What this search reuses of ``sources`` (newest first); ``keep``: a precision and a batch size never left out
+    (a --from file's); ``after_first``: a --from trial 0 runs before the picks."""
     warm = WarmStart(sources=list(sources), first_pick=1 if after_first else 0)
     if not sources:
         return warm
     warm.left_out = left_out(sources, here, space.precisions() if "precision" in space.params else [], keep)
+    if BATCH in space.params:
+        warm.batches_left_out = batches_left_out(sources, here, space.values_of(BATCH), keep)
     most = min(MAX_PICKS, max(1, n_trials // 3))
     for source in sources:
         pick, why = pick_of(source.summary, space)
         if why:
             warm.notes.append(f"the recommendation of {source.run_name} is not run first: {why}")
-        if pick is not None and pick.get("precision") in warm.left_out:
+        if pick is not None and (pick.get("precision") in warm.left_out or pick.get(BATCH) in warm.batches_left_out):
             pick = None
         if pick is not None and pick not in warm.picks and len(warm.picks) < most:
             warm.picks.append(pick)
@@ -313,6 +345,7 @@ def build(sources: list[Source], here: Here, space: SearchSpace, n_trials: int, 
         if source.was.data == here.data and source.was.hardware == here.hardware:
             warm.priors += [{**r, "source": source.run_id} for r in source.summary.get("trials") or []
                             if (r.get("params") or {}).get("precision") not in warm.left_out
+                            and (r.get("params") or {}).get(BATCH) not in warm.batches_left_out
                             and distributions(space, r.get("params") or {}) is not None]
     warm.line = describe(warm, here)
     return warm
@@ -340,6 +373,9 @@ def describe(warm: WarmStart, here: Here) -> str:
     parts.append(f"{told} earlier trial{'s' if told != 1 else ''} told to the sampler" if told
                  else "their outcomes not told to the sampler (other data or hardware)")
     parts += [f"{precision} left out ({evidence})" for precision, evidence in warm.left_out.items()]
+    if warm.batches_left_out:
+        sizes = sorted(warm.batches_left_out)
+        parts.append(f"{BATCH} {', '.join(map(str, sizes))} left out ({warm.batches_left_out[sizes[0]]})")
     if warm.trials is not None:
         parts.append(f"{warm.trials[0]} trials instead of {warm.trials[1]}: the earlier ones count (--trials N to "
                      "run more)")
