@@ -18,6 +18,12 @@ rows drawn with another seed (``tuner.inputs.data.builtin_dataset(seed=1)``, wri
 has no second built-in dataset of its own, and ``--dataset builtin`` takes no seed), each in its own copy of the
 first store; there only the recommendation is reused (other data: nothing is told to the sampler).
 
+With ``--pick-fails`` it also runs, warm and cold, where the first search's pick fails: on the same data, with the
+pick made to diverge by tuner's fault hook (``TUNER_FAULT=nan@2`` limited to its learning rate: its weights are
+poisoned after step 2 whenever it runs, a real NaN the guard stops; on both sides, so that the cold search meets
+the same "data"). The warm search runs it first, sees it fail and falls back to the default trials
+(tuner.search._warm.fell_back); the target there: at most FAILS_TARGET x the cold search's trials and wall time.
+
 Measured for each second search (from its ``SearchOutcome`` and search.json, tuner.search.driver):
 
 - trials to the confirmed pick: the recommended trial's number + 1. The search numbers its own trials from 0;
@@ -56,6 +62,8 @@ if __package__ in (None, ""):
 OUTPUT = REPO / "bench" / "warm_start.json"
 SECTION = "## Warm start: the second search against a cold one (issue 35)"
 TARGET = 0.5  # warm / cold, trials to a confirmed pick
+FAILS_TARGET = 1.1  # the same where the earlier pick fails here
+PICK_FAILS = "pick fails"  # the data set label of that arm
 AS_GOOD = 0.9  # the warm pick's learning speed / the cold pick's, at least
 SECOND = 100  # the second search's seed: s + SECOND
 
@@ -212,10 +220,18 @@ def summarize(pairs: list[dict[str, Any]]) -> dict[str, Any]:
             "trial_0_is_first_pick": sum(bool(c.get("trial_0_is_first_pick")) for c in comparisons)}
 
 
-def judge(summary: dict[str, Any]) -> tuple[str, str]:
-    """(verdict, why) of the target: warm / cold trials to a confirmed pick <= 0.5 with a pick as good."""
+def judge(summary: dict[str, Any], label: str = "same data") -> tuple[str, str]:
+    """(verdict, why) of the target: warm / cold trials to a confirmed pick <= 0.5 with a pick as good; where the
+    earlier pick fails (``PICK_FAILS``), trials and wall time at most 1.1x cold."""
     ratio = summary["trials_ratio"]
     q = summary["quality"]
+    if label == PICK_FAILS:
+        wall = summary["wall_ratio"]
+        if ratio is None or wall is None:
+            return "not met", "neither side had a confirmed pick on half the seeds"
+        if ratio > FAILS_TARGET or wall > FAILS_TARGET:
+            return "not met", f"warm / cold trials {_fmt(ratio)}, wall {_fmt(wall)}: over {FAILS_TARGET}"
+        return "met", ""
     if ratio is None:
         return "not met", "neither side had a confirmed pick on half the seeds"
     if ratio > TARGET:
@@ -259,8 +275,28 @@ def _as_a_user(trials: int) -> int | None:
     return None if trials == DEFAULT_TRIALS else trials
 
 
+def _failing(pick: dict[str, Any] | None) -> dict[str, str] | None:
+    """The environment that makes ``pick`` diverge wherever it runs (tuner.trial._faults), or None (no pick)."""
+    lr = ((pick or {}).get("params") or {}).get("learning_rate")
+    return None if lr is None else {"TUNER_FAULT": "nan@2", "TUNER_FAULT_WHEN": f"learning_rate={lr!r}"}
+
+
+def _with_env(env: dict[str, str] | None, call):
+    """``call()`` with ``env`` set in this process (a search's own Ray, started inside, passes it to the trials)."""
+    saved = {k: os.environ.get(k) for k in env or {}}
+    os.environ.update(env or {})
+    try:
+        return call()
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 def run(seeds: list[int], trainer: str, trials: int, max_steps: int, confirm_seeds: int, other_data: bool,
-        workdir: Path, echo=print) -> dict[str, Any]:
+        workdir: Path, echo=print, pick_fails: bool = False) -> dict[str, Any]:
     from bench import report
 
     os.environ.setdefault("PYTHONWARNINGS", "ignore")
@@ -269,6 +305,8 @@ def run(seeds: list[int], trainer: str, trials: int, max_steps: int, confirm_see
     data_sets = [("same data", None, None)]
     if other_data:
         data_sets.append(("other data", *_other_data(workdir, trainer)))
+    if pick_fails:
+        data_sets.append((PICK_FAILS, None, None))
     pairs: list[dict[str, Any]] = []
     for seed in seeds:
         store = workdir / f"seed{seed}" / "warm"
@@ -283,14 +321,17 @@ def run(seeds: list[int], trainer: str, trials: int, max_steps: int, confirm_see
         copies["same data", "warm"] = store
         order = ["warm", "cold"] if seed % 2 == 0 else ["cold", "warm"]
         for label, dataset, reward_funcs in data_sets:
+            env = _failing(first["recommended"]) if label == PICK_FAILS else None
+            if label == PICK_FAILS and env is None:
+                echo(f"[warm_start] seed {seed}, {label}: not run, the first search recommended nothing")
+                continue
             second: dict[str, dict[str, Any]] = {}
             for side in order:
                 echo(f"[warm_start] seed {seed}, {label}: the second search, {side} (seed {seed + SECOND}) "
                      f"[{time.perf_counter() - started:.0f} s]")
-                second[side] = search(copies[label, side], "second", seed=seed + SECOND,
-                                      warm_start="auto" if side == "warm" else "none", dataset=dataset,
-                                      reward_funcs=reward_funcs, echo=echo,
-                                      **{**sizes, "trials": _as_a_user(trials)})
+                second[side] = _with_env(env, lambda: search(
+                    copies[label, side], "second", seed=seed + SECOND, warm_start="auto" if side == "warm" else "none",
+                    dataset=dataset, reward_funcs=reward_funcs, echo=echo, **{**sizes, "trials": _as_a_user(trials)}))
             comparison = compare(second["warm"], second["cold"])
             trial0 = next((r for r in second["warm"]["records"] if r["number"] == 0), None)
             picked = first["recommended"]
@@ -302,11 +343,14 @@ def run(seeds: list[int], trainer: str, trials: int, max_steps: int, confirm_see
             pairs.append(pair)
             echo("[warm_start] " + _seed_line(pair))
             shutil.rmtree(copies[label, "cold"], ignore_errors=True)
-    by_data = {label: summarize([p for p in pairs if p["data"] == label]) for label, _, _ in data_sets}
+    by_data = {label: summarize([p for p in pairs if p["data"] == label]) for label, _, _ in data_sets
+               if any(p["data"] == label for p in pairs)}
     return {"command": None, "machine": report.machine(), "versions": report.versions(), "model": "tiny", **sizes,
             "seeds": seeds, "second_seed_offset": SECOND,
             "other_data": ("builtin rows of seed 1, as a .jsonl file" if other_data else
                            "not run (--other-data: the built-in rows of another seed as a .jsonl file)"),
+            "pick_fails": ("the first pick made to diverge (TUNER_FAULT=nan@2 at its learning rate), both sides"
+                           if pick_fails else "not run (--pick-fails)"),
             "seconds": round(time.perf_counter() - started), "pairs": pairs, "summary": by_data}
 
 
@@ -347,7 +391,8 @@ def lines(data: dict[str, Any]) -> list[str]:
     out = [f"`{data.get('command')}` on {m.get('cpu')} ({m.get('cpus')} cores), {m.get('date')}: {data['trainer']} on"
            f" the {data['model']} model, the shipped space, {data['trials']} trials of {data['max_steps']} steps,"
            f" confirmation on {data['confirm_seeds']} more seeds; seeds {data['seeds']} (the second search's seed"
-           f" + {data['second_seed_offset']}); other data: {data['other_data']}; {data['seconds']} s.", "",
+           f" + {data['second_seed_offset']}); other data: {data['other_data']}; where the first pick fails:"
+           f" {data.get('pick_fails', 'not run')}; {data['seconds']} s.", "",
            "Trials to a confirmed pick: the pick's trial number + 1 (confirmation and longer re-runs keep their"
            " trial's number); a search without one counts as never. The pick's learning speed: progress x tokens/s"
            " on each of its seeds (its search run and its confirmation re-runs), the median compared.", "",
@@ -371,7 +416,7 @@ def lines(data: dict[str, Any]) -> list[str]:
             " warm pick as good (>= 0.9x) | confirmed picks, warm / cold | target |",
             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for label, s in data["summary"].items():
-        verdict, why = judge(s)
+        verdict, why = judge(s, label)
         q = s["quality"]
         out.append(f"| {label} | {s['seeds']} | {_fmt(s['trials_ratio'])} | {_fmt(s['wall_to_pick_ratio'])} |"
                    f" {_fmt(s['wall_ratio'])} | {q['good']} good, {q['worse']} worse, {q['not resolvable']} not"
@@ -412,6 +457,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--confirm-seeds", type=int, default=None,
                         help=f"default {DEFAULT[3]} ({QUICK[3]} with --quick)")
     parser.add_argument("--other-data", action="store_true", help="also the second search on other data")
+    parser.add_argument("--pick-fails", action="store_true",
+                        help="also the second search where the first search's pick diverges (the fault hook)")
     parser.add_argument("--workdir", default=None, help="the stores (default: a temp dir, removed)")
     parser.add_argument("--output", default=None, help=f"default {OUTPUT.relative_to(REPO)} (--quick: "
                         "warm_start-quick.json in the temp folder: a harness check is not the measurement)")
@@ -434,7 +481,8 @@ def main(argv: list[str] | None = None) -> int:
     workdir.mkdir(parents=True, exist_ok=True)
     try:
         data = run(seeds, args.trainer or trainer, args.trials or trials, args.max_steps or steps,
-                   confirm if args.confirm_seeds is None else args.confirm_seeds, args.other_data, workdir)
+                   confirm if args.confirm_seeds is None else args.confirm_seeds, args.other_data, workdir,
+                   pick_fails=args.pick_fails)
     finally:
         if not keep:
             shutil.rmtree(workdir, ignore_errors=True)

@@ -90,3 +90,15 @@ def test_render_writes_the_section_and_the_report_reads_the_json(tmp_path, monke
     monkeypatch.setattr(report, "WARM_START_JSON", tmp_path / "absent.json")
     assert report.warm_start_row().endswith("has not been run (bench/warm_start.json) |")
     assert "not built" in report.warm_start_row()
+
+
+def test_where_the_earlier_pick_fails_the_warm_search_may_cost_at_most_a_tenth_more():
+    near = [pair(0, side(8, [100.0], seconds=63.0), side(7, [100.0], seconds=60.0))]  # 9/8 trials: 1.125
+    s = ws.summarize(near)
+    assert ws.judge(s, ws.PICK_FAILS) == ("not met", "warm / cold trials 1.12, wall 1.05: over 1.1")
+    assert ws.judge(s) == ("not met", "warm / cold trials to a confirmed pick 1.12 > 0.5")  # another arm's target
+    even = ws.summarize([pair(0, side(7, [100.0], seconds=64.0), side(7, [100.0], seconds=60.0))])
+    assert ws.judge(even, ws.PICK_FAILS) == ("met", "")
+    assert ws._failing({"params": {"learning_rate": 0.0123}}) == {"TUNER_FAULT": "nan@2",
+                                                                 "TUNER_FAULT_WHEN": "learning_rate=0.0123"}
+    assert ws._failing(None) is None

@@ -79,6 +79,33 @@ def test_the_learning_stage_searches_learning_knobs_on_the_fastest_stable_system
     assert len({p["learning_rate"] for p in learning_stage}) == len(learning_stage)  # the learning knobs move
 
 
+def test_speeds_an_earlier_search_measured_here_replace_the_speed_stage():
+    space = load_space(None, "reward")
+    n = 6
+    # an earlier search's trials (a warm start's priors): their speed-stage measurements, fp16-pure fastest but unstable
+    first = sampling.Proposer(sampling.make_study("tpe", 3, 12, None, "first"), space, "tpe", 12)
+    known = []
+    for _ in range(first.stages.speed_trials):
+        trial, params = first.ask()
+        record = new_record(measured(params), number=trial.number, params=params, max_steps=20, seed=0)
+        first.tell(trial, record)
+        known.append(record)
+    assert staging.speed_known(known) and not staging.speed_known(known[:2])
+    proposer = sampling.Proposer(sampling.make_study("tpe", 4, n, None, "warm"), space, "tpe", n, known=known)
+    assert proposer.stages.speed_trials == 0 and proposer.stages.first_systems == ()
+    top = proposer.stages.systems([])  # ranked from the earlier trials alone before this search ran any
+    assert top == first.stages.systems(known)
+    for _ in range(n):
+        trial, params = proposer.ask()
+        assert trial.user_attrs["tuner.stage"] == "learning"
+        system = {k: params[k] for k in proposer.stages.speed_names if k in params}
+        assert any(system == {k: v for k, v in t.items() if k in system} for t in top), system
+        proposer.tell(trial, new_record(measured(params), number=trial.number, params=params, max_steps=20, seed=0))
+    # too few earlier speeds: the search measures its own
+    assert sampling.Proposer(sampling.make_study("tpe", 4, n, None, "few"), space, "tpe", n,
+                             known=known[:2]).stages.speed_trials == staging.MIN_SPEED_TRIALS
+
+
 @pytest.mark.parametrize("trainer", ["reward", "grpo", "dpo", "sft"])
 def test_the_first_trials_run_the_system_config_expected_fastest_on_its_device_with_lora_off_and_on(trainer):
     space = load_space(None, trainer)

@@ -263,6 +263,11 @@ def prepare(options: SearchOptions) -> Prepared:
     elif not o.trials and warm:  # a warm search's budget (tuner.search._warm.WarmStart.budget): said in its line
         n_trials = warm.budget(n_trials)
         warm.line = _warm_line(warm, here)
+    if warm and o.sampler == "tpe" and grid is None:  # the earlier trials' speeds: no speed stage of its own
+        from tuner.search._staging import speed_known
+
+        warm.speeds_reused = speed_known(warm.priors)
+        warm.line = _warm_line(warm, here)
 
     experiment = o.experiment or f"{o.trainer}-{model_label(inputs.model)}"
     return Prepared(o, space, model_path, uri, experiment, n_trials, grid, dropped, warnings, source=source,

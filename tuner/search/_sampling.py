@@ -234,12 +234,13 @@ class Proposer:
     """
 
     def __init__(self, study, space: SearchSpace, sampler: str, n_trials: int, done: Sequence[TrialRecord] = (),
-                 device: str = "cpu", fits=None, after_first=None, on_told=None):
+                 device: str = "cpu", fits=None, after_first=None, on_told=None, known: Sequence[TrialRecord] = ()):
         from tuner.search._staging import Stages
 
         self.study, self.space = study, space
         self.grid_size = grid_size(space)
-        self.stages = Stages.for_space(space, n_trials, device) if sampler == "tpe" else None
+        # known: a warm start's earlier trials here, whose speeds count as measured (tuner.search._staging)
+        self.stages = Stages.for_space(space, n_trials, device, known) if sampler == "tpe" else None
         self.fits = fits  # params -> None, or why they cannot fit in memory (tuner.search._placement.Placement.check)
         self.finished: list[TrialRecord] = list(done)
         self.asked = len(self.finished)  # a resumed search goes on in the stage it had reached

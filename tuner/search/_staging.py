@@ -19,6 +19,9 @@ them spends trials re-measuring the speed of learning-rate changes. So:
   second trial is the same with LoRA flipped (``first_systems``: faster on a large model, slower on a tiny
   one). A space of 100+ system configs and a speed stage of a few trials: a random start rarely lands near
   the fastest; this one starts there, and the sampler measures the rest (LoRA's rank, lengths);
+- a warm start's earlier trials on the same model, data and hardware (tuner.search._warm) measured speeds here
+  already: with at least MIN_SPEED_TRIALS of them stable (``speed_known``), the search has no speed stage, and
+  its learning stage ranks their system configs with its own from its first trial;
 - the learning stage (the rest): the system knobs are pinned to the fastest stable system configs measured so
   far (the top ``TOP_SYSTEMS``, taken in turn) and the sampler searches the learning knobs, where they change
   the answer. Successive halving (tuner.search._execution.Halving) stops trials of either stage that fall behind
@@ -115,6 +118,12 @@ def first_systems(space, fastest: dict[str, Any]) -> tuple[dict[str, Any], ...]:
     return (fastest,)
 
 
+def speed_known(records: Sequence[TrialRecord]) -> bool:
+    """Whether earlier trials measured enough speeds to skip a speed stage: at least MIN_SPEED_TRIALS of them ran
+    stable with a tokens/s (a warm start's trials on the same model, data and hardware: tuner.search._warm)."""
+    return sum(1 for r in records if r.get("status") in STABLE and r.get("tokens_per_second")) >= MIN_SPEED_TRIALS
+
+
 def _trl_defaults(entry: Adapter) -> dict[str, Any]:
     return {f.name: f.default for f in dataclasses.fields(entry.config_type())
             if f.default is not dataclasses.MISSING}
@@ -150,11 +159,15 @@ class Stages:
     speed_names: tuple[str, ...]  # the space's searched speed knobs
     # The first trials' system pins: expected_fastest, with LoRA off then on where the space searches it.
     first_systems: tuple[dict[str, Any], ...] = ()
+    # Speeds measured before this search (a warm start's earlier trials on this model, data and hardware): ranked
+    # with its own, and with at least MIN_SPEED_TRIALS of them the search has no speed stage of its own.
+    known: tuple[TrialRecord, ...] = ()
 
     @classmethod
-    def for_space(cls, space, n_trials: int, device: str = "cpu") -> "Stages | None":
+    def for_space(cls, space, n_trials: int, device: str = "cpu", known: Sequence[TrialRecord] = ()
+                  ) -> "Stages | None":
         """The staging of ``space`` for a ``n_trials`` search of trials on ``device``; None when one of the two
-        sides is empty."""
+        sides is empty. ``known``: earlier trials whose speeds count as measured here (``speed_known``)."""
         from tuner.config.space import FixedParam
 
         searched = {n: p for n, p in space.params.items() if not isinstance(p, FixedParam)}
@@ -164,6 +177,8 @@ class Stages:
             return None
         defaults = {**_trl_defaults(space.entry), **TUNER_DEFAULTS}
         pins = {n: safe_value(n, p, defaults.get(n)) for n, p in learning.items()}
+        if speed_known(known):  # the earlier search measured the speeds here: every trial searches learning knobs
+            return cls(0, pins, speed, (), tuple(known))
         return cls(max(MIN_SPEED_TRIALS, round(SPEED_SHARE * n_trials)), pins, speed,
                    first_systems(space, expected_fastest(space, device)))
 
@@ -177,7 +192,7 @@ class Stages:
 
     def systems(self, finished: Sequence[TrialRecord]) -> list[dict[str, Any]]:
         """The fastest stable system configs measured so far (speed knobs only), fastest first, each once."""
-        ranked = sorted((r for r in finished if r.get("status") in STABLE and r.get("tokens_per_second")),
+        ranked = sorted((r for r in [*self.known, *finished] if r.get("status") in STABLE and r.get("tokens_per_second")),
                         key=lambda r: -(r.get("tokens_per_second") or 0.0))
         seen, systems = set(), []
         for record in ranked:

@@ -22,6 +22,9 @@ What is reused, each rule also in docs/how-a-search-works.md ("Warm start"):
   choice leave the space (memory grows with the batch). Never the smallest choice, nor a ``--from`` file's.
 - priors: the trials of sources on the same data and hardware are told to the sampler (Optuna) before this search's
   own, with their objective and constraint as they were told then; learning knobs keep their full range.
+- speeds: with the tpe sampler, those same trials' tokens/s count as measured here (the model, data and hardware
+  match): with at least three stable ones the search has no speed stage of its own, and its learning stage runs
+  on the fastest system configs among theirs and its own (tuner.search._staging).
 - trust: nothing is recommended from them. The picks are trials of this search, on this data and these seeds, and
   confirmed as any candidate is; a pick that fails here is said (``told_line``) and the search goes on exploring.
   When every pick failed here (``fell_back``), a search whose budget the earlier trials had cut runs the default
@@ -99,6 +102,7 @@ class WarmStart:
     line: str = ""  # what the search says at its start
     first_pick: int = 0  # the search trial number of the first pick (1 after a --from trial 0)
     trials: tuple[int, int] | None = None  # (this search's trials, the default it replaces): the budget rule
+    speeds_reused: bool = False  # the priors' speeds count as measured here: no speed stage (tuner.search._staging)
 
     def budget(self, n_trials: int) -> int:
         """The trials a search of ``n_trials`` by default runs warm: WARM_BUDGET of them when earlier trials on the
@@ -372,6 +376,8 @@ def describe(warm: WarmStart, here: Here) -> str:
     told = len(warm.priors)
     parts.append(f"{told} earlier trial{'s' if told != 1 else ''} told to the sampler" if told
                  else "their outcomes not told to the sampler (other data or hardware)")
+    if warm.speeds_reused:
+        parts.append("their speeds reused (no speed stage)")
     parts += [f"{precision} left out ({evidence})" for precision, evidence in warm.left_out.items()]
     if warm.batches_left_out:
         sizes = sorted(warm.batches_left_out)
