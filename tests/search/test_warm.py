@@ -296,3 +296,17 @@ def test_a_pick_that_diverges_here_sends_the_warm_search_back_to_the_default_tri
     assert numbers == [0, 1, 2, 3], numbers  # the trials already run kept, one more run: 4 in all
     tags = mlflow_client(third).get_run(third.outcome.parent_run_id).data.tags
     assert tags[WARM_FALLBACK_TAG] == "4"  # --resume goes on with 4
+
+
+def test_a_grpo_search_under_another_reward_is_on_other_data(tmp_path):
+    rewards = tmp_path / "my_rewards.py"
+    rewards.write_text("def length(completions, **kwargs):\n    return [len(c) for c in completions]\n")
+    plain = warm.fingerprint(None, "grpo")
+    assert plain == warm.fingerprint(None, "grpo", ["builtin"]) == "builtin:grpo"  # the built-in reward: as before
+    mine = warm.fingerprint(None, "grpo", [f"{rewards}:length"])
+    assert mine.startswith("builtin:grpo+rewards:") and mine != plain
+    assert warm.fingerprint(None, "grpo", [f"{rewards}:length"]) == mine  # the same reward: the same data
+    assert warm.fingerprint(None, "grpo", [f"{rewards}:other"]) != mine  # another function of the file
+    rewards.write_text("def length(completions, **kwargs):\n    return [-len(c) for c in completions]\n")
+    assert warm.fingerprint(None, "grpo", [f"{rewards}:length"]) != mine  # the function's file changed
+    assert warm.fingerprint(None, "grpo", ["think_format_reward"]) != plain  # a TRL reward by name

@@ -287,7 +287,7 @@ def _warm_start(o: SearchOptions, uri: str, space: SearchSpace, cannot: dict[str
     from tuner.search import _warm
 
     assert o.trainer is not None and o.model is not None  # prepare resolved both before this
-    here = _warm.identity(o.trainer, o.model, o.dataset, o.gpus_per_trial, o.ray_address, cannot)
+    here = _warm.identity(o.trainer, o.model, o.dataset, o.gpus_per_trial, o.ray_address, cannot, o.reward_funcs)
     sources = _warm.read_sources(uri, Path(o.store), here, o.warm_start)
     # a --from file's precision and batch size run as written
     keep = (source.params["precision"], source.params.get(_warm.BATCH)) if source is not None else ()

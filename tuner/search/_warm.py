@@ -141,31 +141,49 @@ def hardware(gpus_per_trial: float | None, ray_address: str | None) -> str:
     return torch.cuda.get_device_name(0) if gpu and torch.cuda.is_available() else "cpu"
 
 
-def fingerprint(dataset: str | None, trainer: str) -> str:
-    """The dataset's identity: its content's sha256 for a local file (a folder: its files'), the id of a hub dataset,
-    or the trainer's built-in data."""
+def fingerprint(dataset: str | None, trainer: str, reward_funcs: list[str] | None = None) -> str:
+    """The data's identity: its content's sha256 for a local file (a folder: its files'), the id of a hub dataset,
+    or the trainer's built-in data; for GRPO, with ``reward_funcs`` other than the built-in one, also the rewards
+    (a reward is part of the task: the same prompts under another reward are other data): "+rewards:DIGEST" of
+    their names and, for a function in a file, the file's content."""
     if dataset in (None, "builtin"):
-        return f"builtin:{trainer}"
-    path = Path(dataset)
-    if not path.exists():
-        return f"hub:{dataset}"
+        data = f"builtin:{trainer}"
+    elif not Path(dataset).exists():
+        data = f"hub:{dataset}"
+    else:
+        path = Path(dataset)
+        digest = hashlib.sha256()
+        files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+        for file in files:
+            digest.update(str(file.relative_to(path) if file != path else file.name).encode())
+            _hash_file(digest, file)
+        data = f"sha256:{digest.hexdigest()[:16]}"
+    rewards = [spec for spec in reward_funcs or [] if spec != "builtin"]
+    if not rewards:
+        return data
     digest = hashlib.sha256()
-    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
-    for file in files:
-        digest.update(str(file.relative_to(path) if file != path else file.name).encode())
-        with open(file, "rb") as handle:
-            for block in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(block)
-    return f"sha256:{digest.hexdigest()[:16]}"
+    for spec in rewards:
+        where, _, function = spec.rpartition(":")
+        source = Path(where) if where and Path(where).is_file() else None
+        digest.update(function.encode() if source else spec.encode())
+        if source:
+            _hash_file(digest, source)
+    return f"{data}+rewards:{digest.hexdigest()[:12]}"
+
+
+def _hash_file(digest, file: Path) -> None:
+    with open(file, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
 
 
 def identity(trainer: str, model: str, dataset: str | None, gpus_per_trial: float | None, ray_address: str | None,
-             cannot: dict[str, str]) -> Here:
+             cannot: dict[str, str], reward_funcs: list[str] | None = None) -> Here:
     """This search as a warm start matches it (``cannot``: the precisions this hardware cannot run)."""
     from tuner.config import precision
 
     return Here(trainer, model, hardware(gpus_per_trial, ray_address),
-                tuple(p for p in precision.NAMES if p not in cannot), fingerprint(dataset, trainer))
+                tuple(p for p in precision.NAMES if p not in cannot), fingerprint(dataset, trainer, reward_funcs))
 
 
 # -- the MLflow reading ----------------------------------------------------------------------------------------------
