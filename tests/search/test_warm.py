@@ -310,3 +310,37 @@ def test_a_grpo_search_under_another_reward_is_on_other_data(tmp_path):
     rewards.write_text("def length(completions, **kwargs):\n    return [-len(c) for c in completions]\n")
     assert warm.fingerprint(None, "grpo", [f"{rewards}:length"]) != mine  # the function's file changed
     assert warm.fingerprint(None, "grpo", ["think_format_reward"]) != plain  # a TRL reward by name
+
+
+@pytest.mark.parametrize("model, expected", [
+    ("Qwen/Qwen2.5-0.5B", ("qwen/qwen2.5-{size}", 5e8)),
+    ("Qwen/Qwen2.5-1.5B-Instruct", ("qwen/qwen2.5-{size}-instruct", 1.5e9)),
+    ("HuggingFaceTB/SmolLM2-135M", ("huggingfacetb/smollm2-{size}", 1.35e8)),
+    ("/models/Llama-3.1-8B", ("llama-3.1-{size}", 8e9)),  # a local folder by its name
+    ("microsoft/phi-2", None),  # no size in the name
+    ("/models/tiny", None),
+])
+def test_a_model_family_and_size_are_read_from_the_size_in_its_name(model, expected):
+    assert warm.family(model) == expected
+
+
+def test_another_size_of_the_family_runs_its_pick_first_and_tells_nothing_else():
+    here = dataclasses.replace(HERE, model="Qwen/Qwen2.5-1.5B")
+    smaller = [batch_trial(0, 8, "oom"), batch_trial(1, 8, "oom"), batch_trial(2, 4),
+               batch_trial(3, 4, "crashed", "fp16-pure"), batch_trial(4, 4, "crashed", "fp16-pure")]
+    small = warm.Source("r1", "search-r1", "grpo", dataclasses.replace(HERE, model="Qwen/Qwen2.5-0.5B"),
+                        {"trials": smaller, "recommended": smaller[2]})
+    assert small.kin(here) and not small.matches(here)
+    assert not small.kin(dataclasses.replace(here, model="Qwen/Qwen2.5-1.5B-Instruct"))  # instruct: another family
+    assert not small.kin(dataclasses.replace(here, hardware="cpu"))
+    built = warm.build([small], here, space_with_batches(), n_trials=12)
+    assert built.picks == [{"per_device_train_batch_size": 4, "precision": "fp32", "learning_rate": 1e-3}]  # as it is
+    assert built.priors == [] and built.budget(12) == 12  # nothing told, the budget not cut
+    assert built.left_out == {"fp16-pure": "crashed 2 of 2 there"}  # a precision this hardware cannot run
+    assert sorted(built.batches_left_out) == [8, 16]  # a smaller model ran out of memory there: this one would too
+    assert built.line.startswith("warm start from search search-r1 of reward on Qwen2.5-0.5B (another size of "
+                                 "Qwen2.5-1.5B's family) (")
+    assert "their outcomes not told to the sampler (another model size)" in built.line
+    # a larger model's out-of-memory trials say nothing of a smaller one's
+    large = dataclasses.replace(small, was=dataclasses.replace(HERE, model="Qwen/Qwen2.5-7B"))
+    assert warm.build([large], here, space_with_batches(), n_trials=12).batches_left_out == {}

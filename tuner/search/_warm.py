@@ -7,7 +7,12 @@
 
 What matches (``--warm-start auto``, the default): finished search runs, in every experiment of the store, whose
 trainer, model and hardware (the device's name and the precisions it can run) are this search's, newest first, at
-most ``MAX_SOURCES``. The dataset is compared by fingerprint (``fingerprint``): same data or other data.
+most ``MAX_SOURCES``; when none is of this model, those of another size of its family (``family``: the same name
+but for its size, "Qwen/Qwen2.5-0.5B" and "Qwen/Qwen2.5-1.5B"). Of another size only this is reused: its
+recommendation runs first, as it is (tuner's pretrained learning-rate ranges are the same for every size, so its
+learning rate lies in this search's range too), a precision that crashed there on this hardware is left out, and
+a batch size that ran out of memory on a smaller model of the family; its trials are not told to the sampler
+(another size learns and runs at other speeds) and the budget is not cut. The dataset is compared by fingerprint (``fingerprint``): same data or other data.
 ``--warm-start RUN_ID`` uses that search run alone (its trainer must be this search's); ``none`` starts cold.
 
 What is reused, each rule also in docs/how-a-search-works.md ("Warm start"):
@@ -37,6 +42,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,7 +53,7 @@ from tuner.errors import TunerError
 from tuner.records import Status, TrialRecord
 from tuner.stores.tags import DATA_TAG, HARDWARE_TAG, KIND_TAG, PRECISIONS_TAG, WARM_START_TAG
 
-__all__ = ["BATCH", "Here", "Source", "WarmStart", "batches_left_out", "build", "fell_back", "fingerprint", "hardware", "identity", "left_out",
+__all__ = ["BATCH", "Here", "Source", "WarmStart", "batches_left_out", "build", "family", "fell_back", "fingerprint", "hardware", "identity", "left_out",
            "pick_of", "read_sources", "told_line"]
 
 MAX_SOURCES = 3  # the newest matching searches used
@@ -87,6 +93,13 @@ class Source:
     def matches(self, here: Here) -> bool:
         return (self.was.trainer, self.was.model, self.was.hardware, self.was.precisions) == \
             (here.trainer, here.model, here.hardware, here.precisions)
+
+    def kin(self, here: Here) -> bool:
+        """Another size of this search's model family (``family``), on the same trainer and hardware."""
+        mine, theirs = family(here.model), family(self.was.model)
+        return (self.was.trainer, self.was.hardware, self.was.precisions) == \
+            (here.trainer, here.hardware, here.precisions) and mine is not None and theirs is not None \
+            and mine[0] == theirs[0] and mine[1] != theirs[1]
 
 
 @dataclass
@@ -216,6 +229,23 @@ def read_sources(uri: str, store: Path, here: Here, requested: str) -> list[Sour
                          "check the store, or pass --warm-start auto or none") from None
 
 
+_SIZE = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)([bm])(?![a-z0-9])", re.IGNORECASE)
+
+
+def family(model: str) -> tuple[str, float] | None:
+    """(the model's family, its size in parameters) from a size in its name, as model hubs name sizes:
+    "Qwen/Qwen2.5-0.5B" -> ("Qwen/Qwen2.5-{size}", 5e8), "HuggingFaceTB/SmolLM2-135M-Instruct" ->
+    ("HuggingFaceTB/SmolLM2-{size}-Instruct", 1.35e8); a local folder by its own name. None without one size."""
+    path = model.rstrip("/")
+    name = Path(path).name if Path(path).is_absolute() else path
+    found = list(_SIZE.finditer(name))
+    if len(found) != 1:
+        return None
+    size = found[0]
+    scale = 1e9 if size.group(2).lower() == "b" else 1e6
+    return f"{name[:size.start()]}{{size}}{name[size.end():]}".lower(), float(size.group(1)) * scale
+
+
 def _read(client, here: Here, requested: str) -> list[Source]:
     if requested != "auto":
         return [_named(client, run_id.strip(), here, requested) for run_id in requested.split(",") if run_id.strip()]
@@ -223,16 +253,23 @@ def _read(client, here: Here, requested: str) -> list[Source]:
     runs = client.search_runs(list(experiments), filter_string=f"tags.`{KIND_TAG}` = 'search' and "
                               "attributes.status = 'FINISHED'", order_by=["attributes.start_time DESC"],
                               max_results=CANDIDATES) if experiments else []
-    found = []
+    found: list[Source] = []
+    kin: list[Source] = []
     for run in runs:
         source = _source(client, run, experiments[run.info.experiment_id], with_summary=False)
         if source.matches(here):
             source.summary = _summary(client, run.info.run_id)
             if source.summary:
                 found.append(source)
+        elif source.kin(here) and len(kin) < MAX_SOURCES:
+            kin.append(source)
         if len(found) == MAX_SOURCES:
             break
-    return found
+    if found:
+        return found
+    for source in kin:  # none of this model: the searches of another size of its family
+        source.summary = _summary(client, source.run_id)
+    return [source for source in kin if source.summary]
 
 
 def _named(client, run_id: str, here: Here, requested: str) -> Source:
@@ -323,8 +360,11 @@ def batches_left_out(sources: list[Source], here: Here, choices: list, keep: tup
     trial at a smaller size did not, and every choice larger than it. Never the smallest choice, nor those in
     ``keep``."""
     tried: dict[int, list[str]] = {}
+    mine = family(here.model)
     for source in sources:
-        if source.was.hardware != here.hardware:
+        theirs = family(source.was.model)
+        larger = source.was.model != here.model and (mine is None or theirs is None or theirs[1] > mine[1])
+        if source.was.hardware != here.hardware or larger:  # a larger model's OOM says nothing of this one's
             continue
         for record in source.summary.get("trials") or []:
             size = (record.get("params") or {}).get(BATCH)
@@ -363,8 +403,8 @@ def build(sources: list[Source], here: Here, space: SearchSpace, n_trials: int, 
             warm.picks.append(pick)
     from tuner.search._sampling import distributions
 
-    for source in sources:
-        if source.was.data == here.data and source.was.hardware == here.hardware:
+    for source in sources:  # trials of this model only: another size learns and runs at other speeds
+        if source.was.data == here.data and source.was.hardware == here.hardware and source.was.model == here.model:
             warm.priors += [{**r, "source": source.run_id} for r in source.summary.get("trials") or []
                             if (r.get("params") or {}).get("precision") not in warm.left_out
                             and (r.get("params") or {}).get(BATCH) not in warm.batches_left_out
@@ -384,6 +424,9 @@ def describe(warm: WarmStart, here: Here) -> str:
     where = here.hardware if hardware == {here.hardware} else f"{', '.join(sorted(hardware))}; here {here.hardware}"
     searches = f"{n} search{'es' if n > 1 else ''}" if n > 1 else f"search {warm.sources[0].run_name}"
     model = Path(here.model.rstrip("/")).name or here.model
+    others = sorted({Path(s.was.model.rstrip("/")).name or s.was.model for s in warm.sources if s.was.model != here.model})
+    if others:  # another size of its family (``family``)
+        model = f"{', '.join(others)} (another size of {model}'s family)"
     parts = []
     for number, _ in zip(warm.pick_numbers(), warm.picks):
         whose = "their" if n > 1 else "its"
@@ -393,6 +436,7 @@ def describe(warm: WarmStart, here: Here) -> str:
         parts.append("no recommendation of theirs to run first")
     told = len(warm.priors)
     parts.append(f"{told} earlier trial{'s' if told != 1 else ''} told to the sampler" if told
+                 else "their outcomes not told to the sampler (another model size)" if others
                  else "their outcomes not told to the sampler (other data or hardware)")
     if warm.speeds_reused:
         parts.append("their speeds reused (no speed stage)")
