@@ -71,9 +71,10 @@ REDUCED = replace(FULL, trials={"reward": 6, "grpo": 6}, max_steps={"reward": 20
                   notes=("6 trials per search instead of 12, on both sides",
                          "GRPO trials of 12 optimizer steps instead of 20, on both sides (the lookup's GRPO reference too)",
                          "speed reference trials of 6 steps (tokens/s over steps 3-6) instead of 10"))
-# Quick: just enough of every piece that each table row is produced (the smoke test).
-QUICK = Budget(seeds=1, trainers=("reward",), trials={"reward": 3}, max_steps={"reward": 6}, confirm_seeds=2,
-               speed_steps=4, speed_knobs=("precision",), lookup={"reward": (6, 6)}, lookup_seeds=3, search_budget=6,
+# Quick: just enough of every piece that each table row is produced (the smoke test): 2 trials a side (each side's
+# pick still runs on 2 more seeds) and 4 random reference trials behind the lookups (2 rounds of 2 at a time, not 3).
+QUICK = Budget(seeds=1, trainers=("reward",), trials={"reward": 2}, max_steps={"reward": 6}, confirm_seeds=2,
+               speed_steps=4, speed_knobs=("precision",), lookup={"reward": (4, 6)}, lookup_seeds=3, search_budget=6,
                notes=("quick: a harness check",), warm_up=False)
 BUDGETS = {"full": FULL, "reduced": REDUCED}
 REFERENCE_SEED = 0  # the reference trials' seed (and the random reference's sampler seed)

@@ -13,6 +13,14 @@ from pathlib import Path
 
 import pytest
 
+# One torch (OpenMP) thread per process, as Ray gives each trial of a search (OMP_NUM_THREADS for its 1-CPU slot):
+# set before anything imports torch, so it holds for the trials tests run in their own process (run_trial) and for
+# every process they start. torch's default, a thread per core, spins those threads against the other xdist worker
+# and the trial processes on the same cores: a reward trial of tests/search/test_from_config.py run in the test's
+# process took 228 s with 2 threads on a loaded 2-core machine, 17 s with 1 (bench/reference.py pins it for the
+# same reason). A thread count a developer has set is kept.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 
 @pytest.fixture(scope="session", autouse=True)
 def shared_weights_dir():

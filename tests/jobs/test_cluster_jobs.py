@@ -179,6 +179,17 @@ def test_two_searches_at_once_one_stopped_and_resumed_and_jobs_says_what_happene
     resumed_out = tuner(user_folder, "submit", "--resume", second, "--cluster", team.url)
     resumed = job_id(resumed_out)
     assert f"--resume {experiments[second]}" in resumed_out.stdout
+
+    # Meanwhile another user, another folder and a --store of their own: their search warm-starts from the team's
+    # finished searches of sft on tiny on this cluster, read through the shared MLflow server (its PostgreSQL). Sent
+    # beside the resumed job (each has half the cluster's CPUs), not after it: the first user's short search has
+    # finished, and that is the search their warm start is asserted to read.
+    bob = user_folder / "bob"
+    bob.mkdir()
+    (bob / "sft.yaml").write_text(SFT_SPACE)
+    sent = tuner(bob, "submit", *common, "--trials", "2", "--max-steps", "4", "--store", str(bob / "store"))
+    theirs = job_id(sent)
+
     log = wait_ended(team, user_folder, resumed)
     assert re.search(r"^resuming search-\S+: [1-5] of 6 trials already done$", log, re.MULTILINE), log[-3000:]
     assert re.search(r"^tuner: exit code (0|3)$", log, re.MULTILINE), log[-3000:]
@@ -187,24 +198,6 @@ def test_two_searches_at_once_one_stopped_and_resumed_and_jobs_says_what_happene
     numbers = {t.data.tags[tags.TRIAL_NUMBER_TAG] for t in trials if tags.CONFIRMS_TAG not in t.data.tags}
     assert len(numbers) == 6, numbers  # every trial once: the 1-5 kept, the rest run by the resumed job
 
-    # tuner jobs: a line per search, newest first, with what happened to each.
-    listing = tuner(user_folder, "jobs", "--cluster", team.url)
-    assert listing.returncode == 0, listing.stderr
-    lines = {line.split()[0]: line for line in listing.stdout.splitlines()[1:]}
-    assert list(lines)[0] == resumed and {first, second, resumed} <= set(lines), listing.stdout
-    assert "STOPPED (resumable)" in lines[second] and experiments[second] in lines[second]
-    assert f"resumes {second}" in lines[resumed] and " 6/6 " in lines[resumed]
-    assert re.search(r"SUCCEEDED \(recommended\)|FAILED \(nothing recommended\)", lines[first]), lines[first]
-    # tuner logs: the search's own output, the results table included
-    assert "| trial | status |" in tuner(user_folder, "logs", first, "--cluster", team.url).stdout
-
-    # Another user, another folder and a --store of their own: their search warm-starts from the team's finished
-    # searches of sft on tiny on this cluster, read through the shared MLflow server (its PostgreSQL).
-    bob = user_folder / "bob"
-    bob.mkdir()
-    (bob / "sft.yaml").write_text(SFT_SPACE)
-    sent = tuner(bob, "submit", *common, "--trials", "2", "--max-steps", "4", "--store", str(bob / "store"))
-    theirs = job_id(sent)
     log = wait_ended(team, bob, theirs)
     line = next((line for line in log.splitlines() if line.startswith("warm start from")), None)
     assert line is not None and " of sft on tiny (Ray cluster " in line and "; same data)" in line, log[-3000:]
@@ -214,6 +207,17 @@ def test_two_searches_at_once_one_stopped_and_resumed_and_jobs_says_what_happene
     assert first_run.info.run_id in ours.data.tags[tags.WARM_START_TAG]
     assert ours.data.tags[tags.STUDY_STORAGE_TAG] == f"sqlite:///{(bob / 'store').resolve() / 'optuna.db'}"
     assert (bob / "store" / "optuna.db").exists() and not (bob / "store" / "mlflow.db").exists()
+
+    # tuner jobs: a line per search, newest first, with what happened to each.
+    listing = tuner(user_folder, "jobs", "--cluster", team.url)
+    assert listing.returncode == 0, listing.stderr
+    lines = {line.split()[0]: line for line in listing.stdout.splitlines()[1:]}
+    assert list(lines)[:2] == [theirs, resumed] and {first, second} <= set(lines), listing.stdout
+    assert "STOPPED (resumable)" in lines[second] and experiments[second] in lines[second]
+    assert f"resumes {second}" in lines[resumed] and " 6/6 " in lines[resumed]
+    assert re.search(r"SUCCEEDED \(recommended\)|FAILED \(nothing recommended\)", lines[first]), lines[first]
+    # tuner logs: the search's own output, the results table included
+    assert "| trial | status |" in tuner(user_folder, "logs", first, "--cluster", team.url).stdout
 
 
 def test_an_unknown_job_and_a_store_in_the_jobs_folder_are_one_line(team, user_folder):
