@@ -73,7 +73,7 @@ def pick_of(search: SearchSummary) -> Pick | None:
     if not best:
         return None
     records = [best, *(r for key in ("trials", "extensions", "confirmations", "remeasures")
-                       for r in search.get(key) or [])]  # type: ignore[literal-required]
+                       for r in search.get(key) or [])]
     seeds = {r["seed"] for r in records if r.get("seed") is not None}
     seeds |= set((best.get("confirmation") or {}).get("seeds") or [])
     return Pick(trial=int(best["number"]), params=dict(best["params"]),
