@@ -189,13 +189,14 @@ def upper_bound(failed: int, n: int, confidence: float = 0.95) -> float | None:
 
 
 def summarize(searches: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Per trainer and pooled ("all"): searches, picks, picks ok on every fresh seed at the trial length, picks that
-    failed by the long run (and how, and at which steps), runs, and the failure share against TARGET."""
+    """Per trainer and pooled ("all"): searches, picks, picks the search's forecast put at risk, picks ok on every
+    fresh seed at the trial length, picks that failed by the long run (and how, and at which steps), runs, and the
+    failure share against TARGET."""
     def table(rows: list[dict[str, Any]]) -> dict[str, Any]:
         picks = [r for r in rows if r["pick"] is not None]
         failed = [r for r in picks if pick_outcome(r) in FAILED]
         runs = [run for r in picks for run in r["runs"]]
-        return {"searches": len(rows), "picks": len(picks),
+        return {"searches": len(rows), "picks": len(picks), "at_risk": sum(bool(r["pick"]["risk"]) for r in picks),
                 "ok_at_trial_length": sum(all(run["short"]["status"] == "ok" for run in r["runs"]) for r in picks),
                 "failed": len(failed), "how": {o: sum(pick_outcome(r) == o for r in failed) for o in FAILED},
                 "failed_at_steps": sorted(run["long"].get("stopped_at_step") or run["long"]["steps_run"]
@@ -222,21 +223,23 @@ def lines(data: dict[str, Any]) -> list[str]:
                 f"other option at its default, each in a fresh store; each pick run on the {data['fresh_seeds_per_pick']}"
                 f" seeds after the search's own, at its trial length ({', '.join(map(str, steps))} steps) and "
                 f"{data['factor']}x it. A pick fails when a long run on either seed failed.", "",
-            "| trainer | searches | picks | ok at the trial length (both seeds) | picks failed by "
-            f"{data['factor']}x (failed late / early / regressed) | at step | share failed (95% upper bound) | "
+            "| trainer | searches | picks | recommended at risk | ok at the trial length (both seeds) | picks failed "
+            f"by {data['factor']}x (failed late / early / regressed) | at step | share failed (95% upper bound) | "
             "runs failed |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for name, t in summary.items():
         how = " / ".join(str(t["how"][o]) for o in FAILED)
         share = "none" if t["share"] is None else f"{t['share']:.2f} ({_ratio(t['upper_95'])})"
-        out.append(f"| {name} | {t['searches']} | {t['picks']} | {t['ok_at_trial_length']} | {t['failed']} ({how}) | "
+        out.append(f"| {name} | {t['searches']} | {t['picks']} | {t['at_risk']} | {t['ok_at_trial_length']} | "
+                   f"{t['failed']} ({how}) | "
                    f"{', '.join(map(str, t['failed_at_steps'])) or '-'} | {share} | {t['runs_failed']} of {t['runs']} |")
     pooled = summary["all"]
     if pooled["picks"]:
         met = "met" if pooled["failed"] / pooled["picks"] <= TARGET else "not met"
         out += ["", f"**{pooled['failed']} of {pooled['picks']} picks failed by {data['factor']}x the trial length** "
-                    f"(share {pooled['share']:.2f}; the issue's target, at most 1 in 20: {met} on these picks; with "
-                    f"{pooled['picks']} picks a share up to {pooled['upper_95']:.2f} is within the 95% bound)."]
+                    f"(share {pooled['share']:.2f}; the issue's target, at most 1 in 20: {met} on these picks). "
+                    f"{pooled['failed']} of {pooled['picks']} rules out only a failure share above "
+                    f"{pooled['upper_95']:.2f} (one-sided 95%, Clopper-Pearson), not one above {TARGET:.2f}."]
     for r in searches:
         if r["pick"] is None:
             out.append(f"- {r['trainer']} seed {r['search_seed']}: recommended nothing (exit {r['exit_code']}"

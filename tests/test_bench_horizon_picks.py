@@ -39,7 +39,7 @@ def test_a_search_that_recommended_nothing_has_no_pick():
 
 
 def _row(trainer, outcomes):
-    return {"trainer": trainer, "search_seed": 0, "pick": None if outcomes is None else {"trial": 1},
+    return {"trainer": trainer, "search_seed": 0, "pick": None if outcomes is None else {"trial": 1, "risk": ""},
             "runs": [{"seed": 3 + i, "short": {"status": "ok"},
                       "long": {"status": "ok" if o == "held" else "diverged", "stopped_at_step": 40, "steps_run": 40},
                       "outcome": o} for i, o in enumerate(outcomes or [])]}
