@@ -28,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -233,6 +234,13 @@ def lines(data: dict[str, Any]) -> list[str]:
         out.append(f"| {name} | {t['searches']} | {t['picks']} | {t['at_risk']} | {t['ok_at_trial_length']} | "
                    f"{t['failed']} ({how}) | "
                    f"{', '.join(map(str, t['failed_at_steps'])) or '-'} | {share} | {t['runs_failed']} of {t['runs']} |")
+    picked = [r["pick"]["params"] for r in searches if r["pick"]]
+    if picked:
+        precisions = Counter(str(p.get("precision")) for p in picked)
+        rates = sorted(float(p["learning_rate"]) for p in picked)
+        out += ["", f"The picks: {', '.join(f'{n} {name}' for name, n in precisions.most_common())}; "
+                    f"{sum(bool(p.get('use_peft')) for p in picked)} with LoRA; learning rates {rates[0]:.2g} to "
+                    f"{rates[-1]:.2g}."]
     pooled = summary["all"]
     if pooled["picks"]:
         met = "met" if pooled["failed"] / pooled["picks"] <= TARGET else "not met"
