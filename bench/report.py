@@ -255,12 +255,16 @@ def write_results(path: Path, results: dict[str, Any]) -> None:
 
 def replace_section(path: Path, title: str, lines: list[str]) -> None:
     """Put a section (``title``, then ``lines``) into a Markdown file in place of its last version, or at its end:
-    the runs that are not part of ``python -m bench`` (bench/gpu.py, bench/horizon.py) write their own section."""
+    the runs that are not part of ``python -m bench`` (bench/gpu.py, bench/horizon.py) write their own section. A
+    ``### `` subsection of the old version that ``lines`` do not write (another run's: bench/horizon_picks.py's in
+    bench/horizon.py's section) is kept at the section's end."""
     text = path.read_text() if path.exists() else ""
     new = "\n".join([title, "", *lines]) + "\n"
     if title in text:
         before, _, after = text.partition(title)
         rest = after.split("\n## ", 1)
+        kept = [part for part in rest[0].split("\n### ")[1:] if "### " + part.splitlines()[0] not in lines]
+        new += "".join("\n### " + part.rstrip("\n") + "\n" for part in kept)
         text = before + new + ("\n## " + rest[1] if len(rest) > 1 else "")
     else:
         text = text.rstrip("\n") + "\n\n" + new
