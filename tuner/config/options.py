@@ -189,10 +189,12 @@ class SearchOptions:
     )
     warm_start: str = field(
         default="auto",
-        metadata={"help": "start from earlier searches of the same trainer, model and hardware in this store (every "
-                  "experiment; the dataset compared by fingerprint): their recommendation runs first, precisions "
-                  "that crashed in every trial there are left out, and on the same data their trials are told to "
-                  "the sampler; the pick is still confirmed on this data (docs/how-a-search-works.md, Warm start). "
+        metadata={"help": "start from earlier searches of the same trainer, model (or another size of its family) "
+                  "and hardware in this store (every experiment; the dataset compared by fingerprint): their "
+                  "recommendation runs first, precisions that crashed and batch sizes that ran out of memory in "
+                  "every trial there are left out, and on the same data their trials are told to the sampler, their "
+                  "speeds are reused and half the trials run; the pick is still confirmed on this data, and if their "
+                  "pick fails here the search runs the default trials (docs/how-a-search-works.md, Warm start). "
                   "auto: when a finished search matches; none: start cold; or a search's run id",
                   "metavar": "auto|none|RUN_ID"},
     )
