@@ -34,7 +34,7 @@ def _risks(run):
 
 def test_every_float16_weights_flag_came_true(recorded):
     # the fp16_weights rule (every trainable weight float16, no float32 master copy): on every recorded set, each of
-    # its flags came true (15 over the eight sets), on configs that learned at the trial length or not
+    # its flags came true (15 over the nine sets), on configs that learned at the trial length or not
     for run in recorded["runs"]:
         if run["long"] is None:
             continue
@@ -66,25 +66,28 @@ def _figures(runs):
 
 def test_on_the_held_out_sets_every_failure_was_flagged_and_half_the_flags_came_true():
     # the sets recorded after the rules were frozen (their "held_out" key): config seeds 43 and 47, recorded after
-    # the grad_norm rule was removed. 96 configs ok at 20 steps, 2 failed by step 500, both flagged (recall 1.0);
-    # 4 flags, 2 came true (precision 0.5, below the 0.8: the headroom flags above). 31 and 41 were held out
-    # for the rules before that change (recall 6 of 7, precision 6 of 8) and are not now. The figures the docs give.
+    # the grad_norm rule was removed, and 53, recorded after the headroom analysis changed nothing. 128 configs ok
+    # at 20 steps (53: 32, none failed, none flagged), 2 failed by step 500, both flagged (recall 1.0); 4 flags, 2
+    # came true (precision 0.5, below the 0.8: the headroom flags above). 31 and 41 were held out for the
+    # rules before that change (recall 6 of 7, precision 6 of 8) and are not now. The figures the docs give.
     held_out = [load(path) for path in SETS if load(path).get("held_out")]
-    assert sorted(data["config_seed"] for data in held_out) == [43, 47]
+    assert sorted(data["config_seed"] for data in held_out) == [43, 47, 53]
     runs = [r for data in held_out for r in data["runs"]]
-    assert len([r for r in runs if r["long"] is not None]) == 96
+    assert len([r for r in runs if r["long"] is not None]) == 128
     assert _figures(runs) == (2, 4, 2)  # failed, flagged, flags that came true
 
 
 def test_over_every_recorded_set_most_failures_were_flagged_and_no_unflagged_candidate_failed():
-    # every set together, fitting sets included (not held-out figures): 21 late failures among 339 configs ok at
+    # every set together, fitting sets included (not held-out figures): 21 late failures among 371 configs ok at
     # 20 steps, 17 flagged (recall 0.81), 19 flags, 17 came true (precision 0.89). Over the candidates (ok and
-    # learned at 20 steps): 11 failures, all flagged, 13 flags; the unflagged candidates, none failed by step 500.
+    # learned at 20 steps): 11 failures, all flagged, 13 flags; the 233 unflagged candidates, none failed by step 500.
     runs = [r for path in SETS for r in load(path)["runs"]]
+    assert len([r for r in runs if r["long"] is not None]) == 371
     assert _figures(runs) == (21, 19, 17)
     candidates = [r for r in runs if r["short"].get("learned")]
     assert _figures(candidates) == (11, 13, 11)
-    assert not [r for r in candidates if r["long"] is not None and not _risks(r) and r["outcome"] in FAILED]
+    unflagged = [r for r in candidates if r["long"] is not None and not _risks(r)]
+    assert len(unflagged) == 233 and not [r for r in unflagged if r["outcome"] in FAILED]
 
 
 def test_the_summary_counts_what_the_runs_say(recorded):
