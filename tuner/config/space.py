@@ -276,20 +276,16 @@ class SearchSpace(BaseModel):
                 f"{self.source}: params.precision: none of {', '.join(_values(p))} can run on this machine "
                 f"({', '.join(dropped)} need a GPU); add fp32 or bf16-mixed to the choices"
             )
-        params = dict(self.params)
-        params["precision"] = CategoricalParam(type="categorical", choices=kept, when=p.when)
-        copy = self.model_copy(update={"params": params})
-        copy.source = self.source
-        return copy
-
+        return self.without_choices("precision", list(dropped))
 
     def without_choices(self, name: str, dropped: list) -> "SearchSpace":
-        """A copy whose categorical ``name`` excludes ``dropped`` (at least one choice kept: the caller's rule)."""
+        """A copy whose choices of ``name`` (categorical or fixed) exclude ``dropped`` (at least one choice kept: the
+        caller's rule)."""
         p = self.params.get(name)
-        if not isinstance(p, CategoricalParam) or not dropped:
+        if p is None or isinstance(p, (FloatParam, IntParam)) or not dropped:
             return self
         params = dict(self.params)
-        params[name] = CategoricalParam(type="categorical", choices=[v for v in p.choices if v not in dropped],
+        params[name] = CategoricalParam(type="categorical", choices=[v for v in _values(p) if v not in dropped],
                                         when=p.when)
         copy = self.model_copy(update={"params": params})
         copy.source = self.source

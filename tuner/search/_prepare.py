@@ -255,19 +255,17 @@ def prepare(options: SearchOptions) -> Prepared:
             if point is not None:
                 picked.append(point)
         warm.picks = picked  # a grid point each; the line says so
-        warm.line = _warm_line(warm, here)
         grid = [*([first] if first is not None else []), *picked,
                 *(point for point in grid if point is not first and point not in picked)]
     if grid is not None and not o.trials:
         n_trials = len(grid)
     elif not o.trials and warm:  # a warm search's budget (tuner.search._warm.WarmStart.budget): said in its line
         n_trials = warm.budget(n_trials)
-        warm.line = _warm_line(warm, here)
     if warm and o.sampler == "tpe" and grid is None:  # the earlier trials' speeds: no speed stage of its own
         from tuner.search._staging import speed_known
 
         warm.speeds_reused = speed_known(warm.priors)
-        warm.line = _warm_line(warm, here)
+    warm.line = _warm_line(warm, here)  # what it reuses, as the rules above left it
 
     experiment = o.experiment or f"{o.trainer}-{model_label(inputs.model)}"
     return Prepared(o, space, model_path, uri, experiment, n_trials, grid, dropped, warnings, source=source,
