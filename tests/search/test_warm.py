@@ -135,12 +135,19 @@ def test_build_runs_the_recommendation_first_and_tells_same_data_trials():
     assert built.tags() == {WARM_START_TAG: "r1"}
 
 
-def test_other_data_runs_the_pick_but_tells_the_sampler_nothing():
-    trials = [trial(0, "fp32", lr=2e-3)]
+def test_other_data_runs_the_pick_and_tells_the_sampler_but_its_speeds_are_not_measured_here():
+    trials = [trial(0, "fp32", lr=2e-3), trial(1, "fp32", lr=4e-3), trial(2, "fp32", lr=1e-3)]
     built = warm.build([source(trials, recommended=trials[0], data="sha256:abc")], HERE, space(), n_trials=12,
                        after_first=True)
-    assert built.picks and not built.priors
+    assert built.picks and [r["number"] for r in built.priors] == [0, 1, 2] and built.other_data == 3
     assert "other data" in built.line and "trial 1 = its recommendation" in built.line  # after a --from trial 0
+    assert "3 earlier trials told to the sampler (all on other data)" in built.line
+    assert built.measured_here() == []  # tokens/s of other rows: not this data's speeds
+    # one search on this data, one on other data: only the first one's trials are speeds measured here
+    mixed = warm.build([source(trials, recommended=trials[0]), source(trials[:1], data="sha256:abc", run_id="r2")],
+                       HERE, space(), n_trials=12)
+    assert len(mixed.priors) == 4 and mixed.other_data == 1 and len(mixed.measured_here()) == 3
+    assert "4 earlier trials told to the sampler (1 on other data)" in mixed.line
 
 
 def test_a_recommendation_outside_the_space_is_not_run_and_the_search_says_why():
@@ -248,9 +255,9 @@ def test_a_warm_search_on_the_same_data_runs_half_the_default_trials_and_says_so
     built = warm.build([source(trials, recommended=trials[0])], HERE, space(), n_trials=12)
     assert built.budget(12) == 6 and "6 trials instead of 12" in warm.describe(built, HERE)
     assert built.budget(3) == 3  # never fewer than the picks and two more
-    # other data: nothing told to the sampler, so nothing counts toward this search's budget
+    # other data of the same task: its trials are told to the sampler too, and count toward the budget
     other = warm.build([source(trials, recommended=trials[0], data="sha256:abc")], HERE, space(), n_trials=12)
-    assert other.budget(12) == 12 and "instead of" not in warm.describe(other, HERE)
+    assert other.budget(12) == 6 and "6 trials instead of 12" in warm.describe(other, HERE)
 
 
 def test_a_warm_search_falls_back_to_the_default_trials_only_when_every_pick_failed_here():
@@ -265,9 +272,12 @@ def test_a_warm_search_falls_back_to_the_default_trials_only_when_every_pick_fai
     assert warm.fell_back([{**pick, "status": "ok", "learned": True}], built) is None  # it did well here
     assert warm.fell_back([{**pick, "status": "pruned"}], built) is None  # others beat it: nothing wrong with it
     assert warm.fell_back([{**pick, "confirms": 0}], built) is None  # a confirmation re-run is not the pick's trial
-    # a search whose budget the earlier trials did not cut (--trials N, other data) has nothing to go back to
-    other = warm.build([source(trials, recommended=trials[0], data="sha256:abc")], HERE, space(), n_trials=12)
-    assert other.budget(12) == 12 and warm.fell_back([pick], other) is None
+    # a search whose budget the earlier trials did not cut (none of them told: here, none fits the space) has
+    # nothing to go back to
+    outside = [trial(0, "fp32", lr=0.3), trial(1, "fp32", lr=0.5)]
+    uncut = warm.build([source(outside, recommended=trials[0])], HERE, space(), n_trials=12)
+    assert uncut.picks and not uncut.priors and uncut.budget(12) == 12 and warm.fell_back([pick], uncut) is None
+    assert "their outcomes not told to the sampler (none fits this space)" in uncut.line
 
 
 FLOAT_SPACE = CONFIRM_SPACE.replace("{type: categorical, choices: [1.0e-3, 2.0e-3]}",

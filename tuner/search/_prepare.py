@@ -264,7 +264,7 @@ def prepare(options: SearchOptions) -> Prepared:
     if warm and o.sampler == "tpe" and grid is None:  # the earlier trials' speeds: no speed stage of its own
         from tuner.search._staging import speed_known
 
-        warm.speeds_reused = speed_known(warm.priors)
+        warm.speeds_reused = speed_known(warm.measured_here())
     warm.line = _warm_line(warm, here)  # what it reuses, as the rules above left it
 
     experiment = o.experiment or f"{o.trainer}-{model_label(inputs.model)}"

@@ -111,11 +111,13 @@ class WarmStart:
     left_out: dict[str, str] = field(default_factory=dict)  # precision -> the evidence ("crashed 4 of 4 there")
     batches_left_out: dict[int, str] = field(default_factory=dict)  # batch size -> the evidence ("out of memory ...")
     priors: list[TrialRecord] = field(default_factory=list)  # earlier trial records told to the sampler
+    other_data: int = 0  # how many of the priors ran on other data (their speeds are not this data's)
     notes: list[str] = field(default_factory=list)  # what was found but not reused, and why
     line: str = ""  # what the search says at its start
     first_pick: int = 0  # the search trial number of the first pick (1 after a --from trial 0)
     trials: tuple[int, int] | None = None  # (this search's trials, the default it replaces): the budget rule
     speeds_reused: bool = False  # the priors' speeds count as measured here: no speed stage (tuner.search._staging)
+    data: str = ""  # this search's data fingerprint (Here.data): which priors ran on the same data
 
     def budget(self, n_trials: int) -> int:
         """The trials a search of ``n_trials`` by default runs warm: WARM_BUDGET of them when earlier trials on the
@@ -129,6 +131,12 @@ class WarmStart:
 
     def __bool__(self) -> bool:
         return bool(self.sources)
+
+    def measured_here(self) -> list[TrialRecord]:
+        """The priors that ran on this search's data: their tokens/s are speeds measured here (tuner.search._staging:
+        the same model and hardware, and lengths and batches drawn from the same rows)."""
+        same = {s.run_id for s in self.sources if s.was.data == self.data}
+        return [r for r in self.priors if r.get("source") in same]
 
     def tags(self) -> dict[str, str]:
         return {WARM_START_TAG: ",".join(s.run_id for s in self.sources)} if self.sources else {}
@@ -386,7 +394,7 @@ def build(sources: list[Source], here: Here, space: SearchSpace, n_trials: int, 
           after_first: bool = False) -> WarmStart:
     """What this search reuses of ``sources`` (newest first); ``keep``: a precision and a batch size never left out
     (a --from file's); ``after_first``: a --from trial 0 runs before the picks."""
-    warm = WarmStart(sources=list(sources), first_pick=1 if after_first else 0)
+    warm = WarmStart(sources=list(sources), first_pick=1 if after_first else 0, data=here.data)
     if not sources:
         return warm
     warm.left_out = left_out(sources, here, space.precisions() if "precision" in space.params else [], keep)
@@ -404,11 +412,13 @@ def build(sources: list[Source], here: Here, space: SearchSpace, n_trials: int, 
     from tuner.search._sampling import distributions
 
     for source in sources:  # trials of this model only: another size learns and runs at other speeds
-        if source.was.data == here.data and source.was.hardware == here.hardware and source.was.model == here.model:
-            warm.priors += [{**r, "source": source.run_id} for r in source.summary.get("trials") or []
-                            if (r.get("params") or {}).get("precision") not in warm.left_out
-                            and (r.get("params") or {}).get(BATCH) not in warm.batches_left_out
-                            and distributions(space, r.get("params") or {}) is not None]
+        if source.was.hardware == here.hardware and source.was.model == here.model:
+            told = [{**r, "source": source.run_id} for r in source.summary.get("trials") or []
+                    if (r.get("params") or {}).get("precision") not in warm.left_out
+                    and (r.get("params") or {}).get(BATCH) not in warm.batches_left_out
+                    and distributions(space, r.get("params") or {}) is not None]
+            warm.priors += told
+            warm.other_data += len(told) if source.was.data != here.data else 0
     warm.line = describe(warm, here)
     return warm
 
@@ -435,9 +445,11 @@ def describe(warm: WarmStart, here: Here) -> str:
     if not warm.picks:
         parts.append("no recommendation of theirs to run first")
     told = len(warm.priors)
-    parts.append(f"{told} earlier trial{'s' if told != 1 else ''} told to the sampler" if told
+    other = (f" ({'all' if warm.other_data == told else warm.other_data} on other data)"
+             if warm.other_data else "")
+    parts.append(f"{told} earlier trial{'s' if told != 1 else ''} told to the sampler{other}" if told
                  else "their outcomes not told to the sampler (another model size)" if others
-                 else "their outcomes not told to the sampler (other data or hardware)")
+                 else "their outcomes not told to the sampler (none fits this space)")
     if warm.speeds_reused:
         parts.append("their speeds reused (no speed stage)")
     parts += [f"{precision} left out ({evidence})" for precision, evidence in warm.left_out.items()]

@@ -341,7 +341,7 @@ def _search(prepared, tracker, study, run_name, records, placement, progress, st
                 :_neighbours.neighbour_count(prepared.n_trials)]
     proposer = Proposer(study, prepared.space, o.sampler, prepared.n_trials, done=records,
                         device=placement.device, fits=placement.check, after_first=after_first,
-                        known=warm.priors if warm and warm.speeds_reused else ())
+                        known=warm.measured_here() if warm and warm.speeds_reused else ())
     keep = 1 + _neighbours.neighbour_count(prepared.n_trials) if prepared.first is not None else 0
     searcher = execution.OptunaSearcher(proposer, base_spec, o.trial_timeout, n_search=remaining,
                                         then=next_job, done=records, fits=placement.check, prune_slow=prunes(o),
