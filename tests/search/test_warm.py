@@ -14,7 +14,15 @@ from tuner.config.space import parse_space
 from tuner.config.user_yaml import load_yaml
 from tuner.search import _sampling as sampling
 from tuner.search import _warm as warm
-from tuner.stores.tags import DATA_TAG, HARDWARE_TAG, STUDY_STORAGE_TAG, STUDY_TAG, WARM_FALLBACK_TAG, WARM_START_TAG
+from tuner.stores.tags import (
+    DATA_TAG,
+    HARDWARE_TAG,
+    STUDY_STORAGE_TAG,
+    STUDY_TAG,
+    WARM_BUDGET_TAG,
+    WARM_FALLBACK_TAG,
+    WARM_START_TAG,
+)
 
 HERE = warm.Here("reward", "tiny", "NVIDIA H100 80GB HBM3", ("fp32", "bf16-mixed", "fp16-mixed", "bf16-pure",
                                                              "fp16-pure"), "builtin:reward")
@@ -304,8 +312,23 @@ def test_a_pick_that_diverges_here_sends_the_warm_search_back_to_the_default_tri
     assert "warm start: the earlier recommendation failed here; the search runs the default 4 trials" in said, said
     numbers = sorted(r["number"] for r in third.outcome.records)
     assert numbers == [0, 1, 2, 3], numbers  # the trials already run kept, one more run: 4 in all
-    tags = mlflow_client(third).get_run(third.outcome.parent_run_id).data.tags
-    assert tags[WARM_FALLBACK_TAG] == "4"  # --resume goes on with 4
+    client = mlflow_client(third)
+    tags = client.get_run(third.outcome.parent_run_id).data.tags
+    assert tags[WARM_FALLBACK_TAG] == "4" and tags[WARM_BUDGET_TAG] == "3/4"  # --resume goes on with 4
+    # A driver that died before its pick ended (no fallback tag yet; the run left RUNNING): the resumed search cuts
+    # the default again from the same searches, so that a pick failing after the resume still falls back.
+    from tuner.search import _resume
+
+    run_id = third.outcome.parent_run_id
+    client.update_run(run_id, status="RUNNING")
+    resumed, _ = _resume.resume_options(dataclasses.replace(third.prepared.options, resume="third"))
+    assert resumed.trials == 4  # after the fallback: its default
+    client.delete_tag(run_id, WARM_FALLBACK_TAG)
+    with monkeypatch.context() as mp:
+        mp.chdir(root)
+        again = _prepare.prepare_resume(dataclasses.replace(third.prepared.options, resume="third"))
+    assert again.options.trials is None and again.options.warm_start == first.outcome.parent_run_id
+    assert again.n_trials == 3 and again.warm.trials == (3, 4), (again.n_trials, again.warm.trials)
 
 
 def test_a_grpo_search_under_another_reward_is_on_other_data(tmp_path):

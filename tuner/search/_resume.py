@@ -19,7 +19,7 @@ from typing import Any
 from tuner.errors import TunerError
 from tuner.records import TrialRecord
 from tuner.search import _sampling as sampling
-from tuner.stores.tags import WARM_FALLBACK_TAG, WARM_START_TAG
+from tuner.stores.tags import WARM_BUDGET_TAG, WARM_FALLBACK_TAG, WARM_START_TAG
 
 __all__ = ["resume_options", "reattach"]
 
@@ -46,9 +46,8 @@ def resume_options(options) -> tuple[Any, str]:
         space = None if space in ("None", "null", "") else space
     resumed = dataclasses.replace(
         options,
-        # the trials it was running: a warm search whose earlier picks failed had gone back to the default
         trainer=p["trainer"], model=p["model"], sampler=p["sampler"],
-        trials=int(run.data.tags.get(WARM_FALLBACK_TAG) or p["trials"]),
+        trials=_trials(run.data.tags, p["trials"]),
         max_steps=int(p["max_steps"]), seed=int(p["seed"]), search_space=space, from_config=from_config,
         dataset=None if p.get("dataset", "builtin") == "builtin" else p["dataset"],
         reward_funcs=json.loads(p.get("reward_funcs", "null")),
@@ -63,6 +62,18 @@ def resume_options(options) -> tuple[Any, str]:
         warm_start=run.data.tags.get(WARM_START_TAG) or "none",
     )
     return resumed, run.info.run_id
+
+
+def _trials(tags: dict[str, str], logged: str) -> int | None:
+    """The trials a resumed search runs: those it was running, or, for a warm search, as it would have run them. Its
+    earlier picks had failed here (WARM_FALLBACK_TAG): the default it went back to. Its budget was cut and no pick
+    has failed yet (WARM_BUDGET_TAG): None, so that the warm start's budget rule (tuner.search._warm.WarmStart.budget)
+    cuts the default again from the same searches, and can still fall back if a pick fails after the resume."""
+    if tags.get(WARM_FALLBACK_TAG):
+        return int(tags[WARM_FALLBACK_TAG])
+    if tags.get(WARM_BUDGET_TAG) and tags.get(WARM_START_TAG):
+        return None
+    return int(logged)
 
 
 def _ranks(logged: str | None) -> int | None:

@@ -25,11 +25,13 @@ What is reused, each rule also in docs/how-a-search-works.md ("Warm start"):
 - left out too: a batch size (per_device_train_batch_size) every trial of which ran out of memory in the sources on
   this hardware (at least two trials, whatever the other knobs), while a smaller one ran: it and every larger
   choice leave the space (memory grows with the batch). Never the smallest choice, nor a ``--from`` file's.
-- priors: the trials of sources on the same data and hardware are told to the sampler (Optuna) before this search's
-  own, with their objective and constraint as they were told then; learning knobs keep their full range.
-- speeds: with the tpe sampler, those same trials' tokens/s count as measured here (the model, data and hardware
-  match): with at least three stable ones the search has no speed stage of its own, and its learning stage runs
-  on the fastest system configs among theirs and its own (tuner.search._staging).
+- priors: the trials of sources of this model on this hardware are told to the sampler (Optuna) before this
+  search's own, with their objective and constraint as they were told then, on the same data or on other data of
+  the same task (the line says how many ran on other data); learning knobs keep their full range.
+- speeds: with the tpe sampler, the tokens/s of those of them on the same data count as measured here (the model,
+  data and hardware match: ``WarmStart.measured_here``): with at least three stable ones the search has no speed
+  stage of its own, and its learning stage runs on the fastest system configs among theirs and its own
+  (tuner.search._staging). Other data's lengths and batches are other rows: its speeds are measured again.
 - trust: nothing is recommended from them. The picks are trials of this search, on this data and these seeds, and
   confirmed as any candidate is; a pick that fails here is said (``told_line``) and the search goes on exploring.
   When every pick failed here (``fell_back``), a search whose budget the earlier trials had cut runs the default
@@ -51,15 +53,15 @@ from typing import Any
 from tuner.config.space import SearchSpace
 from tuner.errors import TunerError
 from tuner.records import Status, TrialRecord
-from tuner.stores.tags import DATA_TAG, HARDWARE_TAG, KIND_TAG, PRECISIONS_TAG, WARM_START_TAG
+from tuner.stores.tags import DATA_TAG, HARDWARE_TAG, KIND_TAG, PRECISIONS_TAG, WARM_BUDGET_TAG, WARM_START_TAG
 
 __all__ = ["BATCH", "Here", "Source", "WarmStart", "batches_left_out", "build", "family", "fell_back", "fingerprint", "hardware", "identity", "left_out",
            "pick_of", "read_sources", "told_line"]
 
 MAX_SOURCES = 3  # the newest matching searches used
 MAX_PICKS = 2  # earlier recommendations run first, at most
-# A warm search on the same data and hardware runs this share of the default trials (--trials N sets its own):
-# the earlier trials, told to the sampler, count toward its budget; its pick is still confirmed on this data.
+# A warm search whose earlier trials were told to the sampler runs this share of the default trials (--trials N sets
+# its own): the earlier trials count toward its budget; its pick is still confirmed on this data.
 WARM_BUDGET = 0.5
 MIN_EVIDENCE = 2  # trials at a precision, all crashed, before it is left out
 BATCH = "per_device_train_batch_size"  # the batch knob whose out-of-memory trials leave larger batches out
@@ -120,8 +122,8 @@ class WarmStart:
     data: str = ""  # this search's data fingerprint (Here.data): which priors ran on the same data
 
     def budget(self, n_trials: int) -> int:
-        """The trials a search of ``n_trials`` by default runs warm: WARM_BUDGET of them when earlier trials on the
-        same data and hardware were told to the sampler and a recommendation runs first (they count toward this
+        """The trials a search of ``n_trials`` by default runs warm: WARM_BUDGET of them when earlier trials of this
+        model and hardware were told to the sampler and a recommendation runs first (they count toward this
         search's budget), never fewer than the picks and two more; ``n_trials`` otherwise."""
         if not (self.priors and self.picks):
             return n_trials
@@ -139,7 +141,10 @@ class WarmStart:
         return [r for r in self.priors if r.get("source") in same]
 
     def tags(self) -> dict[str, str]:
-        return {WARM_START_TAG: ",".join(s.run_id for s in self.sources)} if self.sources else {}
+        if not self.sources:
+            return {}
+        budget = {WARM_BUDGET_TAG: f"{self.trials[0]}/{self.trials[1]}"} if self.trials else {}
+        return {WARM_START_TAG: ",".join(s.run_id for s in self.sources), **budget}
 
     def pick_numbers(self) -> range:
         return range(self.first_pick, self.first_pick + len(self.picks))
@@ -413,10 +418,11 @@ def build(sources: list[Source], here: Here, space: SearchSpace, n_trials: int, 
 
     for source in sources:  # trials of this model only: another size learns and runs at other speeds
         if source.was.hardware == here.hardware and source.was.model == here.model:
-            told = [{**r, "source": source.run_id} for r in source.summary.get("trials") or []
-                    if (r.get("params") or {}).get("precision") not in warm.left_out
-                    and (r.get("params") or {}).get(BATCH) not in warm.batches_left_out
-                    and distributions(space, r.get("params") or {}) is not None]
+            told: list[TrialRecord] = [
+                {**r, "source": source.run_id} for r in source.summary.get("trials") or []
+                if (r.get("params") or {}).get("precision") not in warm.left_out
+                and (r.get("params") or {}).get(BATCH) not in warm.batches_left_out
+                and distributions(space, r.get("params") or {}) is not None]
             warm.priors += told
             warm.other_data += len(told) if source.was.data != here.data else 0
     warm.line = describe(warm, here)
