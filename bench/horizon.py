@@ -89,13 +89,16 @@ def run(trainers: list[str], configs: int, seeds: list[int], model: str, short: 
         config_seed: int = 17, echo=print) -> dict[str, Any]:
     from bench import report
     from bench.reference import random_configs, shipped_space
-    from tuner.inputs.models import resolve_model
+    from tuner.inputs.models import TINY_MODEL, resolve_model
 
     os.environ["OMP_NUM_THREADS"] = "1"  # one thread per trial, as a search runs them (bench/reference.py)
     path = resolve_model(model)
     root = Path(tempfile.mkdtemp(prefix="bench-horizon-"))
+    # the space a search of this model samples: a pretrained model's ranges (the spaces' ``pretrained:``) for any
+    # model but the random tiny one
     jobs = [(trainer, i, params, seed) for trainer in trainers
-            for i, params in enumerate(random_configs(shipped_space(trainer), configs, seed=config_seed))
+            for i, params in enumerate(random_configs(shipped_space(trainer).for_model(pretrained=model != TINY_MODEL),
+                                                      configs, seed=config_seed))
             for seed in seeds]
     started = time.perf_counter()
 

@@ -16,7 +16,8 @@ second search with seed s + 100 runs twice, side by side (warm first on even see
 With ``--other-data`` the second search also runs, warm and cold, on other data of the same task: the built-in
 rows drawn with another seed (``tuner.inputs.data.builtin_dataset(seed=1)``, written to a .jsonl file: the project
 has no second built-in dataset of its own, and ``--dataset builtin`` takes no seed), each in its own copy of the
-first store; there only the recommendation is reused (other data: nothing is told to the sampler).
+first store; there the recommendation runs first and the earlier trials are told to the sampler, but their speeds
+are measured again (other rows: tuner.search._warm.WarmStart.measured_here).
 
 With ``--pick-fails`` it also runs, warm and cold, where the first search's pick fails: on the same data, with the
 pick made to diverge by tuner's fault hook (``TUNER_FAULT=nan@2`` limited to its learning rate: its weights are
@@ -296,13 +297,13 @@ def _with_env(env: dict[str, str] | None, call):
 
 
 def run(seeds: list[int], trainer: str, trials: int, max_steps: int, confirm_seeds: int, other_data: bool,
-        workdir: Path, echo=print, pick_fails: bool = False) -> dict[str, Any]:
+        workdir: Path, echo=print, pick_fails: bool = False, same_data: bool = True) -> dict[str, Any]:
     from bench import report
 
     os.environ.setdefault("PYTHONWARNINGS", "ignore")
     started = time.perf_counter()
     sizes = {"trainer": trainer, "trials": trials, "max_steps": max_steps, "confirm_seeds": confirm_seeds}
-    data_sets = [("same data", None, None)]
+    data_sets = [("same data", None, None)] if same_data else []
     if other_data:
         data_sets.append(("other data", *_other_data(workdir, trainer)))
     if pick_fails:
@@ -457,6 +458,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--confirm-seeds", type=int, default=None,
                         help=f"default {DEFAULT[3]} ({QUICK[3]} with --quick)")
     parser.add_argument("--other-data", action="store_true", help="also the second search on other data")
+    parser.add_argument("--no-same-data", action="store_true",
+                        help="not the second search on the same data (with --other-data or --pick-fails)")
     parser.add_argument("--pick-fails", action="store_true",
                         help="also the second search where the first search's pick diverges (the fault hook)")
     parser.add_argument("--workdir", default=None, help="the stores (default: a temp dir, removed)")
@@ -482,7 +485,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         data = run(seeds, args.trainer or trainer, args.trials or trials, args.max_steps or steps,
                    confirm if args.confirm_seeds is None else args.confirm_seeds, args.other_data, workdir,
-                   pick_fails=args.pick_fails)
+                   pick_fails=args.pick_fails, same_data=not args.no_same_data)
     finally:
         if not keep:
             shutil.rmtree(workdir, ignore_errors=True)
