@@ -10,7 +10,8 @@ of those steps project for a run ``horizon`` steps long (the recommendation's ve
 Each rule reads one signal (tuner.trial.signals logs the headroom; the trainer logs the others):
 
 - ``headroom``: the largest activation as a share of the compute dtype's range, growing geometrically: the
-  step where the fitted growth reaches 1.0 (overflow), projected only from within 3 decades of it (HEADROOM_FLOOR).
+  step where the fitted growth reaches 1.0 (overflow), projected only from within 3 decades of it (HEADROOM_FLOOR)
+  and no further than twice the steps seen (HEADROOM_REACH).
   Only float16 comes near; bfloat16 and float32 have the range of float32.
 - ``reward_spread`` (GRPO): the share of prompt groups without reward spread (``frac_reward_zero_std``)
   rising while the reward does not: the policy turning deterministic below the ceiling, GRPO's learning
@@ -57,6 +58,12 @@ HEADROOM_NOW = 0.5  # a share of the dtype's range already this high is a risk w
 # step do not reach its top near step 250 (bench/horizon.py: 5 of 5 such bf16 projections held 500 steps), they
 # level off. Only a share within 3 decades of the top (float16's: from ~65 up) is projected.
 HEADROOM_FLOOR = 1e-3
+# ... and no further past its last reading than the run has gone (overflow projected by at most twice the steps
+# seen): a rate compounded over more steps than it was seen for multiplies its error, and early growth at the
+# peak learning rate levels off. On bench/horizon.py's recorded runs the three headroom flags that came true
+# projected overflow 4-10 steps past a 20-step trial; the two that did not (set 47's fp16-pure LoRA reward config,
+# 25% a step to ~1e-3 of float16's range, then flat from step 55) projected it 26 and 31 steps past.
+HEADROOM_REACH = 2.0
 LOST_SHARE = 0.5  # half the sampled weights unchanged by a step at >= half the peak learning rate
 FP16_SHARE = 0.5  # most trainable weights in float16: the optimizer works in float16 (a fp32 score head aside)
 SOLVED_MARGIN = 0.05  # a GRPO reward this close to its best, and this far above its start: solved (the guard's
@@ -122,7 +129,7 @@ def _headroom(rows, trainer, precision, horizon) -> Risk | None:
         return None
     # from the last point, at the fitted growth: log(share) reaches log(1) = 0
     reach = int(step + math.ceil(-math.log(share) / fit.slope))
-    if reach > horizon:
+    if reach > min(horizon, HEADROOM_REACH * step):
         return None
     return Risk("headroom", f"activations in {where} at {_share(share)} of {dtype}'s range, growing "
                             f"{math.expm1(fit.slope):.1%} a step: overflow expected near step {reach}", reach)
