@@ -54,7 +54,7 @@ def test_a_healthy_config_holds_every_step_and_says_what_it_does_not_cover(tmp_p
     assert "horizon: 40 steps on seed 3; nothing is measured past step 40 or on other seeds" in out
     # the forecast's line: its first risk, or how far the evidence reaches (25x the run)
     (forecast,) = [line for line in out.splitlines() if line.startswith("forecast: ")]
-    assert forecast in ("forecast: held 40 steps; no growing risk signal through step 1000",) or \
+    assert forecast in ("forecast: held 40 steps; no risk signal projects a failure through step 1000",) or \
         forecast.startswith("forecast: at risk: ")
 
 

@@ -9,7 +9,7 @@ from tuner.verdicts.recommend import VERIFY_FACTOR, horizon
 def test_the_horizon_names_the_steps_and_every_seed_it_held_on():
     best = {"steps_run": 60, "max_steps": 60, "seed": 7, "confirmation": {"seeds": [7, 8, 9]}}
     line = horizon(best)
-    assert line.startswith("horizon: held 60 steps on seeds 7, 8, 9; forecast: no growing risk signal through step "
+    assert line.startswith("horizon: held 60 steps on seeds 7, 8, 9; forecast: no risk signal projects a failure through step "
                            f"{VERIFY_FACTOR * 60}; nothing is measured beyond step 60")
     assert line.endswith(f"tuner verify recommended.yaml --steps {VERIFY_FACTOR * 60} before a long run")
 

@@ -3,7 +3,7 @@
     risks = forecast(history, trainer="sft", precision="fp16-pure", horizon=500)
     evidence(steps_run=20, risks=risks)
     # "at risk: activations in decoder layer 1 at 38% of float16's range, growing 4.1% a step: overflow expected
-    #  near step 60"   or   "held 20 steps; no growing risk signal through step 500"
+    #  near step 60"   or   "held 20 steps; no risk signal projects a failure through step 500"
 
 A trial's guard (tuner.verdicts.guard) says what went wrong in the steps it ran; this says what the trends
 of those steps project for a run ``horizon`` steps long (the recommendation's verify length, 25x the trial).
@@ -47,7 +47,7 @@ from tuner.config.precision import PRECISIONS
 from tuner.config.trainers import adapter
 
 __all__ = ["FINAL_NORM", "HEAD", "MIN_T", "VERIFY_FACTOR", "Risk", "evidence", "forecast", "horizon_steps",
-           "site_name", "stalling"]
+           "site_name", "stalling", "watching"]
 
 FINAL_NORM, HEAD = -1, -2  # tuner.trial.signals' headroom_site values that are not a decoder layer's index
 
@@ -103,14 +103,13 @@ def evidence(steps_run: int, risks: list[Risk], horizon: int | None = None) -> s
     if risks:
         return "at risk: " + risks[0].message + (f" (and {len(risks) - 1} more)" if len(risks) > 1 else "")
     through = f" through step {horizon}" if horizon else ""
-    return f"held {steps_run} steps; no growing risk signal{through}"
+    return f"held {steps_run} steps; no risk signal projects a failure{through}"
 
 
 # -- the rules ------------------------------------------------------------------------------------
 
 def _headroom(rows, trainer, precision, horizon) -> Risk | None:
-    points = [(row["step"], row["headroom"], row.get("headroom_site")) for row in rows
-              if isinstance(row.get("headroom"), (int, float)) and row["headroom"] > 0]
+    points = _headroom_points(rows)
     if not points:
         return None
     dtype = PRECISIONS[precision].compute_dtype
@@ -120,19 +119,48 @@ def _headroom(rows, trainer, precision, horizon) -> Risk | None:
         where = site_name(int(high[2])) if high[2] is not None else "the model"
         return Risk("headroom", f"activations in {where} reached {_share(high[1])} of {dtype}'s range at step "
                                 f"{int(high[0])}: overflow is one spike away", None)
+    trend = _headroom_trend(points, dtype)
+    if trend is None or trend[1] > min(horizon, HEADROOM_REACH * points[-1][0]):
+        return None
+    return Risk("headroom", f"{trend[0]}: overflow expected near step {trend[1]}", trend[1])
+
+
+def _headroom_points(rows) -> list[tuple[Any, float, Any]]:
+    return [(row["step"], row["headroom"], row.get("headroom_site")) for row in rows
+            if isinstance(row.get("headroom"), (int, float)) and row["headroom"] > 0]
+
+
+def _headroom_trend(points, dtype: str) -> tuple[str, int] | None:
+    """A steady geometric growth of the last reading's share from within HEADROOM_FLOOR of the top: (what grows, the
+    step its fitted rate reaches overflow from the last reading), or None."""
+    recent = points[len(points) // 2:] if len(points) >= 2 * _MIN_POINTS else points
     step, share, site = points[-1]
-    where = site_name(int(site)) if site is not None else "the model"
-    if share < HEADROOM_FLOOR:
+    if not math.isfinite(share) or share < HEADROOM_FLOOR:
         return None
     fit = _fit([s for s, _, _ in recent], [math.log(v) for _, v, _ in recent])
     if not _growing(fit, recent[-1][0] - recent[0][0]):
         return None
+    where = site_name(int(site)) if site is not None else "the model"
     # from the last point, at the fitted growth: log(share) reaches log(1) = 0
     reach = int(step + math.ceil(-math.log(share) / fit.slope))
-    if reach > min(horizon, HEADROOM_REACH * step):
-        return None
-    return Risk("headroom", f"activations in {where} at {_share(share)} of {dtype}'s range, growing "
-                            f"{math.expm1(fit.slope):.1%} a step: overflow expected near step {reach}", reach)
+    return (f"activations in {where} at {_share(share)} of {dtype}'s range, growing {math.expm1(fit.slope):.1%} a "
+            "step", reach)
+
+
+def watching(history: list[dict[str, Any]], precision: str, horizon: int) -> str:
+    """A note, not a risk: activations growing toward the dtype's top whose overflow lies within ``horizon`` but
+    further than the ``headroom`` rule projects (HEADROOM_REACH, twice the steps seen), so that "no risk signal
+    projects a failure" is not read as "nothing grows". "" when there is nothing to say."""
+    rows = [r for r in history if isinstance(r.get("step"), (int, float))]
+    points = _headroom_points(rows)
+    if not points:
+        return ""
+    trend = _headroom_trend(points, PRECISIONS[precision].compute_dtype)
+    if trend is None or not HEADROOM_REACH * points[-1][0] < trend[1] <= horizon:
+        return ""
+    return (f"{trend[0]}: at that rate it would overflow near step {trend[1]}, further than the forecast projects "
+            f"from {int(points[-1][0])} steps (such growth has levelled off on the recorded runs); a longer run shows "
+            "which")
 
 
 def stalling(history: list[dict[str, Any]], precision: str) -> str:

@@ -39,12 +39,12 @@ RULE = (f"highest learning speed (progress x tokens/s; progress: the mean improv
 
 def horizon(best: TrialRecord, file: str = "recommended.yaml") -> str:
     """What a recommendation's verdict covers, and the command that extends it: "held 20 steps on seeds 0, 1, 2
-    (...); forecast: no growing risk signal through step 500; nothing is measured beyond step 20: tuner verify
+    (...); forecast: no risk signal projects a failure through step 500; nothing is measured beyond step 20: tuner verify
     recommended.yaml --steps 500 before a long run"."""
     steps = int(best.get("steps_run") or best.get("max_steps") or 0)
     seeds = {best.get("seed"), *((best.get("confirmation") or {}).get("seeds") or [])} - {None}
     on = f" on seed{'s' if len(seeds) != 1 else ''} {', '.join(str(s) for s in sorted(seeds))}" if seeds else ""
-    forecast = best.get("risk") or f"no growing risk signal through step {VERIFY_FACTOR * steps}"
+    forecast = best.get("risk") or f"no risk signal projects a failure through step {VERIFY_FACTOR * steps}"
     return (f"horizon: held {steps} steps{on}; forecast: {forecast}; nothing is measured beyond step {steps}: "
             f"tuner verify {file} --steps {VERIFY_FACTOR * steps} before a long run")
 
