@@ -293,6 +293,33 @@ FLOAT_SPACE = CONFIRM_SPACE.replace("{type: categorical, choices: [1.0e-3, 2.0e-
 
 
 @pytest.mark.slow
+def test_a_warm_search_that_confirms_nothing_goes_back_to_the_default_trials(two_searches, monkeypatch):
+    # every run on the confirmation seed diverges (a real NaN for the guard, TUNER_FAULT): nothing this warm search
+    # runs can be confirmed, so once its 3 trials and their confirmations are done it runs the default 4, as a cold
+    # search explores, instead of ending with no recommendation
+    from tuner.search import _prepare
+
+    first = two_searches[0]
+    monkeypatch.setenv("TUNER_FAULT", "nan@2")
+    monkeypatch.setenv("TUNER_FAULT_WHEN", "seed=6")
+    monkeypatch.setattr(_prepare, "DEFAULT_TRIALS", 4)
+    root: Path = first.root
+    (root / "float.yaml").write_text(FLOAT_SPACE)
+    fourth = run_search_in(root, search_space=str(root / "float.yaml"), experiment="fourth", trainer="reward",
+                           max_steps=8, seed=5, confirm_seeds=1, warm_start=first.outcome.parent_run_id)
+    assert fourth.prepared.warm.trials == (3, 4)
+    said = "\n".join(fourth.echoed)
+    pick = next(r for r in fourth.outcome.records if r["number"] == 0)
+    why = ("nothing it ran here was confirmed" if pick["status"] == "ok" and pick["learned"]
+           else "the earlier recommendation failed here")  # the pick may not learn on this seed: said when it ends
+    assert f"warm start: {why}; the search runs the default 4 trials" in said, said
+    assert sorted(r["number"] for r in fourth.outcome.records) == [0, 1, 2, 3]
+    assert fourth.outcome.recommended is None  # the 4th trial's confirmation fails too
+    tags = mlflow_client(fourth).get_run(fourth.outcome.parent_run_id).data.tags
+    assert tags[WARM_FALLBACK_TAG] == "4"
+
+
+@pytest.mark.slow
 def test_a_pick_that_diverges_here_sends_the_warm_search_back_to_the_default_trials(two_searches, monkeypatch):
     from tuner.search import _prepare
 

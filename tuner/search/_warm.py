@@ -505,8 +505,8 @@ def fell_back(told: list[dict[str, Any]], warm: WarmStart) -> int | None:
     return warm.trials[1]
 
 
-def fallback_line(trials: int, warm: WarmStart) -> str:
-    """What the search says when it falls back (``fell_back``)."""
+def fallback_line(trials: int, warm: WarmStart, why: str | None = None) -> str:
+    """What the search says when it falls back: its earlier picks failed here (``fell_back``), or ``why``."""
     whose = "the earlier recommendations" if len(warm.picks) > 1 else "the earlier recommendation"
-    return (f"warm start: {whose} failed here; the search runs the default {trials} trials, as a cold search "
-            f"explores (the {warm.trials[0] if warm.trials else trials} it planned kept)")
+    return (f"warm start: {why or whose + ' failed here'}; the search runs the default {trials} trials, as a cold "
+            f"search explores (the {warm.trials[0] if warm.trials else trials} it planned kept)")

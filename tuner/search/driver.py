@@ -322,12 +322,23 @@ def _search(prepared, tracker, study, run_name, records, placement, progress, st
     longer = extend.Extension(base_spec, budget, o.trial_timeout, announce=echo)
     speed = remeasure.Remeasure(base_spec, o.trial_timeout, wanted=prepared.first is not None, announce=echo)
 
+    fallback: _WarmFallback | None = None
+
     def next_job(finished: list[TrialRecord], final: bool) -> TrialJob | str | None:
         """After the search's trials: longer runs while none learned, then confirmation, then a --from search's
-        speed re-runs."""
+        speed re-runs; a warm search left with nothing confirmed first goes back to the default trials."""
         job: TrialJob | str | None = longer.next(records, extensions) if final else None
         if job is None:
             job = schedule.next([*finished, *extensions], final)
+        if job is None and final and fallback is not None and not fallback.done:
+            if schedule.handed - {(c["number"], c["seed"]) for c in confirmations}:
+                return execution.WAIT  # its confirmations still run: whether anything is confirmed is not known
+            runs = [*finished, *extensions]
+            best = (confirm.judge(confirm.candidates(runs, o.confirm_top), confirmations)[0] if o.confirm_seeds > 0
+                    else rec.recommend(runs))
+            if best is None:
+                fallback.now("nothing it ran here was confirmed")
+                return execution.WAIT  # the searcher hands out the trials it now has room for
         if job is None and final:
             job = speed.next(records)
         if isinstance(job, dict):
@@ -346,8 +357,11 @@ def _search(prepared, tracker, study, run_name, records, placement, progress, st
     searcher = execution.OptunaSearcher(proposer, base_spec, o.trial_timeout, n_search=remaining,
                                         then=next_job, done=records, fits=placement.check, prune_slow=prunes(o),
                                         keep_first=keep)
-    proposer.on_told = _warm_news(warm, echo, proposer, searcher, tracker, progress, prepared.n_trials)
-    # a warm search whose earlier picks fail here goes back to the default trials it had cut (_warm.fell_back)
+    # a warm search whose earlier picks fail here, or that confirms nothing, goes back to the default trials it had
+    # cut (_warm.fell_back)
+    fallback = _WarmFallback(warm, echo, searcher, tracker, progress, prepared.n_trials) if warm and warm.trials \
+        else None
+    proposer.on_told = _warm_news(warm, echo, proposer, fallback)
     spare = warm.trials[1] - prepared.n_trials if warm and warm.trials else 0
     at_most = remaining + spare + longer.most_runs + schedule.most_runs + speed.most_runs  # FINISHED when it has fewer
     if at_most:
@@ -371,9 +385,9 @@ def _search(prepared, tracker, study, run_name, records, placement, progress, st
     return outcome
 
 
-def _warm_news(warm, echo, proposer, searcher, tracker, progress, n_trials: int):
+def _warm_news(warm, echo, proposer, fallback: _WarmFallback | None):
     """record -> None: says how a warm start's earlier pick did here, when its trial ends; once every pick has
-    failed here, a search whose budget they had cut runs the default trials again (said, and tagged for --resume)."""
+    failed here, a search whose budget they had cut runs the default trials again (``fallback``)."""
     if not warm or not warm.picks:
         return None
     from tuner.search import _warm
@@ -383,13 +397,31 @@ def _warm_news(warm, echo, proposer, searcher, tracker, progress, n_trials: int)
         if not line:
             return  # not a pick's trial
         echo(line)
-        trials = _warm.fell_back(proposer.finished, warm)
-        if trials is not None and trials > n_trials:  # the last pick's trial: said once
-            searcher.n_search += trials - n_trials
-            progress.total += trials - n_trials
-            echo(_warm.fallback_line(trials, warm))
-            tracker.set_tags({WARM_FALLBACK_TAG: str(trials)})
+        if fallback is not None and _warm.fell_back(proposer.finished, warm) is not None:
+            fallback.now(None)
     return news
+
+
+class _WarmFallback:
+    """A warm search whose budget its earlier searches cut (tuner.search._warm.WarmStart.budget) goes back to the
+    default trials, once: when every earlier pick has failed here (``_warm.fell_back``), or when its trials and
+    confirmations are done and nothing was confirmed. Said, and tagged for --resume; the trials already run kept."""
+
+    def __init__(self, warm, echo, searcher, tracker, progress, n_trials: int):
+        self.warm, self.echo, self.searcher, self.tracker, self.progress = warm, echo, searcher, tracker, progress
+        self.n_trials, self.done = n_trials, False
+
+    def now(self, why: str | None) -> None:
+        from tuner.search import _warm
+
+        trials = self.warm.trials[1]
+        if self.done or trials <= self.n_trials:
+            return
+        self.done = True
+        self.searcher.n_search += trials - self.n_trials
+        self.progress.total += trials - self.n_trials
+        self.echo(_warm.fallback_line(trials, self.warm, why))
+        self.tracker.set_tags({WARM_FALLBACK_TAG: str(trials)})
 
 
 def _study_storage(o: SearchOptions) -> str | None:
