@@ -34,8 +34,9 @@ What is reused, each rule also in docs/how-a-search-works.md ("Warm start"):
   (tuner.search._staging). Other data's lengths and batches are other rows: its speeds are measured again.
 - trust: nothing is recommended from them. The picks are trials of this search, on this data and these seeds, and
   confirmed as any candidate is; a pick that fails here is said (``told_line``) and the search goes on exploring.
-  When every pick failed here (``fell_back``), a search whose budget the earlier trials had cut runs the default
-  trials again: a cold search's exploration, the trials already run kept.
+  When every pick failed here (``fell_back``), or its trials and confirmations are done with nothing confirmed
+  (tuner.search.driver), a search whose budget the earlier trials had cut runs the default trials again: a cold
+  search's exploration, the trials already run kept.
 """
 
 from __future__ import annotations
