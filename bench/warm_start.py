@@ -114,6 +114,8 @@ def search(store: Path, experiment: str, trainer: str, trials: int | None, max_s
            "extensions": [_slim(r) for r in summary.get("extensions") or []],
            "recommended": _slim(best), "candidates": outcome.candidates,
            "log": [line for line in log if line.startswith(("warm start", "recommended", "search stopped"))]}
+    # every trial process the search ran: its trials, confirmation re-runs and longer re-runs (what it cost to end)
+    row["runs"] = len(row["records"]) + len(confirmations) + len(row["extensions"])
     row["seconds_to_pick"] = _seconds_to_pick(client(prepared.tracking_uri), outcome.parent_run_id, best,
                                               confirmations)
     row.update(measure(row))
@@ -193,6 +195,7 @@ def compare(warm: dict[str, Any], cold: dict[str, Any]) -> dict[str, Any]:
     return {"trials_ratio": _ratio(warm["trials_to_pick"], cold["trials_to_pick"]),
             "wall_ratio": _ratio(warm["seconds"], cold["seconds"]),
             "wall_to_pick_ratio": wall_pick,
+            "runs_ratio": _ratio(warm.get("runs"), cold.get("runs")),
             "trial_0_is_first_pick": None,  # filled by run() from the first search's pick
             "quality": quality(warm["pick"], cold["pick"])}
 
@@ -214,6 +217,7 @@ def summarize(pairs: list[dict[str, Any]]) -> dict[str, Any]:
             "trials_ratio": _median([c["trials_ratio"] for c in comparisons]),
             "wall_ratio": _median([c["wall_ratio"] for c in comparisons]),
             "wall_to_pick_ratio": _median([c["wall_to_pick_ratio"] for c in comparisons]),
+            "runs_ratio": _median([c.get("runs_ratio") for c in comparisons]),
             "quality_ratio": statistics.median(ratios) if ratios else None,
             "quality": {v: verdicts.count(v) for v in ("good", "worse", "not resolvable", "no pick")},
             "warm_confirmed": sum(p["warm"]["confirmed_pick"] for p in pairs),
@@ -414,13 +418,14 @@ def lines(data: dict[str, Any]) -> list[str]:
             f" {_fmt(q['ratio'])}" + (f" ({_fmt(q['band'][0])}-{_fmt(q['band'][1])})" if q["band"] else "")
             + f" | {q['verdict']}{' (same config)' if q['same_config'] else ''} |")
     out += ["", "| data | seeds | trials to a pick, warm / cold (median) | wall to the pick | wall to the end |"
-            " warm pick as good (>= 0.9x) | confirmed picks, warm / cold | target |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+            " every run to the end (trials, confirmations, longer runs) | warm pick as good (>= 0.9x) |"
+            " confirmed picks, warm / cold | target |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for label, s in data["summary"].items():
         verdict, why = judge(s, label)
         q = s["quality"]
         out.append(f"| {label} | {s['seeds']} | {_fmt(s['trials_ratio'])} | {_fmt(s['wall_to_pick_ratio'])} |"
-                   f" {_fmt(s['wall_ratio'])} | {q['good']} good, {q['worse']} worse, {q['not resolvable']} not"
+                   f" {_fmt(s['wall_ratio'])} | {_fmt(s.get('runs_ratio'))} | {q['good']} good, {q['worse']} worse, {q['not resolvable']} not"
                    f" resolvable, {q['no pick']} no pick (median ratio {_fmt(s['quality_ratio'])}) |"
                    f" {s['warm_confirmed']} / {s['cold_confirmed']} | {verdict}{': ' + why if why else ''} |")
     if data.get("quick"):
