@@ -38,13 +38,16 @@ def made_up(pairs, command="python -m bench.warm_start"):
 
 def test_a_warm_pick_at_trial_0_as_good_as_the_cold_one_meets_the_target():
     pairs = [pair(0, side(0, [100.0, 90.0, 110.0], to_pick=20.0), side(5, [100.0, 95.0, 105.0], to_pick=50.0)),
-             pair(1, side(0, [80.0, 85.0, 90.0]), side(3, [90.0, 88.0, 92.0])),
-             pair(2, side(1, [100.0, 100.0, 100.0]), side(7, [100.0, 100.0, 100.0]))]
+             pair(1, side(0, [80.0, 85.0, 90.0], to_pick=10.0), side(3, [90.0, 88.0, 92.0])),
+             pair(2, side(1, [100.0, 100.0, 100.0], to_pick=12.0), side(7, [100.0, 100.0, 100.0]))]
     data = made_up(pairs)
     s = data["summary"]["same data"]
     assert s["trials_ratio"] == pytest.approx(0.25)  # 1/6, 1/4, 2/8
     assert s["quality"] == {"good": 3, "worse": 0, "not resolvable": 0, "no pick": 0}
     assert ws.judge(s) == ("met", "")
+    # the target is trials and wall time: as many trials in as much time is not met
+    slow = ws.summarize([pair(0, side(0, [100.0], to_pick=30.0), side(5, [100.0], to_pick=40.0))])
+    assert ws.judge(slow) == ("not met", "warm / cold to a confirmed pick: wall time 0.75 > 0.5")
     row = ws.target_row(data)
     assert row.startswith("| time to a pick, warm start / cold start <= 0.5") and row.endswith("| **met** |")
     text = "\n".join(ws.lines(data))
@@ -59,7 +62,7 @@ def test_a_worse_pick_inside_the_noise_cannot_be_resolved_from_one_comparison():
     assert ws.quality(side(0, [10.0, 12.0, 11.0])["pick"], side(3, [100.0, 90.0, 110.0])["pick"])["verdict"] == "worse"
     assert ws.quality(None, side(3, [1.0])["pick"])["verdict"] == "worse"  # a confirmed pick only cold
     assert ws.quality(side(0, [1.0])["pick"], None)["verdict"] == "good"
-    data = made_up([pair(0, side(0, [50.0, 100.0, 70.0]), side(3, [100.0, 80.0, 120.0]))])
+    data = made_up([pair(0, side(0, [50.0, 100.0, 70.0], to_pick=10.0), side(3, [100.0, 80.0, 120.0]))])
     assert ws.target_row(data).endswith("| **not resolvable here** (noise band 0.42x-1.25x) |")
 
 
@@ -69,13 +72,14 @@ def test_slower_to_a_pick_or_no_pick_is_not_met_and_never_counts_as_inf():
     s = data["summary"]["same data"]
     assert s["trials_ratio"] == math.inf  # median of 5/6 and inf (warm had no confirmed pick)
     verdict, why = ws.judge(s)
-    assert verdict == "not met" and "trials to a confirmed pick inf (never) > 0.5" in why
-    assert ws.target_row(data).endswith("| **not met** (warm / cold trials to a confirmed pick inf (never) > 0.5) |")
+    assert verdict == "not met" and "trials inf (never) and wall time inf (never) > 0.5" in why
+    assert ws.target_row(data).endswith("| **not met** (warm / cold to a confirmed pick: trials inf (never) and wall "
+                                        "time inf (never) > 0.5) |")
     assert "| 1 | same data | cold then warm | trial 4 | yes | inf (never) / 3 | inf (never) |" in "\n".join(ws.lines(data))
 
 
 def test_render_writes_the_section_and_the_report_reads_the_json(tmp_path, monkeypatch, capsys):
-    data = made_up([pair(0, side(0, [100.0, 90.0, 110.0]), side(5, [100.0, 95.0, 105.0]))])
+    data = made_up([pair(0, side(0, [100.0, 90.0, 110.0], to_pick=10.0), side(5, [100.0, 95.0, 105.0]))])
     path = tmp_path / "warm_start.json"
     path.write_text(json.dumps(data, default=str))
     results = tmp_path / "RESULTS.md"
@@ -96,7 +100,7 @@ def test_where_the_earlier_pick_fails_the_warm_search_may_cost_at_most_a_tenth_m
     near = [pair(0, side(8, [100.0], seconds=63.0), side(7, [100.0], seconds=60.0))]  # 9/8 trials: 1.125
     s = ws.summarize(near)
     assert ws.judge(s, ws.PICK_FAILS) == ("not met", "warm / cold trials 1.12, wall 1.05: over 1.1")
-    assert ws.judge(s) == ("not met", "warm / cold trials to a confirmed pick 1.12 > 0.5")  # another arm's target
+    assert ws.judge(s) == ("not met", "warm / cold to a confirmed pick: trials 1.12 and wall time 1.00 > 0.5")
     even = ws.summarize([pair(0, side(7, [100.0], seconds=64.0), side(7, [100.0], seconds=60.0))])
     assert ws.judge(even, ws.PICK_FAILS) == ("met", "")
     assert ws._failing({"params": {"learning_rate": 0.0123}}) == {"TUNER_FAULT": "nan@2",
