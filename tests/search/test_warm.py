@@ -261,17 +261,17 @@ def test_none_and_another_trainer_start_cold(case, two_searches, monkeypatch):
 def test_a_warm_search_on_the_same_data_runs_half_the_default_trials_and_says_so():
     trials = [trial(0, "fp32", lr=2e-3), trial(1, "fp32", lr=4e-3)]
     built = warm.build([source(trials, recommended=trials[0])], HERE, space(), n_trials=12)
-    assert built.budget(12) == 6 and "6 trials instead of 12" in warm.describe(built, HERE)
+    assert built.budget(12) == 4 and "4 trials instead of 12" in warm.describe(built, HERE)
     assert built.budget(3) == 3  # never fewer than the picks and two more
     # other data of the same task: its trials are told to the sampler too, and count toward the budget
     other = warm.build([source(trials, recommended=trials[0], data="sha256:abc")], HERE, space(), n_trials=12)
-    assert other.budget(12) == 6 and "6 trials instead of 12" in warm.describe(other, HERE)
+    assert other.budget(12) == 4 and "4 trials instead of 12" in warm.describe(other, HERE)
 
 
 def test_a_warm_search_falls_back_to_the_default_trials_only_when_every_pick_failed_here():
     trials = [trial(0, "fp32", lr=2e-3), trial(1, "fp32", lr=4e-3)]
     built = warm.build([source(trials, recommended=trials[0])], HERE, space(), n_trials=12)
-    assert built.budget(12) == 6
+    assert built.budget(12) == 4
     pick = {**trial(0, "fp32", lr=2e-3), "status": "diverged", "learned": False}
     assert warm.fell_back([], built) is None  # the pick still runs
     assert warm.fell_back([pick], built) == 12

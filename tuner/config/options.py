@@ -192,9 +192,10 @@ class SearchOptions:
         metadata={"help": "start from earlier searches of the same trainer, model (or another size of its family) "
                   "and hardware in this store (every experiment; the dataset compared by fingerprint): their "
                   "recommendation runs first, precisions that crashed and batch sizes that ran out of memory in "
-                  "every trial there are left out, their trials (of this model) are told to the sampler and half the "
-                  "trials run, and on the same data their speeds are reused; the pick is still confirmed on this data, and if their "
-                  "pick fails here, or nothing is confirmed, the search runs the default trials (docs/how-a-search-works.md, Warm start). "
+                  "every trial there are left out, their trials (of this model) are told to the sampler and a "
+                  "third of the trials run, and on the same data their speeds are reused; the pick is still "
+                  "confirmed on this data, and if their pick fails here, or nothing is confirmed, the search runs "
+                  "the default trials (docs/how-a-search-works.md, Warm start). "
                   "auto: when a finished search matches; none: start cold; or a search's run id",
                   "metavar": "auto|none|RUN_ID"},
     )

@@ -62,8 +62,10 @@ __all__ = ["BATCH", "Here", "Source", "WarmStart", "batches_left_out", "build", 
 MAX_SOURCES = 3  # the newest matching searches used
 MAX_PICKS = 2  # earlier recommendations run first, at most
 # A warm search whose earlier trials were told to the sampler runs this share of the default trials (--trials N sets
-# its own): the earlier trials count toward its budget; its pick is still confirmed on this data.
-WARM_BUDGET = 0.5
+# its own): the earlier trials count toward its budget; its pick is still confirmed on this data. A third (4 of 12):
+# measured side by side with a cold search on a quiet machine, 8 seeds (bench/warm_start-third.json), its pick was as
+# good on 7 and worse on none, as with half (6 of 12: 6 good, 1 worse; bench/warm_start-half.json).
+WARM_BUDGET = 1 / 3
 MIN_EVIDENCE = 2  # trials at a precision, all crashed, before it is left out
 BATCH = "per_device_train_batch_size"  # the batch knob whose out-of-memory trials leave larger batches out
 CANDIDATES = 200  # finished search runs read from the store (their tags) to find the matching ones

@@ -35,4 +35,4 @@ PRECISIONS_TAG = "tuner.precisions"  # the precisions that hardware can run, com
 DATA_TAG = "tuner.data"  # the dataset's fingerprint: builtin:TRAINER, sha256:DIGEST of a local file, hub:ID
 WARM_START_TAG = "tuner.warm_start"  # the search runs it warm-started from, comma-joined ("" or absent: none)
 WARM_FALLBACK_TAG = "tuner.warm_fallback"  # the trials a warm search runs after its earlier picks failed here
-WARM_BUDGET_TAG = "tuner.warm_budget"  # "6/12": a warm search's trials and the default they replaced (its budget cut)
+WARM_BUDGET_TAG = "tuner.warm_budget"  # "4/12": a warm search's trials and the default they replaced (its budget cut)
