@@ -33,7 +33,10 @@ Measured for each second search (from its ``SearchOutcome`` and search.json, tun
 - wall seconds from ``prepare`` to the end of ``run_search``, and to the confirmed pick (the end of the last of its
   runs, the search run and its confirmation re-runs, from MLflow's run times, after the search run's start);
 - the pick's learning speed (tuner.verdicts.recommend.objective: progress x tokens/s, 0 for a run unstable or not
-  learning) on each of its seeds (its search run and its confirmation re-runs) and their statuses.
+  learning) on each of its seeds (its search run and its confirmation re-runs) and their statuses. Two picks are
+  compared on their confirmation seeds, the same for both: a pick's reading on its search's own seed is the best of
+  that search's trials there, biased up by the selection (the winner's curse), and the more so the more trials the
+  search ran (a cold search runs 3x a warm one's).
 
 Judged per seed, then as medians over the seeds: warm / cold of the trials to a confirmed pick (the target: at most
 0.5; the wall ratios are reported beside it) and whether the warm pick is as good: the median of its readings at
@@ -167,7 +170,10 @@ def quality(warm: dict[str, Any] | None, cold: dict[str, Any] | None) -> dict[st
         verdict = "no pick" if warm is None and cold is None else "good" if cold is None else "worse"
         return {"verdict": verdict, "ratio": None, "band": None, "same_config": False}
     same = warm["params"] == cold["params"]
-    w, c = warm["objectives"], cold["objectives"]
+    # on the confirmation seeds alone, the same two for both picks: a pick's reading on its search's own seed is the
+    # best of the trials that search ran there, biased up (the winner's curse) the more, the more trials it ran
+    w, c = (warm["objectives"][1:], cold["objectives"][1:]) \
+        if len(warm["objectives"]) > 1 and len(cold["objectives"]) > 1 else (warm["objectives"], cold["objectives"])
     ratio = _share(statistics.median(w), statistics.median(c))
     band = (_share(min(w), max(c)), _share(max(w), min(c)))
     if ratio >= AS_GOOD:
@@ -362,6 +368,19 @@ def run(seeds: list[int], trainer: str, trials: int, max_steps: int, confirm_see
             "seconds": round(time.perf_counter() - started), "pairs": pairs, "summary": by_data}
 
 
+def rejudge(data: dict[str, Any]) -> dict[str, Any]:
+    """A recorded run judged again by today's comparison (``compare``, ``quality``) from the figures it kept."""
+    for pair in data["pairs"]:
+        first = pair["comparison"].get("trial_0_is_first_pick")
+        for side in (pair["warm"], pair["cold"]):
+            side.setdefault("runs", len(side.get("records") or []) + len(side.get("confirmations") or [])
+                            + len(side.get("extensions") or []))
+        pair["comparison"] = {**compare(pair["warm"], pair["cold"]), "trial_0_is_first_pick": first}
+    labels = dict.fromkeys(p["data"] for p in data["pairs"])
+    data["summary"] = {label: summarize([p for p in data["pairs"] if p["data"] == label]) for label in labels}
+    return data
+
+
 def _seed_line(pair: dict[str, Any]) -> str:
     c, w, k = pair["comparison"], pair["warm"], pair["cold"]
     q = c["quality"]
@@ -403,7 +422,9 @@ def lines(data: dict[str, Any]) -> list[str]:
            f" {data.get('pick_fails', 'not run')}; {data['seconds']} s.", "",
            "Trials to a confirmed pick: the pick's trial number + 1 (confirmation and longer re-runs keep their"
            " trial's number); a search without one counts as never. The pick's learning speed: progress x tokens/s"
-           " on each of its seeds (its search run and its confirmation re-runs), the median compared.", "",
+           " on each of its seeds (its search run, then its confirmation re-runs); the medians compared on the"
+           " confirmation seeds alone, the same two for both picks (the reading on the search's own seed is the"
+           " best of that search's trials there: biased up, the more trials the more).", "",
            "| seed | data | order | first pick | warm trial 0 = it | trials to a pick, warm / cold | ratio |"
            " wall s, warm / cold (to the pick) | ratio (to the pick) | warm pick | cold pick | pick ratio (band) |"
            " as good |",
@@ -478,7 +499,7 @@ def main(argv: list[str] | None = None) -> int:
                         + SECTION.removeprefix("## "))
     args = parser.parse_args(argv)
     if args.render:
-        out = lines(json.loads(Path(args.render).read_text()))
+        out = lines(rejudge(json.loads(Path(args.render).read_text())))
         print("\n".join(out))
         if args.results:
             from bench.report import replace_section
