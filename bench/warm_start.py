@@ -406,8 +406,8 @@ def target_row(data: dict[str, Any]) -> str:
         mark = f"**not resolvable here** (noise band {band})"
     elif why:
         mark += f" ({why})"
-    return (f"| time to a pick, warm start / cold start <= {TARGET} (trials to a confirmed pick, median over"
-            f" {s['seeds']} seeds; the warm pick as good: >= {AS_GOOD}x the cold pick's learning speed) |"
+    return (f"| time to a pick, warm start / cold start <= {TARGET} (trials and wall time to a confirmed pick,"
+            f" median over {s['seeds']} seeds; the warm pick as good: >= {AS_GOOD}x the cold pick's learning speed) |"
             f" {_fmt(s['trials_ratio'])} (wall to the confirmed pick {_fmt(s['wall_to_pick_ratio'])}, to the end"
             f" {_fmt(s['wall_ratio'])}); pick as good on {q['good']}, worse on {q['worse']}, not resolvable on"
             f" {q['not resolvable']} of {s['seeds']} (`{data.get('command')}`, {data['machine'].get('date')}) | {mark} |")
