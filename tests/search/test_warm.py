@@ -309,9 +309,11 @@ def test_a_warm_search_that_confirms_nothing_goes_back_to_the_default_trials(two
                            max_steps=8, seed=5, confirm_seeds=1, warm_start=first.outcome.parent_run_id)
     assert fourth.prepared.warm.trials == (3, 4)
     said = "\n".join(fourth.echoed)
+    # the pick may fail on this seed itself (diverged, or stable without learning): then that is said when it ends.
+    # Held and learned, or stopped by halving (others beat it: nothing wrong with it), it ends in confirmation.
     pick = next(r for r in fourth.outcome.records if r["number"] == 0)
-    why = ("nothing it ran here was confirmed" if pick["status"] == "ok" and pick["learned"]
-           else "the earlier recommendation failed here")  # the pick may not learn on this seed: said when it ends
+    failed = pick["status"] not in ("ok", "pruned") or (pick["status"] == "ok" and not pick["learned"])
+    why = "the earlier recommendation failed here" if failed else "nothing it ran here was confirmed"
     assert f"warm start: {why}; the search runs the default 4 trials" in said, said
     assert sorted(r["number"] for r in fourth.outcome.records) == [0, 1, 2, 3]
     assert fourth.outcome.recommended is None  # the 4th trial's confirmation fails too
