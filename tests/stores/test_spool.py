@@ -36,3 +36,28 @@ def test_a_spool_raises_what_is_not_an_absent_server(tmp_path):
     with pytest.raises(ValueError, match="a bad write"):
         spool.replay(broken)
     assert len(spool) == 1
+
+
+def test_a_kept_trial_start_sent_again_from_another_process_makes_no_second_run(tmp_path):
+    # The server created a trial's run and went away before the rest of that write (its params) was done: the
+    # driver kept the whole start. `tuner sync`, another process, sends it again: the run is found by its key tag
+    # and completed, not made twice (seen in CI: a trial counted twice after a server was killed mid-search).
+    from tuner.stores import mlflow_store, run_writer
+    from tuner.stores.tags import TRIAL_KEY_TAG
+
+    store = tmp_path / "mlflow"
+    uri = mlflow_store.default_tracking_uri(store)
+    driver = run_writer.SearchTracker(uri, "kept", store)
+    parent = driver.start("search-kept", {"trials": 2}, {})
+    spec = {"trainer": "sft", "params": {"learning_rate": 1e-4}, "max_steps": 4, "seed": 0, "model": "tiny"}
+    sent = driver.start_trial("key-0", 0, spec)  # the run exists there
+    driver.spool.append("trial_start", {"key": "key-0", "number": 0, "spec": spec, "tags": {}})  # and was kept
+    driver.spool.append("trial_start", {"key": "key-1", "number": 1, "spec": spec, "tags": {}})  # never sent
+
+    sync = run_writer.SearchTracker(uri, None, store, parent_id=parent)  # a new process: it knows no run ids
+    assert sync.flush() == 0
+    runs = sync.client.search_runs([sync.experiment_id], filter_string=f"tags.`mlflow.parentRunId` = '{parent}'")
+    keys = sorted(r.data.tags[TRIAL_KEY_TAG] for r in runs)
+    assert keys == ["key-0", "key-1"], keys  # one run per trial
+    assert next(r for r in runs if r.data.tags[TRIAL_KEY_TAG] == "key-0").info.run_id == sent
+    assert all(r.data.params["learning_rate"] == "0.0001" for r in runs)

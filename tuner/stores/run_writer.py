@@ -132,6 +132,7 @@ class SearchTracker:
 
     def _reset_trials(self) -> None:
         self.trial_run_ids: dict[str, str] = {}  # trial key -> its MLflow run id, once created
+        self.replaying = False  # spooled writes being sent (flush): a kept trial start may already exist there
         self.open_trials: set[str] = set()  # keys of trials started and not yet finished
         self.retry_at = 0.0  # time.monotonic() before which a kept write is not retried
 
@@ -254,7 +255,11 @@ class SearchTracker:
 
     def flush(self) -> int:
         """Replay spooled writes in order; returns how many are still pending."""
-        left = self.spool.replay(self._apply)
+        self.replaying = True
+        try:
+            left = self.spool.replay(self._apply)
+        finally:
+            self.replaying = False
         if left:
             self.retry_at = time.monotonic() + RETRY_AFTER_S
         return left
@@ -290,6 +295,13 @@ class SearchTracker:
         server: each request is its own transaction there, and one can take its timeout; Ctrl-C answers at once."""
         return contextlib.nullcontext() if is_server(self.uri) else interrupts.deferred()
 
+    def _trial_run_there(self, key: str) -> str | None:
+        """The run of this search's trial ``key`` in the store, if one was created (its TRIAL_KEY_TAG)."""
+        runs = self.client.search_runs([self.experiment_id], max_results=1,
+                                       filter_string=f"tags.`{TRIAL_KEY_TAG}` = '{key}' and "
+                                                     f"tags.`mlflow.parentRunId` = '{self.parent_id}'")
+        return runs[0].info.run_id if runs else None
+
     def _apply_text(self, text: str, name: str) -> None:
         self.client.log_text(self.parent_id, text, name)
 
@@ -314,22 +326,26 @@ class SearchTracker:
     def _apply_trial_start(self, key: str, number: int, spec: dict[str, Any], tags: dict[str, str]) -> str:
         from mlflow.entities import Param
 
-        if key in self.trial_run_ids:  # a kept start replayed again after it was sent: one run per trial
-            return self.trial_run_ids[key]
-        label = tags.get(RUN_NAME_TAG, f"trial-{number:03d}")
-        run = self.client.create_run(
-            self.experiment_id,
-            run_name=label,
-            tags={
-                "mlflow.parentRunId": self.parent_id,
-                KIND_TAG: "trial",
-                TRIAL_KEY_TAG: key,
-                TRIAL_NUMBER_TAG: str(number),
-                STATUS_TAG: RUNNING_STATUS,
-                **tags,
-            },
-        )
-        run_id = self.trial_run_ids[key] = run.info.run_id
+        # One run per trial. A kept start replayed after it was sent finds its run: in this process by its key, and
+        # in another (tuner sync), or when the server created the run and went away before it answered or before
+        # its params were written, by the run's key tag there. Its params are written again (the same values: a no-op).
+        run_id = self.trial_run_ids.get(key) or (self._trial_run_there(key) if self.replaying else None)
+        if run_id is None:
+            label = tags.get(RUN_NAME_TAG, f"trial-{number:03d}")
+            run = self.client.create_run(
+                self.experiment_id,
+                run_name=label,
+                tags={
+                    "mlflow.parentRunId": self.parent_id,
+                    KIND_TAG: "trial",
+                    TRIAL_KEY_TAG: key,
+                    TRIAL_NUMBER_TAG: str(number),
+                    STATUS_TAG: RUNNING_STATUS,
+                    **tags,
+                },
+            )
+            run_id = run.info.run_id
+        self.trial_run_ids[key] = run_id
         params = [Param(k, _param_value(v)) for k, v in spec["params"].items()]
         params += [Param(f"{PARAM_PREFIX}{k}", _param_value(spec[k])) for k in ("max_steps", "seed", "model", "trainer")]
         # log_batch takes at most 100 params a call
