@@ -10,8 +10,7 @@ of those steps project for a run ``horizon`` steps long (the recommendation's ve
 Each rule reads one signal (tuner.trial.signals logs the headroom; the trainer logs the others):
 
 - ``headroom``: the largest activation as a share of the compute dtype's range, growing geometrically: the
-  step where the fitted growth reaches 1.0 (overflow), projected only from within 3 decades of it (HEADROOM_FLOOR)
-  and no further than twice the steps seen (HEADROOM_REACH).
+  step where the fitted growth reaches 1.0 (overflow), projected only from within 3 decades of it (HEADROOM_FLOOR).
   Only float16 comes near; bfloat16 and float32 have the range of float32.
 - ``reward_spread`` (GRPO): the share of prompt groups without reward spread (``frac_reward_zero_std``)
   rising while the reward does not: the policy turning deterministic below the ceiling, GRPO's learning
@@ -47,7 +46,7 @@ from tuner.config.precision import PRECISIONS
 from tuner.config.trainers import adapter
 
 __all__ = ["FINAL_NORM", "HEAD", "MIN_T", "VERIFY_FACTOR", "Risk", "evidence", "forecast", "horizon_steps",
-           "site_name", "stalling", "watching"]
+           "site_name", "stalling"]
 
 FINAL_NORM, HEAD = -1, -2  # tuner.trial.signals' headroom_site values that are not a decoder layer's index
 
@@ -58,12 +57,6 @@ HEADROOM_NOW = 0.5  # a share of the dtype's range already this high is a risk w
 # step do not reach its top near step 250 (bench/horizon.py: 5 of 5 such bf16 projections held 500 steps), they
 # level off. Only a share within 3 decades of the top (float16's: from ~65 up) is projected.
 HEADROOM_FLOOR = 1e-3
-# ... and no further past its last reading than the run has gone (overflow projected by at most twice the steps
-# seen): a rate compounded over more steps than it was seen for multiplies its error, and early growth at the
-# peak learning rate levels off. On bench/horizon.py's recorded runs the three headroom flags that came true
-# projected overflow 4-10 steps past a 20-step trial; the two that did not (set 47's fp16-pure LoRA reward config,
-# 25% a step to ~1e-3 of float16's range, then flat from step 55) projected it 26 and 31 steps past.
-HEADROOM_REACH = 2.0
 LOST_SHARE = 0.5  # half the sampled weights unchanged by a step at >= half the peak learning rate
 FP16_SHARE = 0.5  # most trainable weights in float16: the optimizer works in float16 (a fp32 score head aside)
 SOLVED_MARGIN = 0.05  # a GRPO reward this close to its best, and this far above its start: solved (the guard's
@@ -109,7 +102,8 @@ def evidence(steps_run: int, risks: list[Risk], horizon: int | None = None) -> s
 # -- the rules ------------------------------------------------------------------------------------
 
 def _headroom(rows, trainer, precision, horizon) -> Risk | None:
-    points = _headroom_points(rows)
+    points = [(row["step"], row["headroom"], row.get("headroom_site")) for row in rows
+              if isinstance(row.get("headroom"), (int, float)) and row["headroom"] > 0]
     if not points:
         return None
     dtype = PRECISIONS[precision].compute_dtype
@@ -119,48 +113,19 @@ def _headroom(rows, trainer, precision, horizon) -> Risk | None:
         where = site_name(int(high[2])) if high[2] is not None else "the model"
         return Risk("headroom", f"activations in {where} reached {_share(high[1])} of {dtype}'s range at step "
                                 f"{int(high[0])}: overflow is one spike away", None)
-    trend = _headroom_trend(points, dtype)
-    if trend is None or trend[1] > min(horizon, HEADROOM_REACH * points[-1][0]):
-        return None
-    return Risk("headroom", f"{trend[0]}: overflow expected near step {trend[1]}", trend[1])
-
-
-def _headroom_points(rows) -> list[tuple[Any, float, Any]]:
-    return [(row["step"], row["headroom"], row.get("headroom_site")) for row in rows
-            if isinstance(row.get("headroom"), (int, float)) and row["headroom"] > 0]
-
-
-def _headroom_trend(points, dtype: str) -> tuple[str, int] | None:
-    """A steady geometric growth of the last reading's share from within HEADROOM_FLOOR of the top: (what grows, the
-    step its fitted rate reaches overflow from the last reading), or None."""
-    recent = points[len(points) // 2:] if len(points) >= 2 * _MIN_POINTS else points
     step, share, site = points[-1]
-    if not math.isfinite(share) or share < HEADROOM_FLOOR:
+    where = site_name(int(site)) if site is not None else "the model"
+    if share < HEADROOM_FLOOR:
         return None
     fit = _fit([s for s, _, _ in recent], [math.log(v) for _, v, _ in recent])
     if not _growing(fit, recent[-1][0] - recent[0][0]):
         return None
-    where = site_name(int(site)) if site is not None else "the model"
     # from the last point, at the fitted growth: log(share) reaches log(1) = 0
     reach = int(step + math.ceil(-math.log(share) / fit.slope))
-    return (f"activations in {where} at {_share(share)} of {dtype}'s range, growing {math.expm1(fit.slope):.1%} a "
-            "step", reach)
-
-
-def watching(history: list[dict[str, Any]], precision: str, horizon: int) -> str:
-    """A note, not a risk: activations growing toward the dtype's top whose overflow lies within ``horizon`` but
-    further than the ``headroom`` rule projects (HEADROOM_REACH, twice the steps seen), so that "no risk signal
-    projects a failure" is not read as "nothing grows". "" when there is nothing to say."""
-    rows = [r for r in history if isinstance(r.get("step"), (int, float))]
-    points = _headroom_points(rows)
-    if not points:
-        return ""
-    trend = _headroom_trend(points, PRECISIONS[precision].compute_dtype)
-    if trend is None or not HEADROOM_REACH * points[-1][0] < trend[1] <= horizon:
-        return ""
-    return (f"{trend[0]}: at that rate it would overflow near step {trend[1]}, further than the forecast projects "
-            f"from {int(points[-1][0])} steps (such growth has levelled off on the recorded runs); a longer run shows "
-            "which")
+    if reach > horizon:
+        return None
+    return Risk("headroom", f"activations in {where} at {_share(share)} of {dtype}'s range, growing "
+                            f"{math.expm1(fit.slope):.1%} a step: overflow expected near step {reach}", reach)
 
 
 def stalling(history: list[dict[str, Any]], precision: str) -> str:
