@@ -18,8 +18,8 @@ Each rule reads one signal (tuner.trial.signals logs the headroom; the trainer l
 - ``fp16_weights``: the trainable weights themselves in float16 (tuner.trial.signals' ``weights_fp16``: an fp16-pure
   full fine-tune; a PEFT adapter, which PEFT keeps in float32, does not count), with no float32 master copy for
   the optimizer. A level, not a trend: on bench/horizon.py's recorded runs every such config ok at 20 steps failed
-  by step 500 (5 of 5, at steps 30-260), where the other configs failed 3 times in 69; on the ten sets recorded
-  since, 19 of 21 flags came true (set 59's SFT config at lr 1.5e-5 held 500 steps on both seeds).
+  by step 500 (5 of 5, at steps 30-260), where the other configs failed 3 times in 69; over all ten recorded
+  sets, 19 of its 21 flags came true (set 59's SFT config at lr 1.5e-5 held 500 steps on both seeds).
 
 No rule reads the gradient norm. One did (growing geometrically to 100x its early level within the horizon, or
 sitting at 10x it): on the sets the rules were fitted on (bench/horizon.py, config seeds 17, 23, 29, 37) it
