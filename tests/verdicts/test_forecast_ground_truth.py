@@ -68,17 +68,19 @@ def _figures(runs):
     return len(failed), len(flagged), sum(r["outcome"] in FAILED for r in flagged)
 
 
-def test_on_the_held_out_sets_every_failure_was_flagged_and_half_the_flags_came_true():
+def test_on_the_held_out_sets_every_failure_was_flagged_and_two_thirds_of_the_flags_came_true():
     # the sets recorded after the rules were frozen (their "held_out" key): config seeds 43 and 47, recorded after
-    # the grad_norm rule was removed, and 53, recorded after the headroom analysis changed nothing. 128 configs ok
-    # at 20 steps (53: 32, none failed, none flagged), 2 failed by step 500, both flagged (recall 1.0); 4 flags, 2
-    # came true (precision 0.5, below the issue's 0.8: the headroom flags above). 31 and 41 were held out for the
-    # rules before that change (recall 6 of 7, precision 6 of 8) and are not now. The figures the docs give.
+    # the grad_norm rule was removed, 53, after the headroom analysis changed nothing, and 61, recorded while a
+    # headroom reach was tried and judged by the rules shipped (the reach reverted on set 59 before 61 was seen).
+    # 186 configs ok at 20 steps (61: 58, 2 failed, both flagged, 2 flags), 4 failed by step 500, all flagged
+    # (recall 1.0); 6 flags, 4 came true (precision 0.67, below the issue's 0.8: set 47's headroom flags). 31 and 41
+    # were held out for the rules before the grad_norm change (recall 6 of 7, precision 6 of 8) and are not now; 59
+    # decided the reach's revert. The figures the docs give.
     held_out = [load(path) for path in SETS if load(path).get("held_out")]
-    assert sorted(data["config_seed"] for data in held_out) == [43, 47, 53]
+    assert sorted(data["config_seed"] for data in held_out) == [43, 47, 53, 61]
     runs = [r for data in held_out for r in data["runs"]]
-    assert len([r for r in runs if r["long"] is not None]) == 128
-    assert _figures(runs) == (2, 4, 2)  # failed, flagged, flags that came true
+    assert len([r for r in runs if r["long"] is not None]) == 186
+    assert _figures(runs) == (4, 6, 4)  # failed, flagged, flags that came true
 
 
 def test_over_every_recorded_set_most_failures_were_flagged_and_no_unflagged_candidate_failed():
@@ -153,8 +155,11 @@ def test_the_headroom_flags_true_and_false_look_alike_at_the_trial_length():
                 alone.append((data["config_seed"], run["trainer"], run["config"]))
     # set 59 (recorded later) added one more, on both seeds: a GRPO LoRA config at lr 0.03, growing ~20% a step to
     # ~1e-3-3e-3 of float16's range at step 20 like set 47's false flags, which failed at steps 118 and 188
-    assert sorted(alone) == [(17, "kto", 3), (29, "grpo", 3), (59, "grpo", 1), (59, "grpo", 1)]
-    # the nine earlier sets' 5 flags all slowed (the second half's rate under 0.6x the first's), true and false
-    # alike; set 59's two failures sped up (the second half's rate over 1x the first's)
-    assert len(slowing) == 7 and max(r for seed, r in slowing if seed < 59) < 0.6
+    # and held-out set 61 one more on both seeds (fp16-pure LoRA, lr 0.027), failed at steps 69 and 92
+    assert sorted(alone) == [(17, "kto", 3), (29, "grpo", 3), (59, "grpo", 1), (59, "grpo", 1), (61, "grpo", 3),
+                             (61, "grpo", 3)]
+    # the other sets' flags all slowed (the second half's rate under 0.6x the first's), true and false alike; set 59's
+    # two failures sped up (the second half's rate over 1x the first's)
+    # (set 61's two slowed: 0.37 and 0.24)
+    assert len(slowing) == 9 and max(r for seed, r in slowing if seed != 59) < 0.6
     assert min(r for seed, r in slowing if seed == 59) > 1

@@ -29,10 +29,11 @@ config that did not learn, its gradient norm rising from near zero), so it caugh
 A trend rule fires only on a fitted trend that is steady (t-statistic >= MIN_T), large (a geometric one at least
 doubles over the steps it was fitted on) and projects the failure inside the horizon, so a noisy flat history
 or a slow drift does not; the level rules (a reading near the dtype's top, float16 weights) need no trend.
-Measured against runs 25x the trial (bench/horizon.py, docs/horizon.md). Held out (config seeds 43, 47 and 53, recorded
-after the grad_norm rule's removal): 128 configs ok at 20 steps, 2 failed by 500, both flagged; 4 flags, 2 came true
-(the 2 false: headroom on activations whose early growth levelled off). Every recorded set together (fitting sets
-included): 17 of 21 flagged, 17 of 19 flags came true (11 of 13 on configs that learned).
+Measured against runs 25x the trial (bench/horizon.py, docs/horizon.md). Held out (config seeds 43, 47, 53 and 61,
+recorded after the grad_norm rule's removal): 186 configs ok at 20 steps, 4 failed by 500, all flagged; 6 flags, 4
+came true (the 2 false: headroom on activations whose early growth levelled off). Projecting that growth no further
+than twice the steps seen was tried and reverted: on set 59 it missed a config whose growth overflowed at steps 118
+and 188. Every recorded set together (fitting sets included): 25 of 29 flagged, 25 of 29 flags came true.
 What the rules do not see: failures with no trend in these signals
 (a data batch that breaks a run at step 3,000, a learning-rate schedule that warms up past the trial).
 """
