@@ -20,7 +20,14 @@ All but ``held`` count as failures of the long run.
 The forecast is the short run's own (``risk`` in its result: tuner.verdicts.forecast at the trial length, as the
 search sees it). Recall: late failures (failed late or regressed) flagged at risk; precision: flags that came
 true. Every long run's per-step history is kept (the keys the forecast and the learning test read) so a later rule
-can be fitted and judged offline (``forecast_again``) without re-running them. A recorded set counts as held out
+can be fitted and judged offline (``forecast_again``) without re-running them.
+
+A flag is what the search acts on: the best trial at risk gets a risk rung (tuner.search._extend.risk_rung_steps), the
+first steps of the long run its forecast looked to, on that run's learning-rate schedule. Where the recorded long run
+is that run (``--factor`` 25, the forecast's horizon), its first N steps are the rung of N steps, step for step
+(TrialSpec.schedule_steps; checked in tests/trial/test_trial.py), so the search's verdict after the rung is read off
+the record (``after_rung``): the rung failed, or its forecast still puts it at risk. Precision and recall are given
+for the flags at the trial length and after their rungs. A recorded set counts as held out
 (its ``held_out`` key, set by hand with its ``role``) only while no rule was changed after its runs were seen;
 ``--render`` pools the held-out sets, and separately every set given.
 """
@@ -134,12 +141,19 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
         late = [r for r in ok if r["outcome"] in FAILED]
         flagged = [r for r in ok if r["short"].get("risk")]
         hits = [r for r in late if r["short"].get("risk")]
-        return {"runs": len(group), "ok_at_trial_length": len(ok), "late_failures": len(late),
-                "late_failure_steps": sorted(r["long"].get("stopped_at_step") or r["long"]["steps_run"] for r in late),
-                "flagged": len(flagged), "flagged_and_failed": len(hits),
-                "recall": round(len(hits) / len(late), 3) if late else None,
-                "precision": round(len(hits) / len(flagged), 3) if flagged else None,
-                "outcomes": {o: sum(r["outcome"] == o for r in group) for o in sorted({r["outcome"] for r in group})}}
+        out = {"runs": len(group), "ok_at_trial_length": len(ok), "late_failures": len(late),
+               "late_failure_steps": sorted(r["long"].get("stopped_at_step") or r["long"]["steps_run"] for r in late),
+               "flagged": len(flagged), "flagged_and_failed": len(hits),
+               "recall": round(len(hits) / len(late), 3) if late else None,
+               "precision": round(len(hits) / len(flagged), 3) if flagged else None,
+               "outcomes": {o: sum(r["outcome"] == o for r in group) for o in sorted({r["outcome"] for r in group})}}
+        if all("after_rung" in r for r in flagged):  # the search's verdict once each flag had its risk rung
+            kept = [r for r in flagged if r["after_rung"]]
+            true = [r for r in kept if r["outcome"] in FAILED]
+            out.update(after_rung=len(kept), after_rung_true=len(true),
+                       after_rung_recall=round(len(true) / len(late), 3) if late else None,
+                       after_rung_precision=round(len(true) / len(kept), 3) if kept else None)
+        return out
 
     trainers = sorted({r["trainer"] for r in rows})
     # The search's candidates: ok and learning at the trial length; a flag on a config that does not learn moves no
@@ -149,17 +163,57 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def forecast_again(data: dict[str, Any]) -> dict[str, Any]:
-    """The forecast re-run offline on each short run's recorded history (today's rules on yesterday's runs)."""
-    return summarize([{**r, "short": {**r["short"], "risk": _risk_again(r)}} for r in data["runs"]])
+    """The forecast re-run offline on each short run's recorded history (today's rules on yesterday's runs), and
+    each flag's risk rung read off its long run where that is the rung's run."""
+    return summarize(judged_again(data))
+
+
+def judged_again(data: dict[str, Any]) -> list[dict[str, Any]]:
+    rungs = data["long"] == horizon_of(data["short"])  # the long run is the one the forecast looked to
+    rows = []
+    for r in data["runs"]:
+        row = {**r, "short": {**r["short"], "risk": _risk_again(r)}}
+        if rungs and row["long"] is not None and row["short"]["risk"]:
+            row["after_rung"] = after_rung(row)
+        rows.append(row)
+    return rows
+
+
+def horizon_of(steps: int) -> int:
+    from tuner.verdicts.forecast import horizon_steps
+
+    return horizon_steps(steps)
+
+
+def after_rung(run: dict[str, Any]) -> str:
+    """The search's verdict on a flagged run after its risk rung, read off the long run's first steps: why it stays
+    flagged (the rung failed, or still at risk), or "" (cleared)."""
+    from tuner.search._extend import risk_rung_steps
+    from tuner.verdicts.forecast import forecast
+
+    short, long = run["short"], run["long"]
+    risks = _risks(run)
+    steps, schedule = risk_rung_steps({"max_steps": short["steps_run"], "risk_step": risks[0].step if risks else None})
+    stopped = long.get("stopped_at_step") or long["steps_run"]
+    if long["status"] != "ok" and stopped <= steps:
+        return f"its {steps}-step rung {long['status']} at step {stopped}"
+    history = [row for row in long["history"] if row.get("step", 0) <= steps]
+    again = forecast(with_fp16_share(history, run["params"]), run["trainer"], run["params"].get("precision", "fp32"),
+                     schedule)
+    return f"still at risk after its {steps}-step rung: {again[0]}" if again else ""
 
 
 def _risk_again(run: dict[str, Any]) -> str:
+    risks = _risks(run)
+    return str(risks[0]) if risks else ""
+
+
+def _risks(run: dict[str, Any]) -> list:
     from tuner.verdicts.forecast import forecast, horizon_steps
 
     short = run["short"]
-    risks = forecast(with_fp16_share(short["history"], run["params"]), run["trainer"],
-                     run["params"].get("precision", "fp32"), horizon_steps(short["steps_run"] or 1))
-    return str(risks[0]) if risks else ""
+    return forecast(with_fp16_share(short["history"], run["params"]), run["trainer"],
+                    run["params"].get("precision", "fp32"), horizon_steps(short["steps_run"] or 1))
 
 
 def with_fp16_share(history: list[dict[str, Any]], params: dict[str, Any]) -> list[dict[str, Any]]:
@@ -199,13 +253,19 @@ def lines(data: dict[str, Any]) -> list[str]:
            f"from the shipped spaces (config seed {data.get('config_seed', 17)}), seeds {data['seeds']}, {data['short']} "
            f"steps and {data['long']} "
            f"({data['factor']}x); {data['seconds']} s." + (f" Role: {data['role']}." if data.get("role") else ""), "",
-           "| trainer | runs | ok at the trial length | of those, failed in the long run (steps) | flagged at risk | recall | precision | outcomes |",
-           "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+           "| trainer | runs | ok at the trial length | of those, failed in the long run (steps) | flagged at risk | recall | precision | after the risk rungs: flagged, recall, precision | outcomes |",
+           "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for name, t in data["summary"].items():
         out.append(f"| {name} | {t['runs']} | {t['ok_at_trial_length']} | {t['late_failures']} "
                    f"{t['late_failure_steps'] or ''} | {t['flagged']} | {_ratio(t['recall'])} | "
-                   f"{_ratio(t['precision'])} | {t['outcomes']} |")
+                   f"{_ratio(t['precision'])} | {_after(t)} | {t['outcomes']} |")
     return out
+
+
+def _after(t: dict[str, Any]) -> str:
+    if "after_rung" not in t:
+        return "not read (the long run is not the forecast's horizon)"
+    return f"{t['after_rung']}, {_ratio(t['after_rung_recall'])}, {_ratio(t['after_rung_precision'])}"
 
 
 def pooled(sets: list[dict[str, Any]], title: str = "Held-out sets together") -> list[str]:
@@ -213,17 +273,16 @@ def pooled(sets: list[dict[str, Any]], title: str = "Held-out sets together") ->
     precision; over every set, the pooled figures (fitting sets included, so not held-out figures)."""
     rows = []
     for data in sets:
-        again = {**data, "runs": [{**r, "short": {**r["short"], "risk": _risk_again(r)}} for r in data["runs"]]}
-        rows += again["runs"]
+        rows += judged_again(data)
     summary = summarize(rows)
     seeds = ", ".join(str(d.get("config_seed")) for d in sets)
     out = [f"**{title}** (config seeds {seeds}; today's rules):", "",
-           "| configs | ok at the trial length | failed in the long run | flagged at risk | recall | precision |",
-           "| --- | --- | --- | --- | --- | --- |"]
+           "| configs | ok at the trial length | failed in the long run | flagged at risk | recall | precision | after the risk rungs: flagged, recall, precision |",
+           "| --- | --- | --- | --- | --- | --- | --- |"]
     for name in ("all", CANDIDATES):
         t = summary[name]
         out.append(f"| {name} | {t['ok_at_trial_length']} | {t['late_failures']} | {t['flagged']} | "
-                   f"{_ratio(t['recall'])} | {_ratio(t['precision'])} |")
+                   f"{_ratio(t['recall'])} | {_ratio(t['precision'])} | {_after(t)} |")
     return out
 
 

@@ -155,7 +155,9 @@ def test_the_best_trial_at_risk_gets_a_longer_rung_and_its_verdict_decides():
     plan = Extension(BASE, budget_steps=1000, timeout=100, announce=lines.append)
     records = [record(1, progress=0.10, learned=True, risk=RISK), record(2, progress=0.05, learned=True)]
     job = plan.next(records, [])
-    assert (job["number"], job["spec"]["max_steps"]) == (1, 60) and job["extra"] == {"extends": 1}
+    # 3x its steps (no step projected here), of the 500-step run's schedule (25x its 20) that its forecast looked to
+    assert (job["number"], job["spec"]["max_steps"], job["spec"]["schedule_steps"]) == (1, 60, 500)
+    assert job["extra"] == {"extends": 1, "schedule_steps": 500}
     assert "trial 1 is the best so far but at risk: activations" in lines[0]
     assert plan.next(records, []) == WAIT  # confirmation waits for the longer rung's verdict
     # the risk came true at step 62: trial 1 is out, its rung too, and confirmation goes on with trial 2
@@ -169,6 +171,23 @@ def test_the_best_trial_at_risk_gets_a_longer_rung_and_its_verdict_decides():
     assert plan.next(records, held) is None
     best = rec.recommend([*records, *held])
     assert (best["number"], best["max_steps"], best.get("risk")) == (1, 60, None)
+
+
+def test_a_risk_rung_runs_past_the_projected_failure_within_the_run_it_looked_to():
+    # overflow projected near step 62: the rung runs to twice that, the first 124 steps of the 500-step run
+    assert extend.risk_rung_steps(record(1, risk=RISK, risk_step=62)) == (124, 500)
+    assert extend.risk_rung_steps(record(1, risk=RISK, risk_step=12)) == (60, 500)  # never under 3x its steps
+    assert extend.risk_rung_steps(record(1, risk=RISK, risk_step=400)) == (500, 500)  # at most the whole run
+    # a rung that is still at risk: its own schedule's run again, not 25x the rung
+    assert extend.risk_rung_steps(record(1, steps=124, risk=RISK, risk_step=300, schedule_steps=500)) == (500, 500)
+    lines = []
+    plan = Extension(BASE, budget_steps=1000, timeout=100, announce=lines.append)
+    job = plan.next([record(1, progress=0.1, learned=True, risk=RISK, risk_step=62)], [])
+    assert (job["spec"]["max_steps"], job["spec"]["schedule_steps"], job["timeout"]) == (124, 500, pytest.approx(620))
+    assert "re-running it for 124 steps of a 500-step run's schedule" in lines[0]
+    # nothing longer to run: a rung already as long as the run it looked to
+    whole = record(1, steps=500, progress=0.1, learned=True, risk=RISK, risk_step=450, schedule_steps=500)
+    assert Extension(BASE, budget_steps=10_000, timeout=1, announce=lines.append).next([whole], []) is None
 
 
 def test_no_risk_rung_when_the_budget_is_spent_or_the_best_is_safe():

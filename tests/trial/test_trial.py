@@ -292,3 +292,28 @@ def test_kto_trials_on_two_seeds_train_on_different_batches(tiny_model, tmp_path
         assert result.status == "ok", result.reason
         losses.append([row["loss"] for row in result.history])
     assert losses[0] != losses[1], losses
+
+
+def test_a_trial_on_a_longer_schedule_is_that_run_s_first_steps(tiny_model, tmp_path):
+    # A search's risk rung (tuner.search._extend) runs the first steps of the long run its forecast looked to: the
+    # learning rate decays over schedule_steps, and the trial stops at max_steps, step for step that run's start.
+    params = {"precision": "fp32", "learning_rate": 1e-3, "use_peft": False, "per_device_train_batch_size": 4,
+              "lr_scheduler_type": "linear"}
+    long = run_trial(TrialSpec(trainer="sft", params=params, max_steps=12, seed=0), workdir=tmp_path / "long")
+    rung = run_trial(TrialSpec(trainer="sft", params=params, max_steps=4, seed=0, schedule_steps=12),
+                     workdir=tmp_path / "rung")
+    short = run_trial(TrialSpec(trainer="sft", params=params, max_steps=4, seed=0), workdir=tmp_path / "short")
+    assert long.status == rung.status == short.status == "ok", (long.reason, rung.reason, short.reason)
+    assert (rung.steps_run, rung.stopped_at_step) == (4, 4)
+    first = [(row["step"], row["learning_rate"], row["loss"]) for row in long.history[:4]]
+    assert [(row["step"], row["learning_rate"], row["loss"]) for row in rung.history] == first
+    # a 4-step run of its own decays to a quarter of its peak by its last step; the rung is at 9/12 of it there
+    assert short.history[-1]["learning_rate"] < 0.5 * rung.history[-1]["learning_rate"]
+
+
+def test_a_trial_config_takes_a_schedule_length():
+    spec = TrialSpec.from_mapping({"trainer": "sft", "params": {}, "max_steps": 60, "schedule_steps": 500})
+    assert (spec.max_steps, spec.schedule_steps, spec.run_steps) == (60, 500, 500)
+    assert TrialSpec(trainer="sft", params={}, max_steps=20).run_steps == 20  # 0: its own length
+    with pytest.raises(TunerError, match="schedule_steps: must be a whole number >= 0"):
+        TrialSpec.from_mapping({"trainer": "sft", "params": {}, "schedule_steps": -1}, "trial.yaml")

@@ -26,3 +26,12 @@ def test_a_risk_the_forecast_found_is_in_the_horizon_line():
     risk = "at risk: activations in decoder layer 1 at 0.4% of float16's range, growing 28% a step: overflow expected near step 62"
     line = horizon({"steps_run": 40, "seed": 0, "risk": risk})
     assert f"forecast: {risk}; nothing is measured beyond step 40" in line
+
+
+def test_a_risk_rung_recommended_says_the_run_whose_first_steps_it_held():
+    # a risk rung (tuner.search._extend) ran the first 124 steps of the 500-step run its trial's forecast looked to
+    best = {"steps_run": 124, "max_steps": 124, "schedule_steps": 500, "seed": 0, "confirmation": {"seeds": [0, 1, 2]}}
+    line = horizon(best)
+    assert line.startswith("horizon: held 124 steps of a 500-step run's schedule on seeds 0, 1, 2; forecast: no risk "
+                           "signal projects a failure through step 500;")
+    assert line.endswith("tuner verify recommended.yaml --steps 500 before a long run")

@@ -142,6 +142,7 @@ class Progress:
         elapsed = time.perf_counter() - self.started_at
         label = (f"trial {record['number']:3d}" + (f" seed {record['seed']}" if "confirms" in record else "")
                  + (f" x{record['max_steps']} steps" if "extends" in record else "")
+                 + (f" of {record['schedule_steps']}" if record.get("schedule_steps") else "")
                  + (f" speed pair {record['pair']}" if "remeasures" in record else ""))
         self.say(f"[{done:3d}/{self.total}] {label} {record['status']:<9}{where:<12} {speed_text}  "
                  f"{progress_text}  {describe_params(record['params'])}")

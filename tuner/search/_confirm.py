@@ -38,7 +38,8 @@ def confirmation_jobs(cands: list[TrialRecord], base_spec: dict[str, Any], seeds
             seed = base_spec["seed"] + offset
             jobs.append(TrialJob(
                 # at the candidate's own length: a longer re-run (tuner.search._extend) is confirmed at its steps
-                spec={**base_spec, "params": c["params"], "seed": seed, "max_steps": steps},
+                spec={**base_spec, "params": c["params"], "seed": seed, "max_steps": steps,
+                      "schedule_steps": c.get("schedule_steps") or 0},  # a risk rung's: the first steps of a longer run
                 number=c["number"],
                 timeout=timeout * steps / base_spec["max_steps"],
                 tags={CONFIRMATION_TAG: "true", CONFIRMS_TAG: str(c["number"]),

@@ -11,6 +11,13 @@ steps, the way successive halving's rungs go on upward (20 -> 60 -> 180), until 
 of the longer runs, all together). A longer run starts again from step 0 with the same params and seed: the
 trials keep no checkpoints (they would cost every trial disk and time to spare a few the first rung's steps).
 Only after that is "nothing recommended" said. Confirmation then re-runs a candidate at its own length.
+
+The best trial at risk (tuner.verdicts.forecast) gets a rung of its own, to confirm or clear the risk
+(``risk_rung_steps``): the first steps of the long run the forecast looked to, not a short run of its own. Its
+learning rate follows that run's schedule (TrialSpec.schedule_steps: a linear decay over 500 steps is still near
+its peak at step 60, where a 60-step run's has decayed to nothing and hides what the long run meets), and it runs
+past the projected failure, to twice its step. bench/horizon.py's recorded long runs are those rungs' ground
+truth: a long run's first N steps are the rung of N steps, step for step.
 """
 
 from __future__ import annotations
@@ -21,10 +28,12 @@ from typing import Any
 from tuner.records import TrialJob, TrialRecord, is_ok
 from tuner.stores.tags import EXTENDS_TAG, EXTENSION_TAG, RUN_NAME_TAG
 from tuner.verdicts import recommend as rec
+from tuner.verdicts.forecast import horizon_steps
 
-__all__ = ["RATE", "WAIT", "Extension", "closest_to_learning", "default_budget"]
+__all__ = ["RATE", "WAIT", "Extension", "closest_to_learning", "default_budget", "risk_rung_steps"]
 
 RATE = 3  # each rung is 3x the last, as successive halving's (tuner.search._execution.HALVING_RATE)
+PAST_PROJECTION = 2  # a risk rung runs to twice the projected step: projections were 2-4x early on the recorded runs
 WAIT = "wait"  # nothing to hand out now, but more may follow when the runs out there finish
 
 
@@ -94,24 +103,37 @@ class Extension:
         best = ranking[0]
         if self.handed - {(e["number"], e["max_steps"]) for e in runs if e.get("extends") is not None}:
             return WAIT
-        steps = best["max_steps"] * RATE
-        if (best["number"], steps) in self.handed or self.spent + steps > self.budget:
+        steps, schedule = risk_rung_steps(best)
+        if steps <= best["max_steps"] or (best["number"], steps) in self.handed or self.spent + steps > self.budget:
             return None
         self.spent += steps
         self.announce(f"trial {best['number']} is the best so far but {best['risk']}: re-running it for {steps} steps "
-                      f"to confirm or clear the risk ({self.spent} of a {self.budget}-step budget)")
-        return self._hand(best, steps)
+                      f"of a {schedule}-step run's schedule to confirm or clear the risk ({self.spent} of a "
+                      f"{self.budget}-step budget)")
+        return self._hand(best, steps, schedule)
 
-    def _hand(self, trial: TrialRecord, steps: int) -> TrialJob:
+    def _hand(self, trial: TrialRecord, steps: int, schedule: int = 0) -> TrialJob:
         self.handed.add((trial["number"], steps))
-        return job(self.base_spec, trial, steps, self.timeout * steps / self.base_spec["max_steps"])
+        return job(self.base_spec, trial, steps, self.timeout * steps / self.base_spec["max_steps"],
+                   schedule)
 
 
-def job(base_spec: dict[str, Any], trial: TrialRecord, steps: int, timeout: float) -> TrialJob:
-    """A trial's params and seed again, for ``steps`` steps."""
+def risk_rung_steps(trial: TrialRecord) -> tuple[int, int]:
+    """(steps, schedule) of the rung that confirms or clears ``trial``'s risk: the first steps of the run its forecast
+    looked to (``schedule``: its own schedule's length if it already is such a rung, else horizon_steps of its
+    steps), RATE x its steps or PAST_PROJECTION x the projected step, whichever is longer, at most the whole run."""
+    schedule = int(trial.get("schedule_steps") or horizon_steps(trial["max_steps"]))
+    projected = int(trial.get("risk_step") or 0)
+    return min(max(RATE * trial["max_steps"], PAST_PROJECTION * projected), schedule), schedule
+
+
+def job(base_spec: dict[str, Any], trial: TrialRecord, steps: int, timeout: float, schedule: int = 0) -> TrialJob:
+    """A trial's params and seed again, for ``steps`` steps (of a ``schedule``-step run's learning-rate schedule;
+    0: its own)."""
     number = trial["number"]
-    return TrialJob(spec={**base_spec, "params": trial["params"], "seed": trial["seed"], "max_steps": steps},
+    return TrialJob(spec={**base_spec, "params": trial["params"], "seed": trial["seed"], "max_steps": steps,
+                          "schedule_steps": schedule},
                     number=number, timeout=timeout,
                     tags={EXTENSION_TAG: "true", EXTENDS_TAG: str(number),
                           RUN_NAME_TAG: f"extend-{number:03d}-{steps}steps"},
-                    extra={"extends": number})
+                    extra={"extends": number, **({"schedule_steps": schedule} if schedule else {})})

@@ -348,6 +348,8 @@ class SearchTracker:
         self.trial_run_ids[key] = run_id
         params = [Param(k, _param_value(v)) for k, v in spec["params"].items()]
         params += [Param(f"{PARAM_PREFIX}{k}", _param_value(spec[k])) for k in ("max_steps", "seed", "model", "trainer")]
+        if spec.get("schedule_steps"):  # a risk rung: the first max_steps steps of a run this long
+            params.append(Param(f"{PARAM_PREFIX}schedule_steps", _param_value(spec["schedule_steps"])))
         # log_batch takes at most 100 params a call
         for i in range(0, len(params), 100):
             self.client.log_batch(run_id, params=params[i:i + 100])

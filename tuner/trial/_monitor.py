@@ -20,7 +20,7 @@ _SUMMARY_KEYS = {"train_runtime", "train_loss", "train_samples_per_second", "tra
 
 class StepMonitor(TrainerCallback):
     def __init__(self, entry: Adapter, grad_scaler: bool, metrics_path=None, settings: GuardSettings | None = None,
-                 fault=None, signals: Signals | None = None):
+                 fault=None, signals: Signals | None = None, stop_at: int | None = None):
         self.guard = Guard(entry, grad_scaler=grad_scaler, settings=settings)
         self.signals = signals  # early-warning readings on sampled steps (tuner.trial.signals); None: off
         self.settings = self.guard.settings
@@ -28,6 +28,7 @@ class StepMonitor(TrainerCallback):
         self.verdict = None
         self.trainer = None  # set after the trainer exists: the scaler lives on its accelerator
         self.fault = fault  # test hook: called with the step number at each step end
+        self.stop_at = stop_at  # the trial's last step, when its trainer is configured for a longer schedule
         self._metrics_file = open(metrics_path, "a") if metrics_path else None
         self._pending: dict[str, Any] = {}
         self._initial: list[Any] | None = None  # a sample of the trainable weights at the start, until they move
@@ -50,7 +51,8 @@ class StepMonitor(TrainerCallback):
         self.train_started_at = time.perf_counter()
         # The explosion rules tolerate a clipped spike: the guard needs the clipping the run really uses.
         self.guard.max_grad_norm = args.max_grad_norm if args.max_grad_norm and args.max_grad_norm > 0 else None
-        self.guard.run_steps = state.max_steps or None  # the patience of a streak rule scales with the run's length
+        # the patience of a streak rule scales with the run's length: the steps it runs, not its schedule's
+        self.guard.run_steps = min(filter(None, (state.max_steps, self.stop_at)), default=None)
         if model is not None:
             self._initial = weight_sample(model)
             if self.signals is not None:
@@ -81,6 +83,8 @@ class StepMonitor(TrainerCallback):
         self._pending = extra
         if self.fault is not None:
             self.fault(step, model)
+        if self.stop_at is not None and step >= self.stop_at:
+            control.should_training_stop = True  # the first stop_at steps of a longer schedule: this step is logged
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         logs = logs or {}

@@ -71,8 +71,9 @@ def _run_in(spec: TrialSpec, workdir: Path, metrics_path) -> TrialResult:
         return TrialResult.crashed(describe_exception(error),
                            wall_seconds=time.perf_counter() - started)
     monitor = StepMonitor(entry, grad_scaler=precisions.PRECISIONS[split.precision].grad_scaler, metrics_path=metrics_path,
-                          fault=fault_hook(spec), signals=Signals(split.precision, spec.signals_every))
-    run = {"max_steps": spec.max_steps, "seed": spec.seed, "output_dir": str(workdir / "out"),
+                          fault=fault_hook(spec), signals=Signals(split.precision, spec.signals_every),
+                          stop_at=spec.max_steps)
+    run = {"max_steps": spec.run_steps, "seed": spec.seed, "output_dir": str(workdir / "out"),
            "use_cpu": not _cuda_available()}
     result = TrialResult(status=Status.OK, device="cpu" if run["use_cpu"] else "cuda")
     try:
@@ -121,8 +122,10 @@ def _run_in(spec: TrialSpec, workdir: Path, metrics_path) -> TrialResult:
         monitor.history, monitor.step_times, spec.warmup_steps, samples_per_step(spec.params) * ranks)
     learning = judge_learning(entry, monitor.history)
     result.progress, result.progress_p_value, result.learned = learning.effect, learning.p_value, learning.learned
-    if result.status == Status.OK:  # what the trends say of a run VERIFY_FACTOR times as long (tuner.verdicts.forecast)
-        risks = forecast(monitor.history, entry.name, split.precision, horizon_steps(result.steps_run))
+    if result.status == Status.OK:  # what the trends say of a run VERIFY_FACTOR times as long (tuner.verdicts.forecast),
+        # or of the longer run whose first steps the trial is (its schedule's length)
+        horizon = spec.schedule_steps if spec.schedule_steps > spec.max_steps else horizon_steps(result.steps_run)
+        risks = forecast(monitor.history, entry.name, split.precision, horizon)
         if risks:
             result.risk, result.risk_signal, result.risk_step = str(risks[0]), risks[0].signal, risks[0].step
     if result.status == Status.OK and monitor.guard.notes:

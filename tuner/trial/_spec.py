@@ -38,6 +38,14 @@ class TrialSpec:
     fault: str | None = None  # see FAULT_ENV
     ranks: int = 1  # processes of one data-parallel job (tuner.trial.ranks): one per GPU, or gloo processes on a CPU
     signals_every: int = 5  # early-warning readings (tuner.trial.signals) on step 1 and every N-th; 0: off
+    # The learning-rate schedule's length, when the trial is the first max_steps steps of a longer run (a search's
+    # risk rung, tuner.search._extend): the rate decays as that run's would. 0: the trial's own max_steps.
+    schedule_steps: int = 0
+
+    @property
+    def run_steps(self) -> int:
+        """The steps the trainer is configured for (its schedule's length); the trial stops at max_steps."""
+        return max(self.max_steps, self.schedule_steps)
 
     @property
     def entry(self) -> trainers.Adapter:
@@ -76,6 +84,7 @@ class _TrialConfig(BaseModel):
     fault: StrictStr | None = _DEFAULTS["fault"]
     ranks: StrictInt = Field(_DEFAULTS["ranks"], ge=1)
     signals_every: StrictInt = Field(_DEFAULTS["signals_every"], ge=0)
+    schedule_steps: StrictInt = Field(_DEFAULTS["schedule_steps"], ge=0)
 
     @field_validator("trainer")
     @classmethod
@@ -108,7 +117,7 @@ def _describe(error) -> str:
         return f"trainer: unknown trainer {got!r}; choose one of {', '.join(trainers.ADAPTERS)}"
     if loc == ["params"]:
         return f"params: must be a mapping of parameter names to values (got {got!r})"
-    if loc[0] in ("max_steps", "seed", "warmup_steps", "ranks", "signals_every"):
+    if loc[0] in ("max_steps", "seed", "warmup_steps", "ranks", "signals_every", "schedule_steps"):
         low = 1 if loc[0] in ("max_steps", "ranks") else 0
         return f"{key}: must be a whole number >= {low}, got {got!r}"
     if loc[0] == "reward_funcs":

@@ -44,9 +44,12 @@ def horizon(best: TrialRecord, file: str = "recommended.yaml") -> str:
     steps = int(best.get("steps_run") or best.get("max_steps") or 0)
     seeds = {best.get("seed"), *((best.get("confirmation") or {}).get("seeds") or [])} - {None}
     on = f" on seed{'s' if len(seeds) != 1 else ''} {', '.join(str(s) for s in sorted(seeds))}" if seeds else ""
-    forecast = best.get("risk") or f"no risk signal projects a failure through step {VERIFY_FACTOR * steps}"
-    return (f"horizon: held {steps} steps{on}; forecast: {forecast}; nothing is measured beyond step {steps}: "
-            f"tuner verify {file} --steps {VERIFY_FACTOR * steps} before a long run")
+    # a risk rung (tuner.search._extend) ran the first steps of a longer run, which its forecast looked to
+    long = int(best.get("schedule_steps") or VERIFY_FACTOR * steps)
+    of = f" of a {long}-step run's schedule" if best.get("schedule_steps") else ""
+    forecast = best.get("risk") or f"no risk signal projects a failure through step {long}"
+    return (f"horizon: held {steps} steps{of}{on}; forecast: {forecast}; nothing is measured beyond step {steps}: "
+            f"tuner verify {file} --steps {long} before a long run")
 
 
 def learned(trial: Mapping[str, Any]) -> bool:
