@@ -35,6 +35,7 @@ from tuner.search._prepare import (  # noqa: F401 - prepare, prepare_resume, hal
     trial_ranks,
 )
 from tuner.search._sampling import Proposer, make_study
+from tuner.search._warm_fallback import WarmFallback, warm_news
 from tuner.stores import interrupts
 from tuner.stores.tags import (
     COUNT_TAG_PREFIX,
@@ -44,7 +45,6 @@ from tuner.stores.tags import (
     STOPPED_BECAUSE_TAG,
     STUDY_STORAGE_TAG,
     STUDY_TAG,
-    WARM_FALLBACK_TAG,
 )
 from tuner.trial import TrialSpec
 from tuner.verdicts import recommend as rec
@@ -322,7 +322,7 @@ def _search(prepared, tracker, study, run_name, records, placement, progress, st
     longer = extend.Extension(base_spec, budget, o.trial_timeout, announce=echo)
     speed = remeasure.Remeasure(base_spec, o.trial_timeout, wanted=prepared.first is not None, announce=echo)
 
-    fallback: _WarmFallback | None = None
+    fallback: WarmFallback | None = None
 
     def next_job(finished: list[TrialRecord], final: bool) -> TrialJob | str | None:
         """After the search's trials: longer runs while none learned, then confirmation, then a --from search's
@@ -359,9 +359,9 @@ def _search(prepared, tracker, study, run_name, records, placement, progress, st
                                         keep_first=keep)
     # a warm search whose earlier picks fail here, or that confirms nothing, goes back to the default trials it had
     # cut (_warm.fell_back)
-    fallback = _WarmFallback(warm, echo, searcher, tracker, progress, prepared.n_trials) if warm and warm.trials \
+    fallback = WarmFallback(warm, echo, searcher, tracker, progress, prepared.n_trials) if warm and warm.trials \
         else None
-    proposer.on_told = _warm_news(warm, echo, proposer, fallback)
+    proposer.on_told = warm_news(warm, echo, proposer, fallback)
     spare = warm.trials[1] - prepared.n_trials if warm and warm.trials else 0
     at_most = remaining + spare + longer.most_runs + schedule.most_runs + speed.most_runs  # FINISHED when it has fewer
     if at_most:
@@ -383,45 +383,6 @@ def _search(prepared, tracker, study, run_name, records, placement, progress, st
                       remeasures)
     outcome.stopped_because = searcher.stopped_because
     return outcome
-
-
-def _warm_news(warm, echo, proposer, fallback: _WarmFallback | None):
-    """record -> None: says how a warm start's earlier pick did here, when its trial ends; once every pick has
-    failed here, a search whose budget they had cut runs the default trials again (``fallback``)."""
-    if not warm or not warm.picks:
-        return None
-    from tuner.search import _warm
-
-    def news(record):
-        line = _warm.told_line(record, warm)
-        if not line:
-            return  # not a pick's trial
-        echo(line)
-        if fallback is not None and _warm.fell_back(proposer.finished, warm) is not None:
-            fallback.now(None)
-    return news
-
-
-class _WarmFallback:
-    """A warm search whose budget its earlier searches cut (tuner.search._warm.WarmStart.budget) goes back to the
-    default trials, once: when every earlier pick has failed here (``_warm.fell_back``), or when its trials and
-    confirmations are done and nothing was confirmed. Said, and tagged for --resume; the trials already run kept."""
-
-    def __init__(self, warm, echo, searcher, tracker, progress, n_trials: int):
-        self.warm, self.echo, self.searcher, self.tracker, self.progress = warm, echo, searcher, tracker, progress
-        self.n_trials, self.done = n_trials, False
-
-    def now(self, why: str | None) -> None:
-        from tuner.search import _warm
-
-        trials = self.warm.trials[1]
-        if self.done or trials <= self.n_trials:
-            return
-        self.done = True
-        self.searcher.n_search += trials - self.n_trials
-        self.progress.total += trials - self.n_trials
-        self.echo(_warm.fallback_line(trials, self.warm, why))
-        self.tracker.set_tags({WARM_FALLBACK_TAG: str(trials)})
 
 
 def _study_storage(o: SearchOptions) -> str | None:
