@@ -130,7 +130,8 @@ def run(trainers: list[str], configs: int, seeds: list[int], model: str, short: 
     return {"command": None, "machine": report.machine(), "versions": report.versions(), "model": model,
             "short": short, "long": short * factor, "factor": factor, "seeds": seeds, "configs_per_trainer": configs,
             "config_seed": config_seed,
-            "seconds": round(time.perf_counter() - started), "runs": rows, "summary": summarize(rows)}
+            "seconds": round(time.perf_counter() - started), "runs": rows,
+            "summary": summarize(judged_again({"runs": rows, "short": short, "long": short * factor}))}
 
 
 def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:

@@ -440,22 +440,36 @@ def test_free_slots_confirm_the_best_so_far_then_the_final_candidates_each_run_o
     assert [handed(j) for j in first[:2]] == [(0, 1), (0, 2)] and first[2] is None
     assert first[0]["spec"]["params"] == {"learning_rate": 0.0} and first[0]["extra"] == {"confirms": 0}
     assert schedule.next([trial(0, 500.0), trial(1, 900.0)], final=False) is None  # a new leader: no more early
-    # final: trial 1 leads; trial 0 is second and its runs are not repeated
+    # final: trial 1 leads, its runs first; trial 0, second, already has its runs (made early, not repeated)
     finished = [trial(0, 500.0), trial(1, 900.0), trial(2, 100.0)]
-    final = []
-    while (job := schedule.next(finished, final=True)) is not None:
-        final.append(handed(job))
+    final = [handed(schedule.next(finished, final=True)) for _ in range(2)]
     assert final == [(1, 1), (1, 2)]
     assert len(first[:2]) + len(final) <= schedule.most_runs
     assert said == ["confirming trial 0, the best so far, on 2 more seeds while the last trials run",
                     "confirming the top 2 candidates (trials 1, 0) on 2 more seeds"]
-    # early runs of a trial that is no final candidate stay within most_runs, and the candidates get theirs
+
+    def reruns(number: int, status: str = "ok") -> list[dict[str, Any]]:
+        return [{**trial(number, 800.0), "seed": seed, "confirms": number, "status": status} for seed in (1, 2)]
+
+    # one candidate at a time: the first confirmed is the recommendation, so the next waits for its verdict
+    assert schedule.next(finished, final=True, confirmations=reruns(1)[:1]) == confirm.WAIT
+    assert schedule.next(finished, final=True, confirmations=reruns(1)) is None  # trial 1 confirmed: done
+    best, verdicts = confirm.judge(confirm.candidates(finished, 2), reruns(1) + reruns(0))
+    assert best["number"] == 1 and [v["number"] for v in verdicts] == [1, 0]  # trial 0's early runs judged too
+    best, verdicts = confirm.judge(confirm.candidates(finished, 2), reruns(1))
+    assert best["number"] == 1 and [v["number"] for v in verdicts] == [1]  # no runs, no verdict: not "confirmed"
+    # a search whose top candidate holds runs no one else's confirmation; when it is demoted, the next one's
     other = confirm.Schedule({"seed": 0, "max_steps": 8}, seeds=2, top=2, timeout=60, announce=said.append)
     early = [other.next([trial(5, 300.0)], final=False) for _ in range(2)]
-    late = []
-    while (job := other.next([trial(5, 300.0), trial(6, 900.0), trial(7, 800.0)], final=True)) is not None:
-        late.append(handed(job))
-    assert late == [(6, 1), (6, 2), (7, 1), (7, 2)] and len(early) + len(late) == other.most_runs
+    final_trials = [trial(5, 300.0), trial(6, 900.0), trial(7, 800.0)]
+    late = [handed(other.next(final_trials, final=True)) for _ in range(2)]
+    assert late == [(6, 1), (6, 2)]
+    assert other.next(final_trials, final=True, confirmations=reruns(6)) is None
+    demoted = reruns(6, status="diverged")
+    late += [handed(other.next(final_trials, final=True, confirmations=demoted)) for _ in range(2)]
+    assert late[2:] == [(7, 1), (7, 2)] and len(early) + len(late) == other.most_runs
+    assert other.next(final_trials, final=True, confirmations=demoted + reruns(7)[:1]) == confirm.WAIT
+    assert other.next(final_trials, final=True, confirmations=demoted + reruns(7, status="diverged")) is None
 
 
 @pytest.mark.slow

@@ -107,6 +107,23 @@ def test_headroom_already_near_the_top_is_a_risk_and_says_where():
     assert "the head (logits)" in risk.message and "float16" in risk.message
 
 
+def test_activations_the_training_grew_to_a_hundredth_of_the_range_stay_a_risk_when_their_growth_stops():
+    # bench/horizon.py, config seed 67, GRPO config 2 (fp16-pure LoRA, lr 0.011), seed 3: flagged at 20 steps
+    # (overflow projected near step 45); on the 500-step schedule its activations rose to 8.6% of float16's range at
+    # step 70, fell back to 5% by step 90, and it overflowed at step 251. Its risk rung (90 steps) must not clear it.
+    shares = {1: 5.5e-5, 10: 1.9e-4, 20: 3.2e-3, 30: 1.3e-2, 40: 3.4e-2, 50: 5.1e-2, 60: 6.4e-2, 70: 8.6e-2,
+              80: 8.1e-2, 90: 5.0e-2}
+    rows = [{"step": s, "headroom": v, "headroom_site": 1.0} for s, v in shares.items()]
+    (risk,) = forecast(rows, "grpo", "fp16-pure", 500)
+    assert risk.step is None and "reached 9% of float16's range at step 70, 1564x their level at step 1" in risk.message
+    # a model that starts there (a pretrained LLM's large activations) and stays is no risk: not the training's growth
+    steady = [{"step": s, "headroom": 0.05 * (1 + 0.01 * (s % 3)), "headroom_site": 1.0} for s in range(1, 91, 5)]
+    assert forecast(steady, "grpo", "fp16-pure", 500) == []
+    # growth that levels off low (set 47's reward config 5: 1.2e-3 from step 55, held 500 steps) is cleared
+    flat = [{"step": s, "headroom": min(5e-5 * 1.12 ** s, 1.2e-3), "headroom_site": 1.0} for s in range(1, 103, 5)]
+    assert forecast(flat, "reward", "fp16-pure", 500) == []
+
+
 def test_float16_trainable_weights_are_a_risk_and_float32_adapters_are_not():
     # bench/horizon.py: every fp16-pure full fine-tune ok at 20 steps failed by step 500 (5 of 5)
     rows = [{"step": s, "loss": 1.0, "grad_norm": 1.0, **({"weights_fp16": 1.0} if s % 5 == 0 else {})}

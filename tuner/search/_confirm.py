@@ -16,11 +16,12 @@ import statistics
 from typing import Any
 
 from tuner.records import TrialJob, TrialRecord, is_ok
+from tuner.search._extend import WAIT
 from tuner.stores.tags import CONFIRMATION_TAG, CONFIRMS_TAG, RUN_NAME_TAG
 from tuner.verdicts import recommend as rec
 from tuner.verdicts.learning import ALPHA
 
-__all__ = ["Schedule", "candidates", "combined_p_value", "confirmation_jobs", "judge"]
+__all__ = ["WAIT", "Schedule", "candidates", "combined_p_value", "confirmation_jobs", "judge"]
 
 
 def candidates(records: list[TrialRecord], top: int) -> list[TrialRecord]:
@@ -52,10 +53,13 @@ def confirmation_jobs(cands: list[TrialRecord], base_spec: dict[str, Any], seeds
 class Schedule:
     """Which confirmation run a free trial slot gets next, in the search's own Ray Tune run.
 
-    Once every search trial has finished (``final``): the top candidates' runs, each (trial, seed) once. Before
-    that, while the last search trials run, a slot that would idle confirms the best trial so far (at most one
-    candidate's runs in all): it is the likeliest to stay a candidate, and its runs then count for it; if it
-    does not, they were run in time that was idle anyway.
+    Once every search trial has finished (``final``): the top candidates' runs, one candidate at a time, each
+    (trial, seed) once. The first candidate confirmed is the recommendation (``judge``), so the next one's runs are
+    handed out only once the one before it was demoted (WAIT while its runs are out): a search whose top candidate
+    holds ends with its runs, not with every candidate's (bench/warm_start.py: a tiny-model search's last
+    confirmation round, a tenth of its wall time). Before that, while the last search trials run, a slot that would
+    idle confirms the best trial so far (at most one candidate's runs in all): it is the likeliest to stay a
+    candidate, and its runs then count for it; if it does not, they were run in time that was idle anyway.
     """
 
     def __init__(self, base_spec: dict[str, Any], seeds: int, top: int, timeout: float, announce=print):
@@ -69,7 +73,10 @@ class Schedule:
         """The most runs next() can hand out: every candidate's, and one more candidate's early."""
         return (self.top + 1) * self.seeds if self.seeds > 0 else 0
 
-    def next(self, finished: list[TrialRecord], final: bool) -> TrialJob | None:
+    def next(self, finished: list[TrialRecord], final: bool,
+             confirmations: list[TrialRecord] | tuple = ()) -> TrialJob | str | None:
+        """The next confirmation run, WAIT (a candidate's runs are out: its verdict decides whether the next one's
+        run), or None (nothing more: the candidates are confirmed or used up)."""
         if self.seeds <= 0 or (not final and self.early >= self.seeds):
             return None
         cands = candidates(finished, self.top if final else 1)
@@ -80,13 +87,21 @@ class Schedule:
                 f"confirming the top {len(cands)} candidates (trials {', '.join(map(str, numbers))}) on "
                 f"{self.seeds} more seeds" if final else
                 f"confirming trial {numbers[0]}, the best so far, on {self.seeds} more seeds while the last trials run")
-        for job in confirmation_jobs(cands, self.base_spec, self.seeds, self.timeout):
-            key = (job["number"], job["spec"]["seed"])
-            if key not in self.handed:
-                self.handed.add(key)
-                if not final:
-                    self.early += 1
-                return job
+        for c in cands:
+            for job in confirmation_jobs([c], self.base_spec, self.seeds, self.timeout):
+                key = (job["number"], job["spec"]["seed"])
+                if key not in self.handed:
+                    self.handed.add(key)
+                    if not final:
+                        self.early += 1
+                    return job
+            if not final:
+                return None
+            done = {r["seed"] for r in confirmations if r.get("confirms") == c["number"]}
+            if {self.base_spec["seed"] + k for k in range(1, self.seeds + 1)} - done:
+                return WAIT  # its runs are out: confirmed, it is the recommendation and the rest need none
+            if judge([c], list(confirmations))[0] is not None:
+                return None
         return None
 
 
@@ -137,11 +152,14 @@ def _learn_together(reruns: list[TrialRecord]) -> str:
 
 def judge(cands: list[TrialRecord], confirmations: list[TrialRecord]
           ) -> tuple[TrialRecord | None, list[dict[str, Any]]]:
-    """(the recommended record or None, one verdict per candidate in order)."""
+    """(the recommended record or None, one verdict per candidate in order: those after the recommended one only
+    where their runs were made)."""
     verdicts: list[dict[str, Any]] = []
     recommended: TrialRecord | None = None
     for c in cands:
         reruns = sorted((r for r in confirmations if r.get("confirms") == c["number"]), key=lambda r: r["seed"])
+        if recommended is not None and not reruns:
+            continue  # a candidate before it was confirmed: its runs were not needed (Schedule), it has no verdict
         unstable = [r for r in reruns if not is_ok(r)]
         why = "; ".join(_why(r) for r in unstable) if unstable else _learn_together(reruns)
         runs = [c, *reruns]

@@ -329,7 +329,7 @@ def _search(prepared, tracker, study, run_name, records, placement, progress, st
         speed re-runs; a warm search left with nothing confirmed first goes back to the default trials."""
         job: TrialJob | str | None = longer.next(records, extensions) if final else None
         if job is None:
-            job = schedule.next([*finished, *extensions], final)
+            job = schedule.next([*finished, *extensions], final, confirmations)
         if job is None and final and fallback is not None and not fallback.done:
             if schedule.handed - {(c["number"], c["seed"]) for c in confirmations}:
                 return execution.WAIT  # its confirmations still run: whether anything is confirmed is not known

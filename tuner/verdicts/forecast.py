@@ -55,6 +55,12 @@ FINAL_NORM, HEAD = -1, -2  # tuner.trial.signals' headroom_site values that are 
 VERIFY_FACTOR = 25  # a long run is commonly 25-250x a trial's steps: the horizon a trial's forecast looks to
 MIN_T = 3.0  # a trend's slope over its standard error: steady, not one run's noise
 HEADROOM_NOW = 0.5  # a share of the dtype's range already this high is a risk without any trend
+# ... and so is one the training itself grew GROWN_FROM x from the untouched model's (the first reading) to at least
+# HEADROOM_GROWN: on bench/horizon.py's records (12 sets, 2026-11-27), 22 of the 29 fp16 runs that failed by step 500
+# passed 1% of float16's range first (a median ~30 steps before), and 2 of the 54 that held ever did (after step
+# 200). A pretrained model's own large activations (a real LLM's reach hundreds) are its start, not growth.
+HEADROOM_GROWN = 0.01
+GROWN_FROM = 100
 # A geometric growth is projected over at most 3 decades: activations at 1e-36 of bfloat16's range growing 40% a
 # step do not reach its top near step 250 (bench/horizon.py: 5 of 5 such bf16 projections held 500 steps), they
 # level off. Only a share within 3 decades of the top (float16's: from ~65 up) is projected.
@@ -115,6 +121,12 @@ def _headroom(rows, trainer, precision, horizon) -> Risk | None:
         where = site_name(int(high[2])) if high[2] is not None else "the model"
         return Risk("headroom", f"activations in {where} reached {_share(high[1])} of {dtype}'s range at step "
                                 f"{int(high[0])}: overflow is one spike away", None)
+    start = points[0][1]
+    if high[1] >= HEADROOM_GROWN and high[1] >= GROWN_FROM * start:
+        where = site_name(int(high[2])) if high[2] is not None else "the model"
+        return Risk("headroom", f"activations in {where} reached {_share(high[1])} of {dtype}'s range at step "
+                                f"{int(high[0])}, {high[1] / start:.0f}x their level at step {int(points[0][0])}: "
+                                "runs whose training grew them this far overflowed later", None)
     step, share, site = points[-1]
     where = site_name(int(site)) if site is not None else "the model"
     if share < HEADROOM_FLOOR:
