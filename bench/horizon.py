@@ -148,7 +148,7 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
                "recall": round(len(hits) / len(late), 3) if late else None,
                "precision": round(len(hits) / len(flagged), 3) if flagged else None,
                "outcomes": {o: sum(r["outcome"] == o for r in group) for o in sorted({r["outcome"] for r in group})}}
-        if all("after_rung" in r for r in flagged):  # the search's verdict once each flag had its risk rung
+        if ok and all(r.get("rung_read") for r in ok):  # the search's verdict once each flag had its risk rung
             kept = [r for r in flagged if r["after_rung"]]
             true = [r for r in kept if r["outcome"] in FAILED]
             out.update(after_rung=len(kept), after_rung_true=len(true),
@@ -173,7 +173,7 @@ def judged_again(data: dict[str, Any]) -> list[dict[str, Any]]:
     rungs = data["long"] == horizon_of(data["short"])  # the long run is the one the forecast looked to
     rows = []
     for r in data["runs"]:
-        row = {**r, "short": {**r["short"], "risk": _risk_again(r)}}
+        row = {**r, "short": {**r["short"], "risk": _risk_again(r)}, "rung_read": rungs}
         if rungs and row["long"] is not None and row["short"]["risk"]:
             row["after_rung"] = after_rung(row)
         rows.append(row)
@@ -317,12 +317,15 @@ def main(argv: list[str] | None = None) -> int:
             data = load(path)
             data["summary"] = forecast_again(data)
             out += [f"**`{Path(path).name}`**: " + lines(data)[0], *lines(data)[1:], ""]
-        every = [load(path) for path in args.render]
-        held_out = [data for data in every if data.get("held_out")]
-        if held_out:
-            out += [*pooled(held_out), ""]
-        if len(every) > 1:
-            out += [*pooled(every, "Every set together, fitting sets included (not held-out figures)"), ""]
+        loaded = [load(path) for path in args.render]
+        for model in dict.fromkeys(data["model"] for data in loaded):  # sets of one model pooled together
+            every = [data for data in loaded if data["model"] == model]
+            held_out = [data for data in every if data.get("held_out")]
+            if held_out:
+                out += [*pooled(held_out, f"Held-out sets together, {model} model"), ""]
+            if len(every) > 1:
+                out += [*pooled(every, f"Every set together, {model} model, fitting sets included (not held-out "
+                                       "figures)"), ""]
         print("\n".join(out))
         if args.results:
             from bench.report import replace_section

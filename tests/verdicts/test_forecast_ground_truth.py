@@ -68,19 +68,22 @@ def _figures(runs):
     return len(failed), len(flagged), sum(r["outcome"] in FAILED for r in flagged)
 
 
-def test_on_the_held_out_sets_every_failure_was_flagged_and_two_thirds_of_the_flags_came_true():
+def test_on_the_held_out_sets_most_failures_were_flagged_and_three_quarters_of_the_flags_came_true():
     # the sets recorded after the rules were frozen (their "held_out" key): config seeds 43 and 47, recorded after
-    # the grad_norm rule was removed, 53, after the headroom analysis changed nothing, and 61, recorded while a
-    # headroom reach was tried and judged by the rules shipped (the reach reverted on set 59 before 61 was seen).
-    # 186 configs ok at 20 steps (61: 58, 2 failed, both flagged, 2 flags), 4 failed by step 500, all flagged
-    # (recall 1.0); 6 flags, 4 came true (precision 0.67, below the issue's 0.8: set 47's headroom flags). 31 and 41
-    # were held out for the rules before the grad_norm change (recall 6 of 7, precision 6 of 8) and are not now; 59
-    # decided the reach's revert. The figures the docs give.
+    # the grad_norm rule was removed, 53, after the headroom analysis changed nothing, 61, recorded while a
+    # headroom reach was tried and judged by the rules shipped (the reach reverted on set 59 before 61 was seen), and
+    # 79, after the risk rung and the rule for grown activations (which flags nothing at 20 steps on 43-61). 241
+    # configs ok at 20 steps, 7 failed by step 500, 6 flagged (recall 0.86; the miss: set 79's GRPO config 4 at lr
+    # 0.25 in fp32, its reward at 1.0 from step 7 to 59, then collapsed at step 61); 8 flags, 6 came true (precision
+    # 0.75, under the issue's 0.8: set 47's headroom flags). The figures the docs give.
     held_out = [load(path) for path in SETS if load(path).get("held_out")]
-    assert sorted(data["config_seed"] for data in held_out) == [43, 47, 53, 61]
+    assert sorted(data["config_seed"] for data in held_out) == [43, 47, 53, 61, 79]
     runs = [r for data in held_out for r in data["runs"]]
-    assert len([r for r in runs if r["long"] is not None]) == 186
-    assert _figures(runs) == (4, 6, 4)  # failed, flagged, flags that came true
+    assert len([r for r in runs if r["long"] is not None]) == 241
+    assert _figures(runs) == (7, 8, 6)  # failed, flagged, flags that came true
+    # after the risk rungs (read off the long runs): 6 flags stay, all 6 true; set 47's 2 false ones cleared
+    kept = [r for data in held_out for r in judged_again(data) if r.get("after_rung")]
+    assert len(kept) == 6 and all(r["outcome"] in FAILED for r in kept)
 
 
 def test_over_every_recorded_set_most_failures_were_flagged_and_no_unflagged_candidate_failed():
@@ -144,6 +147,8 @@ def test_the_headroom_flags_true_and_false_look_alike_at_the_trial_length():
     alone, slowing = [], []
     for path in SETS:
         data = load(path)
+        if data["config_seed"] > 61:
+            continue  # the analysis of the sets recorded by 2026-11-27 04:44; a later set's flags are judged below
         for run in data["runs"]:
             if run["long"] is None or not any(r.signal == "headroom" for r in _risks(run)):
                 continue

@@ -29,11 +29,12 @@ config that did not learn, its gradient norm rising from near zero), so it caugh
 A trend rule fires only on a fitted trend that is steady (t-statistic >= MIN_T), large (a geometric one at least
 doubles over the steps it was fitted on) and projects the failure inside the horizon, so a noisy flat history
 or a slow drift does not; the level rules (a reading near the dtype's top, float16 weights) need no trend.
-Measured against runs 25x the trial (bench/horizon.py, docs/horizon.md). Held out (config seeds 43, 47, 53 and 61,
-recorded after the grad_norm rule's removal): 186 configs ok at 20 steps, 4 failed by 500, all flagged; 6 flags, 4
-came true (the 2 false: headroom on activations whose early growth levelled off). Projecting that growth no further
-than twice the steps seen was tried and reverted: on set 59 it missed a config whose growth overflowed at steps 118
-and 188. Every recorded set together (fitting sets included): 25 of 29 flagged, 25 of 29 flags came true.
+Measured against runs 25x the trial (bench/horizon.py, docs/horizon.md). Held out (config seeds 43, 47, 53, 61 and
+79, each recorded after the rules of its time were frozen): 241 configs ok at 20 steps, 7 failed by 500, 6 flagged;
+8 flags, 6 came true (the 2 false: headroom on activations whose early growth levelled off, which the search's risk
+rung, tuner.search._extend, clears). Projecting that growth no further than twice the steps seen was tried and
+reverted: on set 59 it missed a config whose growth overflowed at steps 118 and 188. Every recorded set together
+(fitting sets included): 29 of 36 failures flagged, 29 of 33 flags came true.
 What the rules do not see: failures with no trend in these signals
 (a data batch that breaks a run at step 3,000, a learning-rate schedule that warms up past the trial).
 """
