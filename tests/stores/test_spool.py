@@ -61,3 +61,40 @@ def test_a_kept_trial_start_sent_again_from_another_process_makes_no_second_run(
     assert keys == ["key-0", "key-1"], keys  # one run per trial
     assert next(r for r in runs if r.data.tags[TRIAL_KEY_TAG] == "key-0").info.run_id == sent
     assert all(r.data.params["learning_rate"] == "0.0001" for r in runs)
+
+
+def test_a_server_that_dies_while_it_answers_is_a_server_away_not_a_failed_write(monkeypatch):
+    # Seen in a CI run: the MLflow server was killed while it answered a log_batch; the cut-off answer reached the
+    # search as an MlflowException around requests' ChunkedEncodingError ("Connection broken: IncompleteRead"), which
+    # was not taken for an absent server, and the search crashed instead of keeping its writes on disk.
+    import socket
+    import threading
+
+    from mlflow.entities import Param
+
+    from tuner.stores import mlflow_store
+    from tuner.stores.run_writer import _unavailable
+
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+
+    def answer_half():
+        for _ in range(4):  # each request the client makes: a chunked answer cut off after its first bytes
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            conn.recv(65536)
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+                         b"10\r\n{\"a\"")
+            conn.close()
+
+    threading.Thread(target=answer_half, daemon=True).start()
+    try:
+        with pytest.raises(Exception) as cut_off:
+            mlflow_store.client(f"http://127.0.0.1:{port}").log_batch("0" * 32, params=[Param("a", "1")])
+    finally:
+        listener.close()
+    assert _unavailable(cut_off.value), f"{type(cut_off.value).__name__}: {cut_off.value}"
+    assert not _unavailable(ValueError("param 'a' already logged with another value"))

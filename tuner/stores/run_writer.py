@@ -66,9 +66,14 @@ class TrackingUnavailable(Exception):
 
 
 def _unavailable(error: BaseException) -> bool:
+    """Whether ``error`` says the server went away (refused, reset, or cut off mid-answer), not that it refused the
+    write. A server killed while it answers cuts the response short: requests' ChunkedEncodingError ("Connection
+    broken: IncompleteRead"), which MLflow wraps in an MlflowException."""
     text = f"{type(error).__name__}: {error}"
     return any(k in text for k in ("ConnectionError", "Connection refused", "Max retries exceeded",
-                                   "Failed to establish", "RemoteDisconnected", "timed out", "503", "502"))
+                                   "Failed to establish", "RemoteDisconnected", "timed out", "503", "502",
+                                   "Connection broken", "Connection reset", "Connection aborted",
+                                   "ChunkedEncodingError", "IncompleteRead"))
 
 
 class Spool:
