@@ -170,7 +170,9 @@ def forecast_again(data: dict[str, Any]) -> dict[str, Any]:
 
 
 def judged_again(data: dict[str, Any]) -> list[dict[str, Any]]:
-    rungs = data["long"] == horizon_of(data["short"])  # the long run is the one the forecast looked to
+    from tuner.verdicts.forecast import horizon_steps
+
+    rungs = data["long"] == horizon_steps(data["short"])  # the long run is the one the forecast looked to
     rows = []
     for r in data["runs"]:
         row = {**r, "short": {**r["short"], "risk": _risk_again(r)}, "rung_read": rungs}
@@ -178,12 +180,6 @@ def judged_again(data: dict[str, Any]) -> list[dict[str, Any]]:
             row["after_rung"] = after_rung(row)
         rows.append(row)
     return rows
-
-
-def horizon_of(steps: int) -> int:
-    from tuner.verdicts.forecast import horizon_steps
-
-    return horizon_steps(steps)
 
 
 def after_rung(run: dict[str, Any]) -> str:

@@ -88,7 +88,8 @@ class Schedule:
                 f"{self.seeds} more seeds" if final else
                 f"confirming trial {numbers[0]}, the best so far, on {self.seeds} more seeds while the last trials run")
         for c in cands:
-            for job in confirmation_jobs([c], self.base_spec, self.seeds, self.timeout):
+            jobs = confirmation_jobs([c], self.base_spec, self.seeds, self.timeout)
+            for job in jobs:
                 key = (job["number"], job["spec"]["seed"])
                 if key not in self.handed:
                     self.handed.add(key)
@@ -98,7 +99,7 @@ class Schedule:
             if not final:
                 return None
             done = {r["seed"] for r in confirmations if r.get("confirms") == c["number"]}
-            if {self.base_spec["seed"] + k for k in range(1, self.seeds + 1)} - done:
+            if {job["spec"]["seed"] for job in jobs} - done:
                 return WAIT  # its runs are out: confirmed, it is the recommendation and the rest need none
             if judge([c], list(confirmations))[0] is not None:
                 return None
