@@ -25,6 +25,16 @@ def test_a_pruned_trial_keeps_its_figures_so_far_and_says_why():
     assert "step 9 of 40" in result["reason"] and "stopped by successive halving" in result["reason"]
 
 
+def test_the_searcher_gets_the_same_figures_from_ray_tunes_flattened_result():
+    """Ray Tune hands the searcher ``flatten_dict(trial.last_result)`` ("so_far/progress"), the callbacks the dict
+    itself: a pruned trial told to Optuna keeps its figures so far (its intermediate value), as its MLflow run does."""
+    from ray.tune.utils import flatten_dict
+
+    flat = execution.pruned_result(flatten_dict(LIVE), max_steps=40)
+    assert flat == execution.pruned_result(LIVE, max_steps=40)
+    assert flat["tokens_per_second"] == 1200.0 and "progress +0.050 x 1200 tokens/s" in flat["reason"]
+
+
 @pytest.mark.parametrize("max_steps", [8, 12, 20, 30, 40, 100, 400, 1000])
 def test_the_rungs_rows_are_cut_at_are_the_ones_ray_tune_judges_at(max_steps):
     halving = execution.Halving(max_steps)
@@ -113,3 +123,27 @@ params:
     # its MLflow run is closed with the verdict (KILLED: stopped by the search, not failed)
     (run,) = [r for r in runs_of(finished, "trial") if r.data.params.get("learning_rate") == "1e-07"]
     assert run.info.status == "KILLED" and run.data.tags.get("tuner.status") == Status.PRUNED
+
+
+def test_the_trials_a_search_keeps_are_handed_out_unprunable_and_halving_lets_them_run():
+    """A warm search's earlier recommendation (and --from's trial 0) is a job marked ``keep``: Ray Tune's ASHA lets
+    it run on however far behind it is at a rung, and no slow limit is set on it; the trials after it are not kept."""
+    import optuna
+
+    space = parse_space({"trainer": "sft", "params": {"learning_rate": {"type": "float", "low": 1e-4, "high": 1e-1}}})
+    study = optuna.create_study(sampler=sampling.make_sampler("random", 0, 4), direction="maximize")
+    proposer = sampling.Proposer(study, space, "random", 4)
+    searcher = execution.OptunaSearcher(proposer, {"trainer": "sft", "max_steps": 40, "seed": 0}, 60.0, n_search=3,
+                                        keep={0})
+    jobs = [searcher.suggest(f"t{i}") for i in range(3)]
+    assert [bool(job.get("keep")) for job in jobs] == [True, False, False]
+    halving = execution.Halving(max_steps=40)
+    ahead = {execution.SO_FAR: 1e9, "step": halving.grace, execution.LIVE: True}
+    behind = {execution.SO_FAR: -1e9, "step": halving.grace, execution.LIVE: True}
+    trials = [SimpleNamespace(trial_id=f"t{i}", config=job) for i, job in enumerate(jobs)]
+    halving.on_trial_add(None, trials[1])
+    halving.on_trial_add(None, trials[0])
+    halving.on_trial_add(None, trials[2])
+    assert halving.on_trial_result(None, trials[1], ahead) == execution.TrialScheduler.CONTINUE
+    assert halving.on_trial_result(None, trials[0], behind) == execution.TrialScheduler.CONTINUE  # kept
+    assert halving.on_trial_result(None, trials[2], behind) == execution.TrialScheduler.STOP  # the same, not kept

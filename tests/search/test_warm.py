@@ -225,7 +225,9 @@ def test_a_second_search_runs_the_first_ones_recommendation_as_trial_0_and_says_
                            "recommendation; 2 earlier trials told to the sampler")
     trial0 = next(r for r in second.outcome.records if r["number"] == 0)
     assert trial0["params"]["learning_rate"] == best["params"]["learning_rate"]
-    # how it did here is said, whichever way it went (on a busy 2-core machine halving may stop it: speeds vary)
+    # it runs to its end here: successive halving never stops the earlier recommendation on a few noisy steps
+    assert trial0["status"] != "pruned" and (trial0["status"] != "ok" or trial0["steps_run"] == 8), trial0
+    # how it did here is said, whichever way it went
     said = [line for line in second.echoed if line.startswith("warm start: trial 0, the earlier recommendation, ")]
     assert len(said) == 1, (trial0["status"], trial0.get("reason"))
     assert ("runs here" in said[0]) == (trial0["status"] == "ok" and trial0["learned"]), said

@@ -24,7 +24,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -101,8 +101,10 @@ def _trainable(config: dict[str, Any]) -> None:
 
 
 def pruned_result(live: dict[str, Any], max_steps: int) -> dict[str, Any]:
-    """The outcome of a trial successive halving stopped, from its last live result (its figures so far)."""
-    figures = dict(live.get("so_far") or {})
+    """The outcome of a trial successive halving stopped, from its last live result (its figures so far). ``live``
+    as the driver's callbacks get it, or flattened as Ray Tune hands it to the searcher ("so_far/progress")."""
+    figures = dict(live.get("so_far") or {k.removeprefix("so_far/"): v for k, v in live.items()
+                                          if k.startswith("so_far/")})
     step = int(live.get("step") or figures.get("steps_run") or 0)
     speed, progress = figures.get("tokens_per_second"), figures.get("progress")
     measured = (f"progress {progress:+.3f} x {speed:.0f} tokens/s" if speed and progress is not None
@@ -275,7 +277,7 @@ class OptunaSearcher(Searcher):
 
     def __init__(self, proposer: sampling.Proposer, base_spec: dict[str, Any], timeout: float,
                  n_search: int, then=None, done: Sequence[TrialRecord] = (), fits=None, prune_slow: bool = False,
-                 keep_first: int = 0):
+                 keep: Collection[int] = (), first_alone: bool = False):
         super().__init__(metric=SEARCH_METRIC, mode="max")
         self.proposer, self.base_spec, self.timeout = proposer, base_spec, timeout
         self.n_search, self.then = n_search, then
@@ -285,16 +287,18 @@ class OptunaSearcher(Searcher):
         self.stopped_because: str | None = None  # a failure no config avoids (tuner.verdicts.diagnose): nothing more is run
         self.fits = fits  # params -> None, or why the config cannot fit (tuner.search._placement): then it is not run
         self.prune_slow = prune_slow  # stop a trial that runs past slow_limit() of the trials finished before it
-        # --from: trial 0 (the user's own config: its verdict is the news) and its single changes (the smallest fixes) run
-        # to the end: never pruned
-        self.keep_first = keep_first
+        # trials run to the end, never pruned: --from's trial 0 (the user's own config: its verdict is the news) and its
+        # single changes (the smallest fixes); a warm search's earlier recommendations (tuner.search._warm: a whole
+        # earlier search's evidence, not to be dropped on a few noisy steps here)
+        self.keep = frozenset(keep)
+        self.first_alone = first_alone  # --from: trial 0 runs alone first; the changes tried next follow from its verdict
 
     def suggest(self, trial_id: str):
         self.stopped_because = self.stopped_because or diagnose.systematic_failure(self.finished)
         if self.stopped_because:
             return None if self.asked else Searcher.FINISHED
         if self.suggested < self.n_search:
-            if self.keep_first and self.suggested and not any(r.get("number") == 0 for r in self.finished):
+            if self.first_alone and self.suggested and not any(r.get("number") == 0 for r in self.finished):
                 return None  # --from: trial 0 runs alone first; the changes tried next follow from its verdict
             with interrupts.deferred():  # the study never holds a trial handed out and not yet drawn
                 trial, params = self.proposer.ask()
@@ -303,7 +307,7 @@ class OptunaSearcher(Searcher):
             spec = {**self.base_spec, "params": params}
             job = TrialJob(spec=spec, number=self.proposer.number(trial), timeout=self.timeout)
             slow = slow_limit(self.finished) if self.prune_slow else None
-            if self.proposer.number(trial) < self.keep_first:
+            if self.proposer.number(trial) in self.keep:
                 job["keep"], slow = True, None
             if slow and slow[0] < self.timeout:
                 job["prune_after"] = slow
