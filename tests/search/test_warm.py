@@ -1,6 +1,6 @@
 """Warm start (tuner.search._warm): a second search in the same store finds the first, runs its recommendation as
 trial 0 and says so; --warm-start none and another trainer start cold; the left-out rule and the priors told to
-Optuna, on made-up searches."""
+Optuna, on made-up searches; another size of a model's family, on made-up searches and on two real ones."""
 
 from __future__ import annotations
 
@@ -408,3 +408,32 @@ def test_another_size_of_the_family_runs_its_pick_first_and_tells_nothing_else()
     # a larger model's out-of-memory trials say nothing of a smaller one's
     large = dataclasses.replace(small, was=dataclasses.replace(HERE, model="Qwen/Qwen2.5-7B"))
     assert warm.build([large], here, space_with_batches(), n_trials=12).batches_left_out == {}
+
+
+@pytest.mark.slow
+def test_two_real_searches_on_two_sizes_of_one_family(tmp_path, tiny_model):
+    """Two folders named as a hub names sizes (the tiny model in each: the rule reads the family and size from the
+    name), a real search on each in one store: the second, with nothing of its own model, starts from the first's
+    recommendation as trial 0, tells the sampler nothing, keeps its budget, and says whose family it is."""
+    import shutil
+
+    models = {size: tmp_path / "models" / f"TinyQwen-{size}" for size in ("1M", "3M")}
+    for folder in models.values():
+        shutil.copytree(tiny_model, folder)
+    options = {"trainer": "reward", "trials": 2, "max_steps": 8, "seed": 0, "confirm_seeds": 0}
+    small = run_search_in(tmp_path, CONFIRM_SPACE, experiment="small", model=str(models["1M"]), **options)
+    large = run_search_in(tmp_path, CONFIRM_SPACE, experiment="large", model=str(models["3M"]), **options)
+    best = small.outcome.recommended
+    assert best is not None, small.echoed
+    assert large.prepared.warm and large.prepared.warm.picks, large.echoed
+    line = next(line for line in large.echoed if line.startswith("warm start from"))
+    assert "TinyQwen-1M (another size of TinyQwen-3M's family)" in line, line
+    assert "their outcomes not told to the sampler (another model size)" in line, line
+    assert large.prepared.warm.priors == [] and large.prepared.n_trials == 2
+    trial0 = next(r for r in large.outcome.records if r["number"] == 0)
+    assert trial0["params"]["learning_rate"] == best["params"]["learning_rate"]  # as it is (same ranges every size)
+    # a search on the smaller size again finds its own model's search first, not the other size's
+    again = run_search_in(tmp_path, CONFIRM_SPACE, experiment="small-again", model=str(models["1M"]),
+                          **{**options, "trials": 1})
+    line = next(line for line in again.echoed if line.startswith("warm start from"))
+    assert "another size" not in line and "TinyQwen-1M" in line, line
