@@ -446,7 +446,8 @@ def test_free_slots_confirm_the_best_so_far_then_the_final_candidates_each_run_o
     assert final == [(1, 1), (1, 2)]
     assert len(first[:2]) + len(final) <= schedule.most_runs
     assert said == ["confirming trial 0, the best so far, on 2 more seeds while the last trials run",
-                    "confirming the top 2 candidates (trials 1, 0) on 2 more seeds"]
+                    "confirming the top 2 candidates (trials 1, 0) on 2 more seeds, in that order: the next only if "
+                    "the one before it is demoted"]
 
     def reruns(number: int, status: str = "ok") -> list[dict[str, Any]]:
         return [{**trial(number, 800.0), "seed": seed, "confirms": number, "status": status} for seed in (1, 2)]

@@ -84,9 +84,11 @@ class Schedule:
         if cands and (final, numbers) not in self.announced:
             self.announced.add((final, numbers))
             self.announce(
+                f"confirming trial {numbers[0]}, the best so far, on {self.seeds} more seeds while the last trials run"
+                if not final else f"confirming trial {numbers[0]}, the only candidate, on {self.seeds} more seeds"
+                if len(cands) == 1 else
                 f"confirming the top {len(cands)} candidates (trials {', '.join(map(str, numbers))}) on "
-                f"{self.seeds} more seeds" if final else
-                f"confirming trial {numbers[0]}, the best so far, on {self.seeds} more seeds while the last trials run")
+                f"{self.seeds} more seeds, in that order: the next only if the one before it is demoted")
         for c in cands:
             jobs = confirmation_jobs([c], self.base_spec, self.seeds, self.timeout)
             for job in jobs:
