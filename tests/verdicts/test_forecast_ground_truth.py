@@ -51,6 +51,9 @@ def test_the_headroom_flags_that_did_not_come_true_are_the_ones_the_docs_name():
     # it flagged one fp16-pure LoRA reward config (lr 0.043) on both seeds, its activations growing ~25% a step in
     # the first 20 steps ("overflow expected near step 46"), and both runs held 500 steps: growth that levelled off.
     # docs/horizon.md says so; a rule change that adds or removes a false flag fails here, and the docs must follow.
+    # Held-out set 89 added one more fp16-pure LoRA reward config (lr 0.028, constant) on both seeds, flagged at 20
+    # steps (by the level, and by growth "overflow expected near step 37"): its activations levelled off at 2-3% of
+    # the range from step 60 as its loss saturated (1e-6) and its updates shrank 50x; both held 500 steps.
     false = []
     for path in SETS:
         data = load(path)
@@ -58,7 +61,7 @@ def test_the_headroom_flags_that_did_not_come_true_are_the_ones_the_docs_name():
             if run["long"] is not None and run["outcome"] not in FAILED and \
                     any(r.signal == "headroom" for r in _risks(run)):
                 false.append((data["config_seed"], run["trainer"], run["config"]))
-    assert sorted(false) == [(47, "reward", 5), (47, "reward", 5)]
+    assert sorted(false) == [(47, "reward", 5), (47, "reward", 5), (89, "reward", 3), (89, "reward", 3)]
 
 
 def _figures(runs):
@@ -71,19 +74,23 @@ def _figures(runs):
 def test_on_the_held_out_sets_most_failures_were_flagged_and_three_quarters_of_the_flags_came_true():
     # the sets recorded after the rules were frozen (their "held_out" key): config seeds 43 and 47, recorded after
     # the grad_norm rule was removed, 53, after the headroom analysis changed nothing, 61, recorded while a
-    # headroom reach was tried and judged by the rules shipped (the reach reverted on set 59 before 61 was seen), and
-    # 79, after the risk rung and the rule for grown activations (which flags nothing at 20 steps on 43-61). 241
-    # configs ok at 20 steps, 7 failed by step 500, 6 flagged (recall 0.86; the miss: set 79's GRPO config 4 at lr
-    # 0.25 in fp32, its reward at 1.0 from step 7 to 59, then collapsed at step 61); 8 flags, 6 came true (precision
-    # 0.75, under the issue's 0.8: set 47's headroom flags). The figures the docs give.
+    # headroom reach was tried and judged by the rules shipped (the reach reverted on set 59 before 61 was seen), 79,
+    # after the risk rung and the rule for grown activations (which flags nothing at 20 steps on 43-61), and 83 and
+    # 89, recorded together with no rule changed since 79. 344 configs ok at 20 steps, 13 failed by step 500, 11
+    # flagged (recall 0.85; the misses: set 79's GRPO config 4 at lr 0.25 in fp32, its reward at 1.0 from step 7 to
+    # 59, then collapsed at step 61; set 89's reward config 4, bf16-mixed LoRA at lr 0.165, its loss 36x its scale at
+    # step 33); 15 flags, 11 came true (precision 0.73, under the issue's 0.8: set 47's and set 89's headroom flags
+    # on fp16-pure LoRA reward models). The figures the docs give.
     held_out = [load(path) for path in SETS if load(path).get("held_out")]
-    assert sorted(data["config_seed"] for data in held_out) == [43, 47, 53, 61, 79]
+    assert sorted(data["config_seed"] for data in held_out) == [43, 47, 53, 61, 79, 83, 89]
     runs = [r for data in held_out for r in data["runs"]]
-    assert len([r for r in runs if r["long"] is not None]) == 241
-    assert _figures(runs) == (7, 8, 6)  # failed, flagged, flags that came true
-    # after the risk rungs (read off the long runs): 6 flags stay, all 6 true; set 47's 2 false ones cleared
+    assert len([r for r in runs if r["long"] is not None]) == 344
+    assert _figures(runs) == (13, 15, 11)  # failed, flagged, flags that came true
+    # after the risk rungs (read off the long runs): 13 flags stay, 11 true; set 47's 2 false ones cleared, set 89's
+    # 2 not (still over the level: 2-3% of the range at steps 60 and 70, 400-600x the first step's)
     kept = [r for data in held_out for r in judged_again(data) if r.get("after_rung")]
-    assert len(kept) == 6 and all(r["outcome"] in FAILED for r in kept)
+    assert len(kept) == 13 and sum(r["outcome"] in FAILED for r in kept) == 11
+    assert sorted((r["trainer"], r["config"]) for r in kept if r["outcome"] not in FAILED) == [("reward", 3)] * 2
 
 
 def test_over_every_recorded_set_most_failures_were_flagged_and_no_unflagged_candidate_failed():
@@ -98,6 +105,18 @@ def test_over_every_recorded_set_most_failures_were_flagged_and_no_unflagged_can
     assert _figures(candidates) == (14, 16, 14)
     unflagged = [r for r in candidates if r["long"] is not None and not _risks(r)]
     assert len(unflagged) == 274 and not [r for r in unflagged if r["outcome"] in FAILED]
+
+
+def test_of_the_candidates_no_risk_flagged_at_20_steps_two_in_448_failed_by_step_500():
+    # What a user starting from a config the search could recommend (ok, learned, no risk at 20 steps) meets, over
+    # every set (config seeds 17-89): 448 such runs, 2 failed by step 500 (the issue asks at most 1 in 20): set 79's
+    # GRPO config 4 on seed 4 (fp32, lr 0.25: its reward at 1.0 from step 7, collapsed at step 61; its other seed
+    # collapsed within 20 steps) and set 89's reward config 4 on seed 4 (bf16-mixed LoRA, lr 0.165: loss 36x its
+    # scale at step 33); neither had a trend at 20 steps.
+    runs = [(data["config_seed"], r) for data in map(load, SETS) for r in data["runs"]]
+    unflagged = [(seed, r) for seed, r in runs if r["long"] is not None and r["short"].get("learned") and not _risks(r)]
+    failed = sorted((seed, r["trainer"], r["config"], r["seed"]) for seed, r in unflagged if r["outcome"] in FAILED)
+    assert len(unflagged) == 448 and failed == [(79, "grpo", 4, 4), (89, "reward", 4, 4)]
 
 
 def test_the_summary_counts_what_the_runs_say(recorded):
