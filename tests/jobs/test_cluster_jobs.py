@@ -61,7 +61,9 @@ class TeamCluster:
                                    "--artifacts-destination", str(self.folder / "team-artifacts"),
                                    "--host", "127.0.0.1", "--port", port, "--workers", "1"], "mlflow-server")
         env = {**RAY_ENV, "TUNER_STORE": str(self.store), "TUNER_TRACKING_URI": self.tracking_uri,
-               "TUNER_FAULT": "slow@1"}  # every step 0.25 s longer: a search is still in its trials when stopped
+               "TUNER_FAULT": "slow@1",  # every step 0.25 s longer: a search is still in its trials when stopped
+               # the jobs run `tuner` from the head's PATH: this Python's, whether or not the caller activated it
+               "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
         self.head = self.spawn.start(
             [_tool("ray"), "start", "--head", "--block", "--node-ip-address", "127.0.0.1", "--port",
              str(free_port()), "--dashboard-host", "127.0.0.1", "--dashboard-port", str(self.dashboard_port),

@@ -5,6 +5,7 @@ progress read from the lines tuner.report.progress writes, and the share of a cl
 from __future__ import annotations
 
 import shlex
+from pathlib import Path
 
 import pytest
 
@@ -131,3 +132,23 @@ def test_share_options_are_checked():
         check_options(SearchOptions(cluster_share=1.5))
     with pytest.raises(TunerError, match=r"--max-gpus 0: must be positive"):
         check_options(SearchOptions(max_gpus=0))
+
+
+def test_a_head_node_without_tuner_on_its_path_says_so_in_one_line(tmp_path):
+    """The job's entrypoint as Ray's job supervisor runs it (a shell): with tuner on the PATH it runs tuner search
+    itself; without, it writes send.NO_TUNER_LINE and exits 127 instead of the shell's bare 'tuner: not found'."""
+    import subprocess
+    import sys
+
+    shown, runs = send.entrypoint(["--help"])
+    assert shown == "tuner search --ray-address auto --help" and runs.endswith(f"exec {shown}")
+    tuner_bin = Path(sys.executable).parent
+    if not (tuner_bin / "tuner").exists():
+        pytest.skip("the tuner command is not installed beside this Python")
+    has = subprocess.run(["/bin/sh", "-c", runs], capture_output=True, text=True, timeout=120,
+                         env={"PATH": f"{tuner_bin}:/usr/bin:/bin", "HOME": str(tmp_path)})
+    assert has.returncode == 0 and "--ray-address" in has.stdout, has.stderr[-500:]
+    lacks = subprocess.run(["/bin/sh", "-c", runs], capture_output=True, text=True, timeout=60,
+                           env={"PATH": str(tmp_path), "HOME": str(tmp_path)})  # a folder without tuner (nor sh's tools)
+    assert lacks.returncode == send.NO_TUNER_EXIT == 127
+    assert lacks.stderr.strip() == send.NO_TUNER_LINE and lacks.stdout == ""

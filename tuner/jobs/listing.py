@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Callable
 
 from tuner.errors import TunerError
 from tuner.jobs.cluster import TERMINAL, job
-from tuner.jobs.send import METADATA_PREFIX
+from tuner.jobs.send import METADATA_PREFIX, NO_TUNER_EXIT
 
 if TYPE_CHECKING:
     from ray.job_submission import JobDetails, JobSubmissionClient
@@ -32,7 +32,7 @@ _EXIT = re.compile(r"^tuner: exit code (\d+)$", re.MULTILINE)
 # What tuner's exit codes mean (tuner.cli), for a job whose search ended.
 EXIT_INTERRUPTED = 130
 EXIT_MEANING = {0: "recommended", 2: "bad input", 3: "nothing recommended", 4: "no trial ok",
-                EXIT_INTERRUPTED: "interrupted"}
+                EXIT_INTERRUPTED: "interrupted", NO_TUNER_EXIT: "no tuner on the head node: see tuner logs"}
 
 
 def progress_of(log: str) -> tuple[str, str, int | None]:

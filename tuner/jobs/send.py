@@ -176,9 +176,26 @@ class Submitted:
                 f"  stop:       tuner stop {self.job_id} {where}   (resumable: tuner submit --resume {self.job_id})"]
 
 
+# What the job's log says, and its exit code, when the cluster's head node cannot run tuner: Ray runs the entrypoint
+# in a shell with the PATH of the environment that ran `ray start` there, which need not hold tuner.
+NO_TUNER_EXIT = 127  # the shell's own code for a command not found
+NO_TUNER_LINE = ("tuner submit: this cluster's head node has no 'tuner' on its PATH: install tuner (pip install tuner) "
+                 "in the environment that runs `ray start` there, or start Ray from the one that has it, then submit "
+                 "again")
+
+
+def entrypoint(words: list[str]) -> tuple[str, str]:
+    """(what the user reads, what the job runs) for ``tuner search --ray-address auto WORDS``: the same command,
+    run only once the shell finds tuner, and otherwise one line saying so (NO_TUNER_LINE, exit NO_TUNER_EXIT) in
+    place of the shell's bare "tuner: not found"."""
+    shown = shlex.join(["tuner", "search", "--ray-address", "auto", *words])
+    return shown, (f"command -v tuner >/dev/null 2>&1 || {{ echo {shlex.quote(NO_TUNER_LINE)} >&2; "
+                   f"exit {NO_TUNER_EXIT}; }}; exec {shown}")
+
+
 def _send(client: JobSubmissionClient, cluster: str, job_id: str, words: list[str], folder: Folder,
           metadata: dict[str, str], experiment: str) -> Submitted:
-    entrypoint = shlex.join(["tuner", "search", "--ray-address", "auto", *words])
+    shown, runs = entrypoint(words)
     runtime_env = {
         "working_dir": str(folder.root), "excludes": folder.excludes,
         "env_vars": {SUBMITTED_JOB_ENV: job_id, CLUSTER_ENV: cluster, "PYTHONUNBUFFERED": "1",
@@ -188,7 +205,7 @@ def _send(client: JobSubmissionClient, cluster: str, job_id: str, words: list[st
     deadline = time.monotonic() + AGENT_WAIT_S
     while True:
         try:
-            client.submit_job(entrypoint=entrypoint, submission_id=job_id, runtime_env=runtime_env,
+            client.submit_job(entrypoint=runs, submission_id=job_id, runtime_env=runtime_env,
                               metadata={METADATA_PREFIX + k: v for k, v in metadata.items()},
                               entrypoint_num_cpus=DRIVER_CPUS)
             break
@@ -198,7 +215,7 @@ def _send(client: JobSubmissionClient, cluster: str, job_id: str, words: list[st
                 time.sleep(2.0)  # a head node that just started: its job agent is not registered yet
                 continue
             raise TunerError(f"--cluster {cluster}: the job server refused the search: {said[:240]}") from None
-    return Submitted(job_id, experiment, entrypoint, cluster, folder)
+    return Submitted(job_id, experiment, shown, cluster, folder)
 
 
 def submit(client: JobSubmissionClient, cluster: str, given: dict[str, Any], folder: Folder) -> Submitted:
