@@ -83,12 +83,14 @@ class Schedule:
         numbers = tuple(c["number"] for c in cands)
         if cands and (final, numbers) not in self.announced:
             self.announced.add((final, numbers))
-            self.announce(
-                f"confirming trial {numbers[0]}, the best so far, on {self.seeds} more seeds while the last trials run"
-                if not final else f"confirming trial {numbers[0]}, the only candidate, on {self.seeds} more seeds"
-                if len(cands) == 1 else
-                f"confirming the top {len(cands)} candidates (trials {', '.join(map(str, numbers))}) on "
-                f"{self.seeds} more seeds, in that order: the next only if the one before it is demoted")
+            if not final:
+                line = f"trial {numbers[0]}, the best so far, on {self.seeds} more seeds while the last trials run"
+            elif len(cands) == 1:
+                line = f"trial {numbers[0]}, the only candidate, on {self.seeds} more seeds"
+            else:
+                line = (f"the top {len(cands)} candidates (trials {', '.join(map(str, numbers))}) on {self.seeds} more "
+                        "seeds, in that order: the next only if the one before it is demoted")
+            self.announce(f"confirming {line}")
         for c in cands:
             jobs = confirmation_jobs([c], self.base_spec, self.seeds, self.timeout)
             for job in jobs:
