@@ -76,6 +76,9 @@ class Adapter:
     progress_metric: str = "loss"  # what learning is judged on (tuner.verdicts.learning): the loss, or GRPO's reward
     # Online: generates its completions and learns from reward functions (GRPO), not from labelled data.
     uses_reward_funcs: bool = False
+    # Its loss falls to 0 as its preference margins grow, and its gradient with it (the reward model's
+    # -log sigmoid(margin), DPO's sigmoid, IPO and hinge losses, KTO's): a loss near 0 has stopped pushing the weights.
+    margin_loss: bool = False
     # How the export measures max_length on the user's rows: (prompt column, completion column) pairs whose
     # joined texts must fit; None: by the row's own shape (text, messages or prompt+completion); () not measured.
     length_pairs: tuple[tuple[str, str], ...] | None = None
@@ -109,17 +112,18 @@ ADAPTERS: dict[str, Adapter] = _entries(
     Adapter("dpo", "DPOConfig", "DPOTrainer", "trl.scripts.dpo", "CAUSAL_LM",
             # DPO extracts a missing prompt from chosen/rejected.
             columns=(("prompt", "chosen", "rejected"), ("chosen", "rejected")),
-            reads=("prompt", "chosen", "rejected"), rows="preference", length_pairs=(("prompt", "chosen"), ("prompt", "rejected"))),
+            reads=("prompt", "chosen", "rejected"), rows="preference", margin_loss=True,
+            length_pairs=(("prompt", "chosen"), ("prompt", "rejected"))),
     Adapter("kto", "KTOConfig", "KTOTrainer", "trl.scripts.kto", "CAUSAL_LM",
             # KTO unpairs chosen/rejected into completion/label.
             columns=(("prompt", "completion", "label"), ("prompt", "chosen", "rejected"), ("chosen", "rejected")),
             reads=("prompt", "completion", "chosen", "rejected"), rows="unpaired",
-            length_pairs=(("prompt", "completion"),), bool_columns=("label",), rows_in_order=True),
+            length_pairs=(("prompt", "completion"),), bool_columns=("label",), rows_in_order=True, margin_loss=True),
     Adapter("reward", "RewardConfig", "RewardTrainer", "trl.scripts.reward", "SEQ_CLS",
             # The reward trainer takes an optional prompt.
             columns=(("chosen", "rejected"), ("prompt", "chosen", "rejected")),
             reads=("prompt", "chosen", "rejected"), rows="preference",
-            sequence_classifier=True,
+            sequence_classifier=True, margin_loss=True,
             length_pairs=(("prompt", "chosen"), ("prompt", "rejected"))),
     Adapter("sft", "SFTConfig", "SFTTrainer", "trl.scripts.sft", "CAUSAL_LM",
             # SFT converts from/value "conversations".

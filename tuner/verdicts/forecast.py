@@ -70,6 +70,14 @@ LOST_SHARE = 0.5  # half the sampled weights unchanged by a step at >= half the 
 FP16_SHARE = 0.5  # most trainable weights in float16: the optimizer works in float16 (a fp32 score head aside)
 SOLVED_MARGIN = 0.05  # a GRPO reward this close to its best, and this far above its start: solved (the guard's
 #                       saturation_min_gain)
+# A margin loss at 1% of its start has separated its pairs: its gradient (-log sigmoid's is sigmoid(-margin), about
+# the loss itself) has fallen with it, so the activations its updates grew stop growing. The headroom rule's grown
+# level and projection do not fire on such a trial (its level near the top, HEADROOM_NOW, still does). On
+# bench/horizon.py's records (sets 17-89 and the pretrained 71, 73; 2026-11-27) every reward, DPO or KTO run ok at
+# 20 steps that failed by step 500 had its loss at 0.37x its start or more but one, which no rule flags either way
+# (set 89's bf16-mixed reward model at lr 0.165, at 3e-21x, failed at step 33); the rule's 4 false flags on sets 47 and 89 (fp16-pure LoRA reward models, whose activations levelled off at
+# 1e-3-3e-2 of float16's range) sat at 2e-5-6e-4x. Fitted on those two sets.
+SATURATED = 0.01
 GROWTH_SEEN = 2.0  # a geometric trend must at least double over the steps it is fitted on to be projected
 _MIN_POINTS = 4
 
@@ -122,6 +130,8 @@ def _headroom(rows, trainer, precision, horizon) -> Risk | None:
         where = site_name(int(high[2])) if high[2] is not None else "the model"
         return Risk("headroom", f"activations in {where} reached {_share(high[1])} of {dtype}'s range at step "
                                 f"{int(high[0])}: overflow is one spike away", None)
+    if _saturated(rows, trainer):
+        return None  # grown activations, but the loss that grew them has stopped pushing: see SATURATED
     start = points[0][1]
     if high[1] >= HEADROOM_GROWN and high[1] >= GROWN_FROM * start:
         where = site_name(int(high[2])) if high[2] is not None else "the model"
@@ -141,6 +151,20 @@ def _headroom(rows, trainer, precision, horizon) -> Risk | None:
         return None
     return Risk("headroom", f"activations in {where} at {_share(share)} of {dtype}'s range, growing "
                             f"{math.expm1(fit.slope):.1%} a step: overflow expected near step {reach}", reach)
+
+
+def _saturated(rows, trainer) -> bool:
+    """A margin loss (reward, DPO, KTO) whose recent readings (the median of its last quarter, at least 3) sit at
+    SATURATED of its start or below: its pairs are separated, and the gradient that grew the weights has nearly
+    vanished with the loss."""
+    if not adapter(trainer).margin_loss:
+        return False
+    losses = [row["loss"] for row in rows if isinstance(row.get("loss"), (int, float)) and math.isfinite(row["loss"])]
+    if len(losses) < _MIN_POINTS:
+        return False
+    start = sum(losses[:2]) / 2
+    recent = sorted(losses[-max(len(losses) // 4, 3):])
+    return start > 0 and 0 <= recent[len(recent) // 2] <= SATURATED * start
 
 
 def stalling(history: list[dict[str, Any]], precision: str) -> str:
