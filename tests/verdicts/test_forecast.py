@@ -124,6 +124,35 @@ def test_activations_the_training_grew_to_a_hundredth_of_the_range_stay_a_risk_w
     assert forecast(flat, "reward", "fp16-pure", 500) == []
 
 
+def _grown(loss_at: float) -> list[dict]:
+    # set 89's reward config 3, seed 3 (fp16-pure LoRA, lr 0.028 constant): activations 5.7e-5 -> 1.4e-2 of
+    # float16's range over 20 steps (240x, growing ~30% a step), its loss 0.69 -> 1.3e-5 (it held 500 steps)
+    rows = []
+    for s in range(1, 21):
+        loss = 0.69 * (loss_at / 0.69) ** ((s - 1) / 19)
+        rows.append({"step": s, "loss": loss, **({"headroom": 5.7e-5 * 1.34 ** (s - 1), "headroom_site": 1.0}
+                                                 if s == 1 or s % 5 == 0 else {})})
+    return rows
+
+
+def test_grown_activations_of_a_margin_loss_that_has_separated_its_pairs_are_no_risk():
+    saturated, learning = _grown(1.3e-5), _grown(0.5)
+    assert forecast(saturated, "reward", "fp16-pure", 500) == []
+    assert forecast(saturated, "dpo", "fp16-pure", 500) == [] and forecast(saturated, "kto", "fp16-pure", 500) == []
+    # the same activations on a loss still at 0.7x its start (every late failure of these trainers had >= 0.37x)
+    (risk,) = forecast(learning, "reward", "fp16-pure", 500)
+    assert risk.signal == "headroom" and "their level at step 1" in risk.message
+    # GRPO's and SFT's losses do not fall to 0 with their gradient: no exemption there
+    assert [r.signal for r in forecast(saturated, "grpo", "fp16-pure", 500)] == ["headroom"]
+    assert [r.signal for r in forecast(saturated, "sft", "fp16-pure", 500)] == ["headroom"]
+    # a reading near the top is a risk whatever the loss
+    near = [{**row, "headroom": HEADROOM_NOW + 0.1} if "headroom" in row else row for row in saturated]
+    assert [r.signal for r in forecast(near, "reward", "fp16-pure", 500)] == ["headroom"]
+    # one low reading is not a saturated loss: the median of the last quarter is read
+    lucky = [{**row, "loss": 1e-6 if row["step"] == 20 else 0.5} for row in learning]
+    assert [r.signal for r in forecast(lucky, "reward", "fp16-pure", 500)] == ["headroom"]
+
+
 def test_float16_trainable_weights_are_a_risk_and_float32_adapters_are_not():
     # bench/horizon.py: every fp16-pure full fine-tune ok at 20 steps failed by step 500 (5 of 5)
     rows = [{"step": s, "loss": 1.0, "grad_norm": 1.0, **({"weights_fp16": 1.0} if s % 5 == 0 else {})}

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from bench.horizon import FAILED, forecast_again, judged_again, load, with_fp16_share
-from tuner.verdicts.forecast import forecast, horizon_steps
+from tuner.verdicts.forecast import SATURATED, forecast, horizon_steps
 
 SETS = sorted((Path(__file__).resolve().parents[2] / "bench").glob("horizon-seed*.json.gz"))
 
@@ -32,36 +32,62 @@ def _risks(run):
                     run["params"].get("precision", "fp32"), horizon_steps(short["steps_run"]))
 
 
-def test_every_float16_weights_flag_came_true_but_one_low_learning_rate_sft_config(recorded):
+def test_every_float16_weights_flag_came_true_but_two_low_learning_rate_configs(recorded):
     # the fp16_weights rule (every trainable weight float16, no float32 master copy): on the first nine sets each of
     # its flags came true (15), on configs that learned at the trial length or not. Set 59's SFT config 3, a full
-    # fine-tune at lr 1.5e-5 (cosine), held 500 steps on both seeds: the first fp16-pure full fine-tune that did.
+    # fine-tune at lr 1.5e-5 (cosine), held 500 steps on both seeds: the first fp16-pure full fine-tune that did;
+    # held-out set 103's DPO config 4 (lr 2.5e-5, cosine) held on both seeds too.
     for run in recorded["runs"]:
         if run["long"] is None:
             continue
         if any(r.signal == "fp16_weights" for r in _risks(run)):
-            if (recorded["config_seed"], run["trainer"], run["config"]) == (59, "sft", 3):
-                assert run["outcome"] == "held" and run["params"]["learning_rate"] < 2e-5
+            if (recorded["config_seed"], run["trainer"], run["config"]) in ((59, "sft", 3), (103, "dpo", 4)):
+                assert run["outcome"] == "held" and run["params"]["learning_rate"] < 3e-5
                 continue
             assert run["outcome"] in FAILED, (run["trainer"], run["config"], run["outcome"])
 
 
-def test_the_headroom_flags_that_did_not_come_true_are_the_ones_the_docs_name():
-    # headroom (activations growing toward float16's top) came true 3 times on the fitting sets; on held-out set 47
-    # it flagged one fp16-pure LoRA reward config (lr 0.043) on both seeds, its activations growing ~25% a step in
-    # the first 20 steps ("overflow expected near step 46"), and both runs held 500 steps: growth that levelled off.
-    # docs/horizon.md says so; a rule change that adds or removes a false flag fails here, and the docs must follow.
-    # Held-out set 89 added one more fp16-pure LoRA reward config (lr 0.028, constant) on both seeds, flagged at 20
-    # steps (by the level, and by growth "overflow expected near step 37"): its activations levelled off at 2-3% of
-    # the range from step 60 as its loss saturated (1e-6) and its updates shrank 50x; both held 500 steps.
-    false = []
+def _loss_ratio(history):
+    # the loss's median over the last quarter of its readings (at least 3) over its first two steps' mean
+    losses = [row["loss"] for row in history if isinstance(row.get("loss"), (int, float)) and math.isfinite(row["loss"])]
+    recent = sorted(losses[-max(len(losses) // 4, 3):])
+    return recent[len(recent) // 2] / (sum(losses[:2]) / 2)
+
+
+def test_the_margin_losses_the_headroom_rule_spares_held_and_every_float16_one_that_failed_was_far_from_saturated():
+    # headroom's false flags were set 47's reward config 5 (lr 0.043, cosine) and set 89's reward config 3 (lr 0.028,
+    # constant), both seeds each: fp16-pure LoRA reward models whose activations grew ~25-30% a step over 20 steps and
+    # levelled off at 1e-3-3e-2 of float16's range, as their loss fell to 1e-5 of its start and their gradient with
+    # it. The SATURATED clause (fitted on these two sets, which are fitting sets since) spares a margin loss at 1% of
+    # its start. On every recorded set: the four runs above are the saturated float16 ones with grown activations,
+    # all held; every float16 margin-loss run that failed by step 500 sat at >= 0.3x its start at step 20 (30x over
+    # the clause). Three bf16-mixed LoRA reward models at lr 0.16-0.44 failed from lower (3e-21, 3e-18 and 0.12x: a
+    # loss near 0 between spikes, the guard's 20x crossed at steps 18-33): the clause does not make a run safe, and
+    # in bfloat16 there is no headroom to spare. The one false headroom flag left is held-out set 101's SFT config 2
+    # (fp16-pure LoRA at lr 0.18, not a margin loss), cleared by its risk rung.
+    false, float16_failed, other_failed, spared = [], [], [], []
     for path in SETS:
         data = load(path)
         for run in data["runs"]:
-            if run["long"] is not None and run["outcome"] not in FAILED and \
-                    any(r.signal == "headroom" for r in _risks(run)):
-                false.append((data["config_seed"], run["trainer"], run["config"]))
-    assert sorted(false) == [(47, "reward", 5), (47, "reward", 5), (89, "reward", 3), (89, "reward", 3)]
+            if run["long"] is None:
+                continue
+            key = (data["config_seed"], run["trainer"], run["config"], run["seed"])
+            if run["outcome"] not in FAILED and any(r.signal == "headroom" for r in _risks(run)):
+                false.append(key)
+            if run["trainer"] not in ("reward", "dpo", "kto"):
+                continue
+            ratio = _loss_ratio(run["short"]["history"])
+            float16 = run["params"]["precision"].startswith("fp16")
+            if run["outcome"] in FAILED:
+                (float16_failed if float16 else other_failed).append((ratio, key))
+            elif ratio <= SATURATED and float16 and max((row["headroom"] for row in run["short"]["history"]
+                                                         if row.get("headroom")), default=0) >= 1e-3:
+                spared.append(key)
+    assert false == [(101, "sft", 2, 3)]
+    assert sorted(spared) == [(47, "reward", 5, 3), (47, "reward", 5, 4), (89, "reward", 3, 3), (89, "reward", 3, 4)]
+    assert float16_failed and min(ratio for ratio, _ in float16_failed) >= 30 * SATURATED
+    assert sorted(key for ratio, key in other_failed if ratio < 30 * SATURATED) == [
+        (89, "reward", 4, 4), (97, "reward", 2, 3), (103, "reward", 4, 3)]
 
 
 def _figures(runs):
@@ -71,52 +97,56 @@ def _figures(runs):
     return len(failed), len(flagged), sum(r["outcome"] in FAILED for r in flagged)
 
 
-def test_on_the_held_out_sets_most_failures_were_flagged_and_three_quarters_of_the_flags_came_true():
-    # the sets recorded after the rules were frozen (their "held_out" key): config seeds 43 and 47, recorded after
-    # the grad_norm rule was removed, 53, after the headroom analysis changed nothing, 61, recorded while a
-    # headroom reach was tried and judged by the rules shipped (the reach reverted on set 59 before 61 was seen), 79,
-    # after the risk rung and the rule for grown activations (which flags nothing at 20 steps on 43-61), and 83 and
-    # 89, recorded together with no rule changed since 79. 344 configs ok at 20 steps, 13 failed by step 500, 11
-    # flagged (recall 0.85; the misses: set 79's GRPO config 4 at lr 0.25 in fp32, its reward at 1.0 from step 7 to
-    # 59, then collapsed at step 61; set 89's reward config 4, bf16-mixed LoRA at lr 0.165, its loss 36x its scale at
-    # step 33); 15 flags, 11 came true (precision 0.73, under the issue's 0.8: set 47's and set 89's headroom flags
-    # on fp16-pure LoRA reward models). The figures the docs give.
+def test_on_the_held_out_sets_four_flags_in_five_came_true_and_three_failures_in_five_were_flagged():
+    # the sets recorded after the rules were frozen (their "held_out" key): 43, recorded after the grad_norm rule was
+    # removed, 53, after the headroom analysis changed nothing, 61, recorded while a headroom reach was tried and
+    # judged by the rules shipped (the reach reverted on set 59 before 61 was seen), 79, after the risk rung and the
+    # rule for grown activations (which flags nothing at 20 steps on 43-61), 83, with no rule changed since 79 (the
+    # SATURATED clause, fitted on 47 and 89 since, changes no flag on it), and 97, 101 and 103, recorded together
+    # after SATURATED. 383 configs ok at 20 steps, 20 failed by step 500, 12 flagged (recall 0.60, under the issue's
+    # 0.8); 15 flags, 12 came true (precision 0.80). The misses are mostly runs with no trend at 20 steps: reward
+    # models at lr 0.17-0.44 whose loss crossed the guard's 20x at steps 5-41 of the long run's schedule (set 97's
+    # configs 2 and 3 on both seeds, 103's config 4), an SFT LoRA config at lr 0.11 whose gradient norm exploded at
+    # step 24, a KTO config whose gradient vanished at step 251. The figures the docs give.
     held_out = [load(path) for path in SETS if load(path).get("held_out")]
-    assert sorted(data["config_seed"] for data in held_out) == [43, 47, 53, 61, 79, 83, 89]
+    assert sorted(data["config_seed"] for data in held_out) == [43, 53, 61, 79, 83, 97, 101, 103]
     runs = [r for data in held_out for r in data["runs"]]
-    assert len([r for r in runs if r["long"] is not None]) == 344
-    assert _figures(runs) == (13, 15, 11)  # failed, flagged, flags that came true
-    # after the risk rungs (read off the long runs): 13 flags stay, 11 true; set 47's 2 false ones cleared, set 89's
-    # 2 not (still over the level: 2-3% of the range at steps 60 and 70, 400-600x the first step's)
+    assert len([r for r in runs if r["long"] is not None]) == 383
+    assert _figures(runs) == (20, 15, 12)  # failed, flagged, flags that came true
+    # after the risk rungs (read off the long runs): 14 flags stay, 12 true; set 101's SFT headroom flag cleared by its
+    # rung; set 103's DPO full fine-tune in fp16-pure at lr 2.5e-5 (fp16_weights, a level) stays on both seeds
     kept = [r for data in held_out for r in judged_again(data) if r.get("after_rung")]
-    assert len(kept) == 13 and sum(r["outcome"] in FAILED for r in kept) == 11
-    assert sorted((r["trainer"], r["config"]) for r in kept if r["outcome"] not in FAILED) == [("reward", 3)] * 2
+    assert len(kept) == 14 and sum(r["outcome"] in FAILED for r in kept) == 12
+    assert sorted((r["trainer"], r["config"]) for r in kept if r["outcome"] not in FAILED) == [("dpo", 4)] * 2
 
 
 def test_over_every_recorded_set_most_failures_were_flagged_and_no_unflagged_candidate_failed():
     # the ten sets recorded by 2026-11-27 04:25 together (config seeds 17-59), fitting sets included (not held-out
-    # figures): 27 late failures among 431 configs ok at 20 steps, 23 flagged (recall 0.85), 27 flags, 23 came true
-    # (precision 0.85). Over the candidates (ok and learned at 20 steps): 14 failures, all flagged, 16 flags; the
-    # 274 unflagged candidates, none failed by step 500.
+    # figures): 27 late failures among 431 configs ok at 20 steps, 23 flagged (recall 0.85), 25 flags, 23 came true
+    # (precision 0.92; the 2 false: set 59's fp16-pure SFT config at lr 1.5e-5). Over the candidates (ok and learned
+    # at 20 steps): 14 failures, all flagged, 14 flags; the 276 unflagged candidates, none failed by step 500.
     runs = [r for path in SETS if load(path)["config_seed"] <= 59 for r in load(path)["runs"]]
     assert len([r for r in runs if r["long"] is not None]) == 431
-    assert _figures(runs) == (27, 27, 23)
+    assert _figures(runs) == (27, 25, 23)
     candidates = [r for r in runs if r["short"].get("learned")]
-    assert _figures(candidates) == (14, 16, 14)
+    assert _figures(candidates) == (14, 14, 14)
     unflagged = [r for r in candidates if r["long"] is not None and not _risks(r)]
-    assert len(unflagged) == 274 and not [r for r in unflagged if r["outcome"] in FAILED]
+    assert len(unflagged) == 276 and not [r for r in unflagged if r["outcome"] in FAILED]
 
 
-def test_of_the_candidates_no_risk_flagged_at_20_steps_two_in_448_failed_by_step_500():
+def test_of_the_candidates_no_risk_flagged_at_20_steps_five_in_544_failed_by_step_500():
     # What a user starting from a config the search could recommend (ok, learned, no risk at 20 steps) meets, over
-    # every set (config seeds 17-89): 448 such runs, 2 failed by step 500 (the issue asks at most 1 in 20): set 79's
-    # GRPO config 4 on seed 4 (fp32, lr 0.25: its reward at 1.0 from step 7, collapsed at step 61; its other seed
-    # collapsed within 20 steps) and set 89's reward config 4 on seed 4 (bf16-mixed LoRA, lr 0.165: loss 36x its
-    # scale at step 33); neither had a trend at 20 steps.
+    # every set (config seeds 17-103): 544 such runs, 5 failed by step 500 (0.9%; the issue asks at most 1 in 20): set
+    # 79's GRPO config 4 on seed 4 (fp32, lr 0.25: its reward at 1.0 from step 7, collapsed at step 61; its other seed
+    # collapsed within 20 steps), set 89's reward config 4 on seed 4 (bf16-mixed LoRA, lr 0.165: loss 36x its scale
+    # at step 33), set 97's reward configs 2 and 3 (bf16-mixed LoRA, lr 0.36: loss over 20x at steps 18 and 5 of the
+    # long run's schedule) and set 103's KTO config 5 (fp16-pure LoRA, lr 0.0087: no gradient from step 249); none
+    # had a trend at 20 steps.
     runs = [(data["config_seed"], r) for data in map(load, SETS) for r in data["runs"]]
     unflagged = [(seed, r) for seed, r in runs if r["long"] is not None and r["short"].get("learned") and not _risks(r)]
     failed = sorted((seed, r["trainer"], r["config"], r["seed"]) for seed, r in unflagged if r["outcome"] in FAILED)
-    assert len(unflagged) == 448 and failed == [(79, "grpo", 4, 4), (89, "reward", 4, 4)]
+    assert len(unflagged) == 544 and failed == [(79, "grpo", 4, 4), (89, "reward", 4, 4), (97, "reward", 2, 3),
+                                                (97, "reward", 3, 4), (103, "kto", 5, 4)]
 
 
 def test_the_summary_counts_what_the_runs_say(recorded):
@@ -158,8 +188,16 @@ def _log_slope(points):
     return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
 
 
-def test_the_headroom_flags_true_and_false_look_alike_at_the_trial_length():
-    # docs/horizon.md, "Why the headroom rule's false flags stay": the late failures headroom caught alone (no other
+@pytest.fixture
+def before_saturated(monkeypatch):
+    """The rules as they were before the SATURATED clause (2026-11-27 12:00): the analyses the docs give of them."""
+    import tuner.verdicts.forecast as forecast_module
+
+    monkeypatch.setattr(forecast_module, "SATURATED", -1.0)  # no loss is at or below -1x its start
+
+
+def test_the_headroom_flags_true_and_false_look_alike_at_the_trial_length(before_saturated):
+    # docs/horizon.md, "Why the headroom rule's false flags stayed" (the rules before SATURATED): the late failures headroom caught alone (no other
     # rule flagged them) are fp16-pure LoRA configs, like the false flags, so exempting LoRA adapters loses them; and
     # every headroom flag at 20 steps grew slower over the second half of its 5 readings than over the first, the
     # failures caught alone included, so "growth not slowing" cannot drop the false flags and keep those failures
@@ -189,22 +227,27 @@ def test_the_headroom_flags_true_and_false_look_alike_at_the_trial_length():
     assert min(r for seed, r in slowing if seed == 59) > 1
 
 
-def test_after_their_risk_rungs_no_true_flag_was_cleared_and_the_false_headroom_flags_were():
+@pytest.mark.parametrize("clause", ["with SATURATED", "before it"])
+def test_after_their_risk_rungs_no_true_flag_was_cleared(clause, request):
     # What the search does with a flag (tuner.search._extend.risk_rung_steps): the best trial at risk runs the first
     # steps of the 500-step run its forecast looked to, on that run's schedule, to twice the projected step (at least
     # 60): a recorded long run's first N steps are that rung, step for step. Over the eleven sets recorded by
-    # 2026-11-27 04:44 (config seeds 17-61): 29 flags, 25 came true; after the rungs 27 stay, all 25 true ones among
-    # them (10 of them failed on the rung itself), and set 47's two headroom flags were cleared (their activations
-    # levelled off at 1.2e-3 of float16's range from step 55; rungs of 92 and 102 steps). The other two false flags
-    # are fp16_weights', a level no rung clears (set 59's SFT config 3).
+    # 2026-11-27 04:44 (config seeds 17-61), before the SATURATED clause: 29 flags, 25 came true; after the rungs 27
+    # stay, all 25 true ones among them (10 of them failed on the rung itself), and set 47's two headroom flags were
+    # cleared (their activations levelled off at 1.2e-3 of float16's range from step 55; rungs of 92 and 102 steps).
+    # With the clause those two are not flagged at all: 27 flags, 25 true, all kept. The other two false flags are
+    # fp16_weights', a level no rung clears (set 59's SFT config 3).
+    if clause == "before it":
+        request.getfixturevalue("before_saturated")
     rows = [r for path in SETS if load(path)["config_seed"] <= 61 for r in judged_again(load(path))]
     flagged = [r for r in rows if r["long"] is not None and r["short"]["risk"]]
-    assert len(flagged) == 29 and sum(r["outcome"] in FAILED for r in flagged) == 25
+    assert len(flagged) == (27 if clause == "with SATURATED" else 29)
+    assert sum(r["outcome"] in FAILED for r in flagged) == 25
     kept = [r for r in flagged if r["after_rung"]]
     assert len(kept) == 27 and sum(r["outcome"] in FAILED for r in kept) == 25
     assert sum("rung" in r["after_rung"] and "still at risk" not in r["after_rung"] for r in kept) == 10
     cleared = sorted((r["trainer"], r["config"], r["seed"]) for r in flagged if not r["after_rung"])
-    assert cleared == [("reward", 5, 3), ("reward", 5, 4)]
+    assert cleared == ([] if clause == "with SATURATED" else [("reward", 5, 3), ("reward", 5, 4)])
     assert all(r["outcome"] == "held" for r in flagged if not r["after_rung"])
 
 

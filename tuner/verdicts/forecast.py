@@ -73,10 +73,11 @@ SOLVED_MARGIN = 0.05  # a GRPO reward this close to its best, and this far above
 # A margin loss at 1% of its start has separated its pairs: its gradient (-log sigmoid's is sigmoid(-margin), about
 # the loss itself) has fallen with it, so the activations its updates grew stop growing. The headroom rule's grown
 # level and projection do not fire on such a trial (its level near the top, HEADROOM_NOW, still does). On
-# bench/horizon.py's records (sets 17-89 and the pretrained 71, 73; 2026-11-27) every reward, DPO or KTO run ok at
-# 20 steps that failed by step 500 had its loss at 0.37x its start or more but one, which no rule flags either way
-# (set 89's bf16-mixed reward model at lr 0.165, at 3e-21x, failed at step 33); the rule's 4 false flags on sets 47 and 89 (fp16-pure LoRA reward models, whose activations levelled off at
-# 1e-3-3e-2 of float16's range) sat at 2e-5-6e-4x. Fitted on those two sets.
+# bench/horizon.py's records (sets 17-103 and the pretrained 71, 73) every float16 reward, DPO or KTO run ok at 20
+# steps that failed by step 500 had its loss at 0.37x its start or more; the rule's 4 false flags on sets 47 and 89
+# (fp16-pure LoRA reward models, whose activations levelled off at 1e-3-3e-2 of float16's range) sat at 2e-5-6e-4x.
+# Fitted on those two sets. It does not make a run safe: three bf16-mixed reward models at lr 0.16-0.44 failed from
+# 3e-21-0.12x (a loss near 0 between spikes that crossed the guard's 20x), where float16's range plays no part.
 SATURATED = 0.01
 GROWTH_SEEN = 2.0  # a geometric trend must at least double over the steps it is fitted on to be projected
 _MIN_POINTS = 4
