@@ -18,8 +18,9 @@ Each rule reads one signal (tuner.trial.signals logs the headroom; the trainer l
 - ``fp16_weights``: the trainable weights themselves in float16 (tuner.trial.signals' ``weights_fp16``: an fp16-pure
   full fine-tune; a PEFT adapter, which PEFT keeps in float32, does not count), with no float32 master copy for
   the optimizer. A level, not a trend: on bench/horizon.py's recorded runs every such config ok at 20 steps failed
-  by step 500 (5 of 5, at steps 30-260), where the other configs failed 3 times in 69; over all ten recorded
-  sets, 19 of its 21 flags came true (set 59's SFT config at lr 1.5e-5 held 500 steps on both seeds).
+  by step 500 (5 of 5, at steps 30-260), where the other configs failed 3 times in 69; over all eighteen recorded
+  sets, 22 of its 26 flags came true (the two fp16-pure full fine-tunes at the lowest learning rates, set 59's SFT
+  config at 1.5e-5 and set 103's DPO config at 2.5e-5, held 500 steps on both seeds).
 
 No rule reads the gradient norm. One did (growing geometrically to 100x its early level within the horizon, or
 sitting at 10x it): on the sets the rules were fitted on (bench/horizon.py, config seeds 17, 23, 29, 37) it
@@ -29,12 +30,13 @@ config that did not learn, its gradient norm rising from near zero), so it caugh
 A trend rule fires only on a fitted trend that is steady (t-statistic >= MIN_T), large (a geometric one at least
 doubles over the steps it was fitted on) and projects the failure inside the horizon, so a noisy flat history
 or a slow drift does not; the level rules (a reading near the dtype's top, float16 weights) need no trend.
-Measured against runs 25x the trial (bench/horizon.py, docs/horizon.md). Held out (config seeds 43, 47, 53, 61 and
-79, each recorded after the rules of its time were frozen): 241 configs ok at 20 steps, 7 failed by 500, 6 flagged;
-8 flags, 6 came true (the 2 false: headroom on activations whose early growth levelled off, which the search's risk
-rung, tuner.search._extend, clears). Projecting that growth no further than twice the steps seen was tried and
-reverted: on set 59 it missed a config whose growth overflowed at steps 118 and 188. Every recorded set together
-(fitting sets included): 29 of 36 failures flagged, 29 of 33 flags came true.
+Measured against runs 25x the trial (bench/horizon.py, docs/horizon.md). Held out (config seeds 43, 53, 61, 79, 83,
+97, 101 and 103, each recorded after the rules of its time were frozen): 383 configs ok at 20 steps, 20 failed by
+500, 12 flagged (recall 0.60); 15 flags, 12 came true (precision 0.80). No miss had a trend at 20 steps; 5 of the 8 were
+reward models at learning rates of 0.36-0.44 whose loss, already spiking, crossed the guard's 20x later. Projecting growth no
+further than twice the steps seen was tried and reverted: on set 59 it missed a config whose growth overflowed at
+steps 118 and 188. Every recorded set together (fitting sets included): 37 of 52 failures flagged, 37 of 42 flags
+came true.
 What the rules do not see: failures with no trend in these signals
 (a data batch that breaks a run at step 3,000, a learning-rate schedule that warms up past the trial).
 """
