@@ -22,10 +22,12 @@ def test_a_trial_stopped_short_or_without_confirmation_says_what_it_ran():
     assert "seed" not in horizon({"max_steps": 8}).split(";")[0]
 
 
-def test_a_risk_the_forecast_found_is_in_the_horizon_line():
-    risk = "at risk: activations in decoder layer 1 at 0.4% of float16's range, growing 28% a step: overflow expected near step 62"
+def test_a_risk_the_forecast_found_is_in_the_horizon_line_as_a_risk():
+    # a trial records the forecast's message alone (TrialResult.risk = str(risks[0])), as the search's pick carries it
+    risk = "activations in decoder layer 1 at 0.4% of float16's range, growing 28% a step: overflow expected near step 62"
     line = horizon({"steps_run": 40, "seed": 0, "risk": risk})
-    assert f"forecast: {risk}; nothing is measured beyond step 40" in line
+    assert f"forecast: at risk: {risk}; nothing is measured beyond step 40" in line
+    assert horizon({"steps_run": 40, "seed": 0, "risk": "at risk: " + risk}) == line
 
 
 def test_a_risk_rung_recommended_says_the_run_whose_first_steps_it_held():

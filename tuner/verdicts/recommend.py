@@ -47,7 +47,9 @@ def horizon(best: TrialRecord, file: str = "recommended.yaml") -> str:
     # a risk rung (tuner.search._extend) ran the first steps of a longer run, which its forecast looked to
     long = int(best.get("schedule_steps") or VERIFY_FACTOR * steps)
     of = f" of a {long}-step run's schedule" if best.get("schedule_steps") else ""
-    forecast = best.get("risk") or f"no risk signal projects a failure through step {long}"
+    risk = str(best.get("risk") or "")  # the forecast's message, as a trial records it
+    forecast = (risk if risk.startswith("at risk") else f"at risk: {risk}") if risk else \
+        f"no risk signal projects a failure through step {long}"
     return (f"horizon: held {steps} steps{of}{on}; forecast: {forecast}; nothing is measured beyond step {steps}: "
             f"tuner verify {file} --steps {long} before a long run")
 
