@@ -235,4 +235,4 @@ def test_a_real_trial_at_risk_gets_its_longer_rung_and_the_risk_is_said(tmp_path
         assert best is None
         assert f"trial {first['number']} was ok but failed on its run of 36 steps" in summary_text(outcome)
     else:  # nothing safe to prefer: if it is recommended at all, its risk is said, not hidden
-        assert best is None or (best.get("risk") and "forecast: " + best["risk"] in recommend.horizon(best))
+        assert best is None or (best.get("risk") and "forecast: at risk: " + best["risk"] in recommend.horizon(best))
