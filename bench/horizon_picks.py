@@ -4,6 +4,7 @@ trial length and at 25x it on seeds the search never saw.
     python -m bench.horizon_picks --seeds 0,1,2,3                 # 5 trainers x 4 searches on the tiny model
     python -m bench.horizon_picks --seeds 0,1,2,3 --resume        # go on where a stopped run left off
     python -m bench.horizon_picks --render bench/horizon-picks.json.gz --results bench/RESULTS.md
+    python -m bench.horizon_picks --model tiny-pretrained --seeds 0,1 --output bench/horizon-picks-pretrained.json.gz
 
 For each trainer and search seed S, ``tuner search --trainer T --model tiny --seed S`` runs in a fresh store (so no
 warm start from another search) with every other option at its default: the shipped space, its trials and steps.
@@ -45,6 +46,15 @@ if TYPE_CHECKING:
 
 OUTPUT = REPO / "bench" / "horizon-picks.json.gz"
 SUBSECTION = "### The search's own picks, run 25x their trial (python -m bench.horizon_picks)"
+
+
+def subsection(model: str) -> str:
+    """The RESULTS.md subsection a recording of ``model``'s picks renders into: one per model."""
+    if model == "tiny":
+        return SUBSECTION
+    return (f"### The search's own picks on the {model} model, run 25x their trial "
+            f"(python -m bench.horizon_picks --model {model})")
+
 FRESH_SEEDS = 2  # seeds per pick beyond the search's own: as many as a search confirms on
 TARGET = 1 / 20  # the issue's bound on the share of recommended configs that fail by 25x the trial length
 SEARCH_TIMEOUT = 1800.0  # seconds: a default search on the tiny model takes ~1 min on 2 busy cores
@@ -255,8 +265,9 @@ def lines(data: dict[str, Any]) -> list[str]:
         for run in r["runs"]:
             if run["outcome"] in FAILED:
                 long = run["long"]
+                risk = f" (recommended at risk: {r['pick']['risk']})" if r["pick"].get("risk") else ""
                 out.append(f"- {r['trainer']} seed {r['search_seed']}, trial {r['pick']['trial']} "
-                           f"({_params(r['pick']['params'])}), on seed {run['seed']}: {run['outcome']}, "
+                           f"({_params(r['pick']['params'])}){risk}, on seed {run['seed']}: {run['outcome']}, "
                            f"{long['status']} at step {long.get('stopped_at_step')}: {long.get('reason') or 'no reason'}.")
     return out
 
@@ -293,13 +304,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--resume", action="store_true", help="keep the searches --output holds; run the others")
     parser.add_argument("--render", metavar="JSON", help="print the summary of a recorded run and stop")
     parser.add_argument("--results", metavar="MD", help="with --render: also put it into this RESULTS.md, as the "
-                        "subsection " + SUBSECTION.removeprefix("### ") + " of " + SECTION.removeprefix("## "))
+                        "subsection " + SUBSECTION.removeprefix("### ") + " (another model's: its own) of "
+                        + SECTION.removeprefix("## "))
     args = parser.parse_args(argv)
     if args.render:
-        out = lines(load(args.render))
+        data = load(args.render)
+        out = lines(data)
         print("\n".join(out))
         if args.results:
-            replace_subsection(Path(args.results), SECTION, SUBSECTION, out)
+            replace_subsection(Path(args.results), SECTION, subsection(data["model"]), out)
         return 0
     command = " ".join(["python -m bench.horizon_picks", *(sys.argv[1:] if argv is None else argv)])
     data = run(args.trainers.split(","), [int(s) for s in args.seeds.split(",")], args.model, args.factor,

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from bench.horizon import FAILED, load
-from bench.horizon_picks import SUBSECTION, TARGET, Pick, lines, pick_outcome, summarize
+from bench.horizon_picks import SUBSECTION, TARGET, Pick, lines, pick_outcome, subsection, summarize
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORDED = ROOT / "bench" / "horizon-picks.json.gz"
@@ -64,3 +64,31 @@ def test_a_pick_that_failed_failed_in_its_long_run(recorded):
     for row in recorded["searches"]:
         if pick_outcome(row) in FAILED:
             assert any(run["long"]["status"] != "ok" or run["outcome"] == "regressed" for run in row["runs"])
+
+
+PRETRAINED = ROOT / "bench" / "horizon-picks-pretrained.json.gz"
+
+
+def test_on_the_tiny_pretrained_model_the_grpo_picks_were_recommended_at_risk_and_that_risk_came_true():
+    # python -m bench.horizon_picks --model tiny-pretrained --seeds 0,1 (2026-11-27): 10 default searches, 10 picks,
+    # each run 25x its trial length on 2 fresh seeds (500 steps for a 20-step pick; GRPO's picks came from its 60- and
+    # 180-step rungs: 1,500 and 4,500). The 8 DPO, KTO, reward and SFT picks held on both seeds. Both GRPO picks were
+    # recommended with the forecast's reward-spread risk stated (the search ranks a safe config first when it learns
+    # at least 0.9x as fast), and both collapsed on both seeds at steps 1097-1451 (the guard: no group with any reward
+    # spread for 13 steps in a row): 2 of 10 picks failed, both with the risk said at the pick.
+    data = load(PRETRAINED)
+    assert data["model"] == "tiny-pretrained" and data["factor"] == 25
+    summary = summarize(data["searches"])
+    assert (summary["all"]["searches"], summary["all"]["picks"], summary["all"]["failed"]) == (10, 10, 2)
+    assert (summary["grpo"]["failed"], summary["grpo"]["at_risk"]) == (2, 2)
+    for row in data["searches"]:
+        failed = pick_outcome(row) in FAILED
+        assert failed == (row["trainer"] == "grpo")
+        assert bool(row["pick"]["risk"]) == failed  # every failed pick was recommended at risk, and no other was
+        if failed:
+            assert "groups without reward spread" in row["pick"]["risk"]
+            assert all(run["long"]["status"] == "collapsed" and run["long"]["stopped_at_step"] > 1000
+                       for run in row["runs"])
+    text = (ROOT / "bench" / "RESULTS.md").read_text()
+    body = text.partition(subsection("tiny-pretrained"))[2]
+    assert body and all(line in body for line in lines(data))
