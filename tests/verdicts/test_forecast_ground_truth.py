@@ -197,7 +197,8 @@ def before_saturated(monkeypatch):
 
 
 def test_the_headroom_flags_true_and_false_look_alike_at_the_trial_length(before_saturated):
-    # docs/horizon.md, "Why the headroom rule's false flags stayed" (the rules before SATURATED): the late failures headroom caught alone (no other
+    # docs/horizon.md, "The headroom rule's false flags, and the clause that spares them" (the rules before
+    # SATURATED): the late failures headroom caught alone (no other
     # rule flagged them) are fp16-pure LoRA configs, like the false flags, so exempting LoRA adapters loses them; and
     # every headroom flag at 20 steps grew slower over the second half of its 5 readings than over the first, the
     # failures caught alone included, so "growth not slowing" cannot drop the false flags and keep those failures
