@@ -37,3 +37,32 @@ def test_a_risk_rung_recommended_says_the_run_whose_first_steps_it_held():
     assert line.startswith("horizon: held 124 steps of a 500-step run's schedule on seeds 0, 1, 2; forecast: no risk "
                            "signal projects a failure through step 500;")
     assert line.endswith("tuner verify recommended.yaml --steps 500 before a long run")
+
+
+def test_every_line_that_shows_a_trials_risk_says_at_risk():
+    from tuner.report.progress import Progress, results_table
+    from tuner.verdicts.forecast import said
+
+    risk = "groups without reward spread rose from 0.24 to 0.85 over 180 steps while the reward held"
+    assert said(risk) == "at risk: " + risk and said(said(risk)) == said(risk) and said("") == ""
+    record = {"number": 5, "status": "ok", "params": {"precision": "fp32", "learning_rate": 4e-5}, "max_steps": 180,
+              "steps_run": 180, "tokens_per_second": 6595.0, "progress": 0.2, "learned": True, "reason": "",
+              "risk": risk, "seed": 0}
+    assert "at risk: groups without reward spread" in results_table([record])
+    lines = []
+    Progress(1, lines.append).finished(record)
+    assert any(line.strip().startswith("at risk: groups without reward spread") for line in lines), lines
+
+
+def test_tuner_verify_s_verdict_says_a_recorded_risk_as_a_risk():
+    from tuner.records import Status, TrialResult
+    from tuner.trial import TrialSpec
+    from tuner.trial.verify import verdict_lines
+
+    spec = TrialSpec(trainer="reward", params={"precision": "fp16-pure"}, model="tiny", max_steps=40, seed=3)
+    result = TrialResult(status=Status.OK)
+    result.steps_run, result.risk = 40, "activations in decoder layer 1 at 3% of float16's range"
+    result.history = [{"step": s, "loss": 0.7 - 0.01 * s} for s in range(1, 41)]
+    lines = verdict_lines(spec, result)
+    assert lines[0] == "held 40 steps: ok"
+    assert "forecast: at risk: activations in decoder layer 1 at 3% of float16's range" in lines

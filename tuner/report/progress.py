@@ -23,6 +23,7 @@ from typing import Any, Callable
 from tuner.config import precision
 from tuner.records import NO_STOP_STEP, Status, TrialRecord
 from tuner.verdicts import recommend as rec
+from tuner.verdicts.forecast import said
 
 __all__ = ["Progress", "SearchInterrupted", "describe_params", "results_table", "resume_command", "shorten",
            "stopped_at"]
@@ -147,7 +148,7 @@ class Progress:
         self.say(f"[{done:3d}/{self.total}] {label} {record['status']:<9}{where:<12} {speed_text}  "
                  f"{progress_text}  {describe_params(record['params'])}")
         if record.get("risk"):
-            self.say(f"          {record['risk']}")
+            self.say(f"          {said(record['risk'])}")
         self.say(f"          running {self.running} | {counts} | best: {best_text} | {elapsed:.0f}s")
 
 
@@ -219,7 +220,7 @@ def results_table(records: list[TrialRecord]) -> str:
     for r in records:
         step = r.get("stopped_at_step")
         stopped = "" if r["status"] in NO_STOP_STEP else (step if step else "-")  # "-": before step 1
-        reason = "; ".join(filter(None, (r.get("reason"), r.get("risk"))))  # the forecast's risk, when there is one
+        reason = "; ".join(filter(None, (r.get("reason"), said(r.get("risk") or ""))))  # the forecast's, if any
         reason = shorten(reason, REASON_WIDTH).replace("|", "\\|")  # a | would end the cell
         rows.append(f"| {r['number']} | {r['status']} | {stopped} | {r.get('max_steps') or '-'} | {fmt(r.get('tokens_per_second'), '.0f')} | "
                     f"{fmt(r.get('progress'), '+.3f')} | {'yes' if rec.learned(r) else 'no'} | {describe_params(r['params'])} | "

@@ -131,7 +131,7 @@ def block_line(spec: TrialSpec, rows: list[dict[str, Any]]) -> str:
 def verdict_lines(spec: TrialSpec, result: TrialResult) -> list[str]:
     """The whole verdict: how far it held (or where it failed, and why), whether it learned, and what it does not
     say."""
-    from tuner.verdicts.forecast import evidence, horizon_steps, stalling
+    from tuner.verdicts.forecast import evidence, horizon_steps, said, stalling
     from tuner.verdicts.learning import judge_learning
 
     learning = judge_learning(spec.entry, result.history)
@@ -144,7 +144,7 @@ def verdict_lines(spec: TrialSpec, result: TrialResult) -> list[str]:
     if result.status == Status.OK:
         lines.append(f"horizon: {result.steps_run} steps on seed {spec.seed}; nothing is measured past step "
                      f"{result.steps_run} or on other seeds (tuner verify --steps N --seed S)")
-        lines.append("forecast: " + (result.risk or evidence(result.steps_run, [], horizon_steps(result.steps_run))))
+        lines.append("forecast: " + (said(result.risk) or evidence(result.steps_run, [], horizon_steps(result.steps_run))))
         note = stalling(result.history, spec.params.get("precision", "fp32"))
         if note:
             lines.append(f"note: {note}")

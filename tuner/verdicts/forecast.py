@@ -50,7 +50,7 @@ from typing import Any, TypeGuard
 from tuner.config.precision import PRECISIONS
 from tuner.config.trainers import adapter
 
-__all__ = ["FINAL_NORM", "HEAD", "MIN_T", "VERIFY_FACTOR", "Risk", "evidence", "forecast", "horizon_steps",
+__all__ = ["FINAL_NORM", "HEAD", "MIN_T", "VERIFY_FACTOR", "Risk", "evidence", "forecast", "horizon_steps", "said",
            "site_name", "stalling"]
 
 FINAL_NORM, HEAD = -1, -2  # tuner.trial.signals' headroom_site values that are not a decoder layer's index
@@ -104,6 +104,12 @@ def forecast(history: list[dict[str, Any]], trainer: str, precision: str, horizo
     risks = [risk for rule in (_headroom, _fp16_weights, _reward_spread)
              if (risk := rule(rows, trainer, precision, horizon)) is not None]
     return sorted(risks, key=lambda r: r.step if r.step is not None else 0)
+
+
+def said(risk: str) -> str:
+    """A trial's recorded risk (the forecast's message alone, as TrialResult.risk keeps it) as every line that shows
+    it says it: "at risk: activations in ..."; "" for none."""
+    return "" if not risk else risk if risk.startswith("at risk") else f"at risk: {risk}"
 
 
 def horizon_steps(steps: int) -> int:

@@ -22,7 +22,7 @@ from tuner.config.precision import PRECISIONS
 from tuner.config.trainers import Adapter, lora_config_kwargs, split_params
 from tuner.errors import TunerError
 from tuner.records import Status, TrialRecord, is_ok
-from tuner.verdicts.forecast import VERIFY_FACTOR  # the length the horizon line asks a user to verify: 25x
+from tuner.verdicts.forecast import VERIFY_FACTOR, said  # VERIFY_FACTOR: the length the horizon line asks to verify
 from tuner.verdicts.learning import ALPHA, MIN_EFFECT
 
 # A config the forecast puts at risk (tuner.verdicts.forecast) is recommended only when no config without risk
@@ -47,9 +47,7 @@ def horizon(best: TrialRecord, file: str = "recommended.yaml") -> str:
     # a risk rung (tuner.search._extend) ran the first steps of a longer run, which its forecast looked to
     long = int(best.get("schedule_steps") or VERIFY_FACTOR * steps)
     of = f" of a {long}-step run's schedule" if best.get("schedule_steps") else ""
-    risk = str(best.get("risk") or "")  # the forecast's message, as a trial records it
-    forecast = (risk if risk.startswith("at risk") else f"at risk: {risk}") if risk else \
-        f"no risk signal projects a failure through step {long}"
+    forecast = said(str(best.get("risk") or "")) or f"no risk signal projects a failure through step {long}"
     return (f"horizon: held {steps} steps{of}{on}; forecast: {forecast}; nothing is measured beyond step {steps}: "
             f"tuner verify {file} --steps {long} before a long run")
 
