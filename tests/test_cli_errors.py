@@ -184,6 +184,13 @@ CASES = [
          "cannot use this kind of URI"),
     Case("server-with-unwritable-store", search("--tracking-uri", HEALTHY, "--store", "/proc/tuner-store"),
          "MLflow store /proc/tuner-store is not writable"),
+    Case("optuna-storage-unknown-driver", search("--optuna-storage", "bogus://x"), "--optuna-storage bogus://x: "
+         "Optuna cannot open it"),
+    # unreachable, its password kept out of the message (the fragment has *** where the URL has the password)
+    Case("optuna-storage-unreachable", search("--optuna-storage", "postgresql+psycopg://u:hunter2@127.0.0.1:9/db"),
+         "--optuna-storage postgresql+psycopg://u:***@127.0.0.1:9/db: Optuna cannot open it"),
+    Case("optuna-storage-unwritable", search("--optuna-storage", "sqlite:////proc/tuner/optuna.db"),
+         "--optuna-storage sqlite:////proc/tuner/optuna.db: Optuna cannot open it"),
     Case("bad-space-existing-store", with_space(), "space.yaml: params.learning_rate.lowx: unknown key",
          space("low: 1.0e-5", "lowx: 1.0e-5"), process=True, store_exists=True),
     # -- export, trial, ui -----------------------------------------------------------------------------------------

@@ -55,6 +55,7 @@ class TeamCluster:
         self.temp_dir = tempfile.mkdtemp(prefix="tj-", dir="/tmp")  # socket paths must stay short
 
     def start(self, database: str) -> None:
+        self.database = database  # the team's PostgreSQL, MLflow's backend store
         port = self.tracking_uri.rsplit(":", 1)[1]
         mlflow = self.spawn.start([sys.executable, "-m", "mlflow", "server", "--backend-store-uri", database,
                                    # artifacts through the server: every user uploads and downloads them over HTTP
@@ -186,10 +187,14 @@ def test_two_searches_at_once_one_stopped_and_resumed_and_jobs_says_what_happene
     # finished searches of sft on tiny on this cluster, read through the shared MLflow server (its PostgreSQL). Sent
     # beside the resumed job (each has half the cluster's CPUs), not after it: the first user's short search has
     # finished, and that is the search their warm start is asserted to read.
+    # Their Optuna study goes to the team's PostgreSQL too (a database of its own beside MLflow's: both keep an
+    # alembic_version table), as --optuna-storage names it.
     bob = user_folder / "bob"
     bob.mkdir()
     (bob / "sft.yaml").write_text(SFT_SPACE)
-    sent = tuner(bob, "submit", *common, "--trials", "2", "--max-steps", "4", "--store", str(bob / "store"))
+    studies = _new_database(team.database, "optuna")
+    sent = tuner(bob, "submit", *common, "--trials", "2", "--max-steps", "4", "--store", str(bob / "store"),
+                 "--optuna-storage", studies)
     theirs = job_id(sent)
 
     log = wait_ended(team, user_folder, resumed)
@@ -207,8 +212,12 @@ def test_two_searches_at_once_one_stopped_and_resumed_and_jobs_says_what_happene
     (ours,), _ = search_runs(team, re.search(r"experiment: (\S+)", sent.stdout).group(1))
     (first_run,), _ = search_runs(team, experiments[first])
     assert first_run.info.run_id in ours.data.tags[tags.WARM_START_TAG]
-    assert ours.data.tags[tags.STUDY_STORAGE_TAG] == f"sqlite:///{(bob / 'store').resolve() / 'optuna.db'}"
-    assert (bob / "store" / "optuna.db").exists() and not (bob / "store" / "mlflow.db").exists()
+    assert ours.data.tags[tags.STUDY_STORAGE_TAG] == studies
+    import optuna
+
+    study = optuna.load_study(study_name=ours.data.tags[tags.STUDY_TAG], storage=studies)
+    assert len(study.trials) >= 2  # its trials, told to the sampler, in the team's database
+    assert not (bob / "store" / "optuna.db").exists() and not (bob / "store" / "mlflow.db").exists()
 
     # tuner jobs: a line per search, newest first, with what happened to each.
     listing = tuner(user_folder, "jobs", "--cluster", team.url)
@@ -220,6 +229,16 @@ def test_two_searches_at_once_one_stopped_and_resumed_and_jobs_says_what_happene
     assert re.search(r"SUCCEEDED \(recommended\)|FAILED \(nothing recommended\)", lines[first]), lines[first]
     # tuner logs: the search's own output, the results table included
     assert "| trial | status |" in tuner(user_folder, "logs", first, "--cluster", team.url).stdout
+
+
+def _new_database(server: str, name: str) -> str:
+    """A new database on the test's PostgreSQL server (``server``: its SQLAlchemy URI), and its SQLAlchemy URI."""
+    import psycopg
+
+    base = server.rsplit("/", 1)[0]
+    with psycopg.connect(base.replace("postgresql+psycopg://", "postgresql://") + "/postgres", autocommit=True) as c:
+        c.execute(f"CREATE DATABASE {name}")
+    return f"{base}/{name}"
 
 
 def test_an_unknown_job_and_a_store_in_the_jobs_folder_are_one_line(team, user_folder):

@@ -20,6 +20,7 @@ import pytest
 from helpers import CONFIRM_SPACE, Finished, mlflow_client, replay, run_search_in, runs_of
 
 from tuner.config.space import parse_space
+from tuner.errors import TunerError
 from tuner.records import Status
 from tuner.report.summary import summary_text
 from tuner.search._sampling import constraint_of, make_sampler, tell
@@ -238,6 +239,30 @@ def test_tpe_search_at_concurrency_1_is_reproduced_by_its_seed_and_outcomes(tmp_
 
 def _study_storage_of(finished: Finished) -> str:
     return runs_of(finished, "search")[0].data.tags["tuner.study_storage"]
+
+
+def test_optuna_storage_puts_the_study_where_it_names_and_a_resume_finds_it_there(tmp_path, tiny_model):
+    # --optuna-storage: the study in a database a team shares (here an SQLite file outside the store; the cluster
+    # test, tests/jobs, uses a real PostgreSQL server), its trials told there, none beside the store
+    import optuna
+
+    from tuner.search import _resume
+
+    shared = tmp_path / "team" / "optuna.db"
+    shared.parent.mkdir()
+    url = f"sqlite:///{shared}"
+    finished = run_search_in(tmp_path / "alice", trainer="reward", sampler="random", trials=2, seed=5, concurrency=1,
+                             confirm_seeds=0, max_steps=4, optuna_storage=url)
+    assert _study_storage_of(finished) == url
+    study = optuna.load_study(study_name=runs_of(finished, "search")[0].data.tags["tuner.study"], storage=url)
+    assert len(study.trials) == 2
+    assert not (tmp_path / "alice" / "mlflow" / "optuna.db").exists()
+    # a resume reads where the study is from the search's tag; one beside the store is the default (None)
+    store = tmp_path / "alice" / "mlflow"
+    assert _resume._study_storage("test", url, store) == url
+    assert _resume._study_storage("test", f"sqlite:///{store.resolve() / 'optuna.db'}", store) is None
+    with pytest.raises(TunerError, match=r"its study is in postgresql://u:\*\*\*@h/db; pass that --optuna-storage"):
+        _resume._study_storage("test", "postgresql://u:***@h/db", store)
 
 
 # -- how Optuna learns from unstable trials (no training) -------------------------------------

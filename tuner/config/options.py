@@ -157,6 +157,13 @@ class SearchOptions:
         metadata={"help": "MLflow tracking URI, e.g. http://127.0.0.1:5000", "default_help": "the local store",
                   "env": "TUNER_TRACKING_URI"},
     )
+    optuna_storage: str | None = field(
+        default=None,
+        metadata={"help": "where the search's Optuna study lives: an SQLAlchemy URL, e.g. "
+                  "postgresql+psycopg://USER@HOST/DB that a team's searches share (optuna-dashboard opens it too)",
+                  "default_help": "optuna.db beside the MLflow store (--store)", "env": "TUNER_OPTUNA_STORAGE",
+                  "metavar": "URL"},
+    )
     experiment: str | None = field(
         default=None,
         metadata={"help": "MLflow experiment name", "default_help": "<trainer>-<model>"},

@@ -19,7 +19,7 @@ from typing import Any
 from tuner.errors import TunerError
 from tuner.records import TrialRecord
 from tuner.search import _sampling as sampling
-from tuner.stores.tags import WARM_BUDGET_TAG, WARM_FALLBACK_TAG, WARM_START_TAG
+from tuner.stores.tags import STUDY_STORAGE_TAG, WARM_BUDGET_TAG, WARM_FALLBACK_TAG, WARM_START_TAG
 
 __all__ = ["resume_options", "reattach"]
 
@@ -60,8 +60,21 @@ def resume_options(options) -> tuple[Any, str]:
         experiment=options.resume,
         # the searches it started from, again (the study already holds their trials); none: it started cold
         warm_start=run.data.tags.get(WARM_START_TAG) or "none",
+        optuna_storage=options.optuna_storage or _study_storage(options.resume, run.data.tags.get(STUDY_STORAGE_TAG),
+                                                                store),
     )
     return resumed, run.info.run_id
+
+
+def _study_storage(experiment: str, logged: str | None, store: Path) -> str | None:
+    """Where the study of the search being resumed lives: its --optuna-storage (logged with its password hidden), or
+    None for the one beside the store."""
+    if not logged or logged == f"sqlite:///{store.resolve() / 'optuna.db'}":
+        return None
+    if "***" in logged:
+        raise TunerError(f"--resume {experiment}: its study is in {logged}; pass that --optuna-storage again, with "
+                         "its password (it is not logged)")
+    return logged
 
 
 def _trials(tags: dict[str, str], logged: str) -> int | None:

@@ -13,11 +13,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from tuner.config.space import SearchSpace
+from tuner.errors import TunerError
 from tuner.records import Status, TrialRecord
 from tuner.verdicts import recommend as rec
 
-__all__ = ["Proposer", "add_priors", "ask", "constraint_of", "distributions", "grid_size", "make_sampler", "make_study",
-           "prior_count", "tell"]
+__all__ = ["Proposer", "add_priors", "ask", "check_study_storage", "constraint_of", "distributions", "grid_size",
+           "make_sampler", "make_study", "prior_count", "shown_url", "tell"]
 
 
 def constraint_of(record: TrialRecord) -> float:
@@ -58,6 +59,31 @@ def make_sampler(name: str, seed: int, n_trials: int):
             group=True,  # LoRA params exist only when LoRA is on: model them as their own group
         )
     return optuna.samplers.RandomSampler(seed=seed)  # grid points are enqueued in order
+
+
+def check_study_storage(url: str) -> None:
+    """--optuna-storage: a URL Optuna can open, checked before any run or study exists. Opening it creates Optuna's
+    tables where they are missing (as the first study would), nothing else."""
+    import optuna
+
+    try:
+        optuna.storages.RDBStorage(url)
+    except Exception as error:  # noqa: BLE001 - any driver's error: one line, not its traceback
+        text = str(error).strip().splitlines()
+        cause = text[0][:200] if text else type(error).__name__
+        raise TunerError(f"--optuna-storage {shown_url(url)}: Optuna cannot open it ({cause}); pass an SQLAlchemy URL "
+                         "such as sqlite:///PATH/optuna.db or postgresql+psycopg://USER@HOST/DB, or drop "
+                         "--optuna-storage for the study beside the store") from None
+
+
+def shown_url(url: str) -> str:
+    """A storage URL as logs and messages may carry it: its password, if any, as ***."""
+    from sqlalchemy.engine import make_url
+
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # noqa: BLE001 - not a URL at all: nothing in it parses as a password
+        return url
 
 
 def make_study(sampler_name: str, seed: int, n_trials: int, storage: str | None, study_name: str,

@@ -34,7 +34,7 @@ from tuner.search._prepare import (  # noqa: F401 - prepare, prepare_resume, hal
     prepare_resume,
     trial_ranks,
 )
-from tuner.search._sampling import Proposer, make_study
+from tuner.search._sampling import Proposer, make_study, shown_url
 from tuner.search._warm_fallback import WarmFallback, warm_news
 from tuner.stores import interrupts
 from tuner.stores.tags import (
@@ -268,7 +268,7 @@ def _start_run(prepared: Prepared, tracker, run_name: str, concurrency: int) -> 
             "dataset": o.dataset or "builtin", "reward_funcs": o.reward_funcs, "concurrency": concurrency,
             "confirm_seeds": o.confirm_seeds, "confirm_top": o.confirm_top, "prune": prunes(o), "halving": halves(o),
             "budget": o.budget, "from_config": o.from_config, "processes_per_trial": trial_ranks(o),
-        }, {STUDY_TAG: run_name, STUDY_STORAGE_TAG: _study_storage(o),
+        }, {STUDY_TAG: run_name, STUDY_STORAGE_TAG: shown_url(_study_storage(o) or ""),
             **(prepared.here.tags() if prepared.here else {}), **(prepared.warm.tags() if prepared.warm else {})})
     if prepared.source is not None:
         from tuner.config import trl_config
@@ -387,7 +387,9 @@ def _search(prepared, tracker, study, run_name, records, placement, progress, st
 
 
 def _study_storage(o: SearchOptions) -> str | None:
-    # The study lives beside the MLflow store so optuna-dashboard can open it.
+    # The study lives beside the MLflow store so optuna-dashboard can open it, or where --optuna-storage says.
+    if o.optuna_storage:
+        return o.optuna_storage
     folder = Path(o.store).resolve()
     folder.mkdir(parents=True, exist_ok=True)
     return f"sqlite:///{folder / 'optuna.db'}"
