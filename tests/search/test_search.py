@@ -257,7 +257,24 @@ def test_optuna_storage_puts_the_study_where_it_names_and_a_resume_finds_it_ther
     study = optuna.load_study(study_name=runs_of(finished, "search")[0].data.tags["tuner.study"], storage=url)
     assert len(study.trials) == 2
     assert not (tmp_path / "alice" / "mlflow" / "optuna.db").exists()
-    # a resume reads where the study is from the search's tag; one beside the store is the default (None)
+    # A driver that died before the end (the run left RUNNING), resumed without the flag: the study is found where
+    # the tag says, its trials kept, none added beside the store.
+    import dataclasses
+
+    from tuner.search import driver
+
+    run_id = finished.outcome.parent_run_id
+    mlflow_client(finished).update_run(run_id, status="RUNNING")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(finished.root)
+        options = dataclasses.replace(finished.prepared.options, resume="test", optuna_storage=None)
+        again = driver.prepare_resume(options)
+        assert again.options.optuna_storage == url and again.resume_run_id == run_id
+        outcome = driver.run_search(again, echo=[].append)
+    assert outcome.parent_run_id == run_id and sorted(r["number"] for r in outcome.records) == [0, 1]
+    assert len(optuna.load_study(study_name=study.study_name, storage=url).trials) == 2
+    assert not (tmp_path / "alice" / "mlflow" / "optuna.db").exists()
+    # the rule on its own: one beside the store is the default (None); a hidden password is asked for again
     store = tmp_path / "alice" / "mlflow"
     assert _resume._study_storage("test", url, store) == url
     assert _resume._study_storage("test", f"sqlite:///{store.resolve() / 'optuna.db'}", store) is None
