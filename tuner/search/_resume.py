@@ -69,7 +69,7 @@ def resume_options(options) -> tuple[Any, str]:
 def _study_storage(experiment: str, logged: str | None, store: Path) -> str | None:
     """Where the study of the search being resumed lives: its --optuna-storage (logged with its password hidden), or
     None for the one beside the store."""
-    if not logged or logged == f"sqlite:///{store.resolve() / 'optuna.db'}":
+    if not logged or logged == sampling.beside_store(store):
         return None
     if "***" in logged:
         raise TunerError(f"--resume {experiment}: its study is in {logged}; pass that --optuna-storage again, with "

@@ -17,7 +17,7 @@ from tuner.errors import TunerError
 from tuner.records import Status, TrialRecord
 from tuner.verdicts import recommend as rec
 
-__all__ = ["Proposer", "add_priors", "ask", "check_study_storage", "constraint_of", "distributions", "grid_size",
+__all__ = ["Proposer", "add_priors", "ask", "beside_store", "check_study_storage", "constraint_of", "distributions", "grid_size",
            "make_sampler", "make_study", "prior_count", "shown_url", "tell"]
 
 
@@ -74,6 +74,13 @@ def check_study_storage(url: str) -> None:
         raise TunerError(f"--optuna-storage {shown_url(url)}: Optuna cannot open it ({cause}); pass an SQLAlchemy URL "
                          "such as sqlite:///PATH/optuna.db or postgresql+psycopg://USER@HOST/DB, or drop "
                          "--optuna-storage for the study beside the store") from None
+
+
+def beside_store(store) -> str:
+    """The study's storage when --optuna-storage is not given: optuna.db in the store folder, by its absolute path."""
+    from pathlib import Path
+
+    return f"sqlite:///{Path(store).resolve() / 'optuna.db'}"
 
 
 def shown_url(url: str) -> str:

@@ -34,7 +34,7 @@ from tuner.search._prepare import (  # noqa: F401 - prepare, prepare_resume, hal
     prepare_resume,
     trial_ranks,
 )
-from tuner.search._sampling import Proposer, make_study, shown_url
+from tuner.search._sampling import Proposer, beside_store, make_study, shown_url
 from tuner.search._warm_fallback import WarmFallback, warm_news
 from tuner.stores import interrupts
 from tuner.stores.tags import (
@@ -390,9 +390,8 @@ def _study_storage(o: SearchOptions) -> str | None:
     # The study lives beside the MLflow store so optuna-dashboard can open it, or where --optuna-storage says.
     if o.optuna_storage:
         return o.optuna_storage
-    folder = Path(o.store).resolve()
-    folder.mkdir(parents=True, exist_ok=True)
-    return f"sqlite:///{folder / 'optuna.db'}"
+    Path(o.store).resolve().mkdir(parents=True, exist_ok=True)
+    return beside_store(o.store)
 
 
 def _finish(prepared: Prepared, tracker, records: list[TrialRecord], cands: list[TrialRecord],
