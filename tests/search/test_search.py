@@ -250,9 +250,10 @@ def test_optuna_storage_puts_the_study_where_it_names_and_a_resume_finds_it_ther
 
     shared = tmp_path / "team" / "optuna.db"
     shared.parent.mkdir()
-    url = f"sqlite:///{shared}"
+    url = f"sqlite:///{shared.resolve()}"
+    # typed as a user in their folder would: a path relative to it, kept as the absolute one it names
     finished = run_search_in(tmp_path / "alice", trainer="reward", sampler="random", trials=2, seed=5, concurrency=1,
-                             confirm_seeds=0, max_steps=4, optuna_storage=url)
+                             confirm_seeds=0, max_steps=4, optuna_storage="sqlite:///../team/optuna.db")
     assert _study_storage_of(finished) == url
     study = optuna.load_study(study_name=runs_of(finished, "search")[0].data.tags["tuner.study"], storage=url)
     assert len(study.trials) == 2

@@ -237,8 +237,9 @@ def prepare(options: SearchOptions) -> Prepared:
         # the local store folder is written with any tracking URI: the Optuna study (and a server's spool) live there
         mlflow_store.check_tracking(mlflow_store.default_tracking_uri(Path(o.store)), Path(o.store))
     if o.optuna_storage:
-        from tuner.search._sampling import check_study_storage
+        from tuner.search._sampling import absolute_storage, check_study_storage
 
+        o = dataclasses.replace(o, optuna_storage=absolute_storage(o.optuna_storage))
         check_study_storage(o.optuna_storage)
     here, warm = _warm_start(o, uri, space, cannot, n_trials, source, first)
     if warm.left_out:  # precisions that crashed on this hardware in every earlier trial (tuner.search._warm)

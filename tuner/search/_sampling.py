@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from tuner.config.space import SearchSpace
@@ -17,7 +18,7 @@ from tuner.errors import TunerError
 from tuner.records import Status, TrialRecord
 from tuner.verdicts import recommend as rec
 
-__all__ = ["Proposer", "add_priors", "ask", "beside_store", "check_study_storage", "constraint_of", "distributions", "grid_size",
+__all__ = ["Proposer", "absolute_storage", "add_priors", "ask", "beside_store", "check_study_storage", "constraint_of", "distributions", "grid_size",
            "make_sampler", "make_study", "prior_count", "shown_url", "tell"]
 
 
@@ -78,9 +79,23 @@ def check_study_storage(url: str) -> None:
 
 def beside_store(store) -> str:
     """The study's storage when --optuna-storage is not given: optuna.db in the store folder, by its absolute path."""
-    from pathlib import Path
-
     return f"sqlite:///{Path(store).resolve() / 'optuna.db'}"
+
+
+def absolute_storage(url: str) -> str:
+    """An SQLite --optuna-storage whose path is relative (sqlite:///studies.db) by its absolute path: the search's tag,
+    a resume from another folder and optuna-dashboard then all name the same file. Any other URL as given."""
+    from sqlalchemy.engine import make_url
+
+    try:
+        parsed = make_url(url)
+    except Exception:  # noqa: BLE001 - check_study_storage says what is wrong with it
+        return url
+    database = parsed.database or ""
+    if not parsed.drivername.startswith("sqlite") or database in ("", ":memory:") or Path(database).is_absolute() \
+            or database.startswith("file:"):
+        return url
+    return parsed.set(database=str(Path(database).resolve())).render_as_string(hide_password=False)
 
 
 def shown_url(url: str) -> str:
