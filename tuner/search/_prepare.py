@@ -239,8 +239,9 @@ def prepare(options: SearchOptions) -> Prepared:
     if o.optuna_storage:
         from tuner.search._sampling import absolute_storage, check_study_storage
 
-        o = dataclasses.replace(o, optuna_storage=absolute_storage(o.optuna_storage))
-        check_study_storage(o.optuna_storage)
+        storage = absolute_storage(o.optuna_storage)
+        check_study_storage(storage)
+        o = dataclasses.replace(o, optuna_storage=storage)
     here, warm = _warm_start(o, uri, space, cannot, n_trials, source, first)
     if warm.left_out:  # precisions that crashed on this hardware in every earlier trial (tuner.search._warm)
         space = space.without_precisions(list(warm.left_out))
