@@ -12,9 +12,10 @@ Each rule reads one signal (tuner.trial.signals logs the headroom; the trainer l
 - ``headroom``: the largest activation as a share of the compute dtype's range, growing geometrically: the
   step where the fitted growth reaches 1.0 (overflow), projected only from within 3 decades of it (HEADROOM_FLOOR).
   Only float16 comes near; bfloat16 and float32 have the range of float32.
-- ``reward_spread`` (GRPO): the share of prompt groups without reward spread (``frac_reward_zero_std``)
+- ``reward_spread`` (GRPO with beta 0): the share of prompt groups without reward spread (``frac_reward_zero_std``)
   rising while the reward does not: the policy turning deterministic below the ceiling, GRPO's learning
-  signal fading; the step where the fitted rise reaches every group (the guard's collapse).
+  signal fading; the step where the fitted rise reaches every group (the guard's collapse). With a KL penalty
+  (beta > 0) the share levels off below 1 and the rule does not fire.
 - ``fp16_weights``: the trainable weights themselves in float16 (tuner.trial.signals' ``weights_fp16``: an fp16-pure
   full fine-tune; a PEFT adapter, which PEFT keeps in float32, does not count), with no float32 master copy for
   the optimizer. A level, not a trend: on bench/horizon.py's recorded runs every such config ok at 20 steps failed
@@ -215,6 +216,11 @@ def _fp16_weights(rows, trainer, precision, horizon) -> Risk | None:
 
 def _reward_spread(rows, trainer, precision, horizon) -> Risk | None:
     if not adapter(trainer).uses_reward_funcs:  # an online trainer's groups (GRPO's frac_reward_zero_std)
+        return None
+    # A KL penalty to the reference (beta > 0; TRL logs "kl" only then) holds the share below 1: the guard does not
+    # stop such a run once its reward rose (tuner.verdicts.guard). The fitted rise cannot tell the two apart: on the
+    # tiny pretrained model the same config with beta 0 and 0.04 rose alike over its first 300 steps (0.32 -> ~0.7).
+    if any(row.get("kl") is not None for row in rows):
         return None
     points = [(row["step"], row["frac_reward_zero_std"]) for row in rows
               if isinstance(row.get("frac_reward_zero_std"), (int, float))]

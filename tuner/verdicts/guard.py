@@ -122,6 +122,8 @@ class Guard:
         self._clipped_explosion_streak = 0
         self._zero_reward_std_rewards: list[float] = []  # the rewards of the current no-spread streak
         self._saturated_since: int | None = None
+        self._thin_since: int | None = None  # an anchored run's no-spread streak past the patience (a note, not a stop)
+        self._anchored = False  # a KL penalty to the reference seen (GRPO's beta > 0: TRL logs "kl" only then)
         self._effective_steps = 0
         self._last_learning_rate: float | None = None
         self.run_steps: int | None = None  # the run's planned length (the monitor sets it): the patience's scale
@@ -264,9 +266,10 @@ class Guard:
     def _zero_reward_std(self, step: int, metrics: dict[str, float]) -> Verdict | None:
         reward = metrics.get("reward")
         reward = reward if reward is not None and math.isfinite(reward) else None
+        self._anchored = self._anchored or metrics.get("kl") is not None
         if not _has_no_reward_spread(metrics):
             self._zero_reward_std_rewards = []
-            self._saturated_since = None
+            self._saturated_since = self._thin_since = None
             if reward is not None:
                 self._rewards.append(reward)
             return None
@@ -288,6 +291,22 @@ class Guard:
                 self.notes.append(
                     f"reward saturated: {level:.3g} (from {start:.3g}) for every completion of every group "
                     f"from step {self._saturated_since} (frac_reward_zero_std = 1): the task is solved")
+            return None
+        # Anchored, and the reward rose: not stuck. A KL penalty to the reference (beta > 0) pulls a policy that has
+        # turned deterministic back toward the reference's spread, so no-spread streaks come and go around a steady
+        # share, where without it the share climbs to 1 and the gradient is 0 for good. The tiny pretrained model's
+        # GRPO picks (fp32, dapo, lr 4e-5 and 7.6e-5; docs/horizon.md): with beta 0 the share of groups without
+        # spread reached 0.97 and the guard stopped all 5 runs at steps 1097-1451; the same configs with beta 0.04
+        # held the share at 0.82-0.88 through 1,500-4,500 steps, their reward still rising, with streaks up to 11
+        # steps. An anchored run whose reward never rose still stops: no spread, nothing learned.
+        if (self._anchored and start is not None and math.isfinite(level)
+                and level - start >= self.settings.saturation_min_gain):
+            if self._thin_since is None:
+                self._thin_since = step - len(streak) + 1
+                self.notes.append(
+                    f"reward spread thin: no group had any for {len(streak)} steps in a row from step "
+                    f"{self._thin_since}, with the reward at {level:.3g} (from {start:.3g}); the KL penalty (beta > 0) "
+                    "keeps pulling the policy toward the reference's spread, so the run goes on")
             return None
         reason = (
             f"frac_reward_zero_std is 1.0 for {len(streak)} steps in a row at step {step}"
