@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parent.parent
 if __package__ in (None, ""):
     sys.path.insert(0, str(REPO))
 
-from bench.horizon import FAILED, _trial, classify, judged_again, load, save, summarize  # noqa: E402
+from bench.horizon import _trial, classify, judged_again, load, save, summarize  # noqa: E402
 
 PICKS = REPO / "bench" / "horizon-picks-pretrained.json.gz"
 OUTPUT = REPO / "bench" / "anchor.json.gz"
