@@ -94,6 +94,7 @@ class TrialRecord(TypedDict, total=False):
     seed: int
     confirms: int  # set on confirmation re-runs: the candidate trial's number
     extends: int  # set on a longer rung's re-runs (tuner.search._extend): the trial run again for longer
+    anchors: int  # set on an anchored twin (tuner.search._anchor): the GRPO trial it runs with the KL penalty on
     schedule_steps: int  # set on a risk rung (tuner.search._extend): the long run's schedule it ran the first steps of
     source: str  # set on a warm start's prior trials (tuner.search._warm): the earlier search run they came from
     remeasures: int  # set on a --from search's speed re-runs (tuner.search._remeasure): the trial measured again
@@ -129,7 +130,7 @@ class TrialJob(TypedDict, total=False):
     timeout: float  # seconds before the trial is killed as crashed
     tags: dict[str, str]  # MLflow tags of its run beyond the usual ones (tuner.stores.tags: confirmation, extension)
     extra: dict[str, int]  # kept on its record: {"confirms": n} on a confirmation, {"extends": n} on a longer rung
-    #                        (and "schedule_steps" on a risk rung),
+    #                        (and "schedule_steps" on a risk rung), {"anchors": n} on an anchored twin,
     #                        {"remeasures": n, "pair": k} on a speed re-run
     prune_after: tuple[float, str]  # (seconds, why): stopped as pruned if still running then (too slow to win)
     keep: bool  # never stopped early by successive halving or as too slow (trial 0 of a --from search)

@@ -86,6 +86,9 @@ def test_grpo_reward_spread_fading_below_the_ceiling_is_a_collapse_ahead():
     assert not forecast(_fading(40, reward_rising=True), "grpo", "fp32", horizon_steps(40))
     # and the rule is GRPO's own signal
     assert not forecast(_fading(40, reward_rising=False), "dpo", "fp32", horizon_steps(40))
+    # ... without a KL anchor: with beta > 0 (TRL logs "kl") the share levels off below 1 (bench/anchor.py)
+    anchored = [{**row, "kl": 0.01} for row in _fading(40, reward_rising=False)]
+    assert not forecast(anchored, "grpo", "fp32", horizon_steps(40))
 
 
 def test_half_precision_updates_that_round_away_are_a_note_for_half_weights_not_a_late_failure_risk():

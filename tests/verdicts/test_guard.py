@@ -416,6 +416,33 @@ def test_no_reward_spread_after_the_reward_rose_says_it_rose_and_fell_short_of_i
     assert "with the reward at 0.5, up from 0.13 at the start but below its best 0.9" in verdict.reason
 
 
+def test_an_anchored_run_whose_reward_rose_goes_on_through_a_no_spread_streak_and_says_so():
+    # GRPO with beta > 0 (TRL logs "kl" only then): the KL penalty keeps pulling a deterministic policy back toward
+    # the reference's spread, so a streak there is a thin signal, not the end of learning (bench/anchor.py). The same
+    # rows without "kl" (beta 0: zero advantages, zero gradient) are the collapse they were.
+    start = {"loss": 0.0, "grad_norm": 0.5, "reward": 0.13, "reward_std": 0.2, "frac_reward_zero_std": 0.0, "kl": 0.0}
+    best = {**start, "reward": 0.9}
+    flat = {"loss": 0.0, "grad_norm": 0.05, "reward": 0.5, "reward_std": 0.0, "frac_reward_zero_std": 1.0,
+            "params_changed": 1.0, "kl": 0.02}
+    rows = steps(start, start, start, best, *[flat] * 12, start)
+    guard = Guard(adapter("grpo"))
+    assert all(guard.observe(row["step"], row) is None for row in rows)
+    assert len(guard.notes) == 1 and guard.notes[0].startswith("reward spread thin: no group had any for 5 steps")
+    assert "from step 5" in guard.notes[0] and "beta > 0" in guard.notes[0]
+    unanchored = [{k: v for k, v in row.items() if k != "kl"} for row in rows]
+    verdict = first_verdict(adapter("grpo"), unanchored)
+    assert (verdict.status, verdict.signal, verdict.step) == ("collapsed", "zero_reward_std", 9)
+
+
+def test_an_anchored_run_whose_reward_never_rose_still_collapses():
+    start = {"loss": 0.0, "grad_norm": 0.5, "reward": 0.3, "reward_std": 0.2, "frac_reward_zero_std": 0.0, "kl": 0.0}
+    flat = {"loss": 0.0, "grad_norm": 0.05, "reward": 0.3, "reward_std": 0.0, "frac_reward_zero_std": 1.0,
+            "params_changed": 1.0, "kl": 0.01}
+    verdict = first_verdict(adapter("grpo"), steps(start, start, start, *[flat] * 6))
+    assert (verdict.status, verdict.signal, verdict.step) == ("collapsed", "zero_reward_std", 8)
+    assert "has not risen" in verdict.reason
+
+
 def test_grpo_equal_rewards_for_the_first_steps_do_not_trip_the_no_update_rule():
     # The first 3 steps as the monitor writes them when every group's completions got equal rewards: zero
     # advantages, zero gradient, weights unmoved. Then spread appears and the weights move.

@@ -143,6 +143,8 @@ class Progress:
         elapsed = time.perf_counter() - self.started_at
         label = (f"trial {record['number']:3d}" + (f" seed {record['seed']}" if "confirms" in record else "")
                  + (f" x{record['max_steps']} steps" if "extends" in record else "")
+                 + (f" (trial {record['anchors']} with beta {record['params'].get('beta')})" if "anchors" in record
+                    else "")
                  + (f" of {record['schedule_steps']}" if record.get("schedule_steps") else "")
                  + (f" speed pair {record['pair']}" if "remeasures" in record else ""))
         self.say(f"[{done:3d}/{self.total}] {label} {record['status']:<9}{where:<12} {speed_text}  "

@@ -260,7 +260,8 @@ class DriverCallback(Callback):
         self.tracker.finish_trial(state["key"], spec, {k: record.get(k) for k in SUMMARY_FIELDS}, history,
                                   streamed=state["streamed"], output=output)
         record["run_id"] = state["run_id"] or self.tracker.run_id_of(state["key"])
-        kept = (self.confirmations if "confirms" in record else self.extensions if "extends" in record
+        kept = (self.confirmations if "confirms" in record
+                else self.extensions if "extends" in record or "anchors" in record
                 else self.remeasures if "remeasures" in record else self.records)
         kept.append(record)
         self.progress.finished(record, trial.trial_id)

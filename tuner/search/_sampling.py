@@ -297,6 +297,17 @@ class Proposer:
         self.offset = prior_count(study)  # a warm start's earlier trials come first in the study
         self.on_told = on_told  # record -> None: called with each trial's record once told (a warm start's news)
 
+    def reserve(self, why: str) -> int:
+        """A trial number of the study's for a run the sampler does not propose (tuner.search._anchor's twin): the
+        trial is told FAIL at once, with ``why`` as its tuner.skipped attribute, so the sampler and --resume pass
+        it by and no later trial takes its number."""
+        import optuna
+
+        trial = self.study.ask()
+        trial.set_user_attr("tuner.skipped", why)
+        self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
+        return self.number(trial)
+
     def number(self, trial) -> int:
         """The search's number of a study trial: from 0, a warm start's earlier trials not counted."""
         return trial.number - self.offset

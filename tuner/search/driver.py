@@ -284,6 +284,7 @@ def _search(prepared, tracker, study, run_name, records, placement, progress, st
     from tuner.search import _execution as execution
     from tuner.search import _extend as extend
     from tuner.search import _remeasure as remeasure
+    from tuner.search._anchor import Anchor
 
     o = prepared.options
     space = prepared.space
@@ -321,13 +322,20 @@ def _search(prepared, tracker, study, run_name, records, placement, progress, st
     budget = extend.default_budget(prepared.n_trials, o.max_steps) if o.budget is None else o.budget
     longer = extend.Extension(base_spec, budget, o.trial_timeout, announce=echo)
     speed = remeasure.Remeasure(base_spec, o.trial_timeout, wanted=prepared.first is not None, announce=echo)
+    # a GRPO best at risk of losing its reward spread with beta 0: its config with the KL penalty on, once
+    anchor = Anchor(prepared.space, lambda why: proposer.reserve(why), base_spec, o.trial_timeout, announce=echo)
 
     fallback: WarmFallback | None = None
 
     def next_job(finished: list[TrialRecord], final: bool) -> TrialJob | str | None:
-        """After the search's trials: longer runs while none learned, then confirmation, then a --from search's
-        speed re-runs; a warm search left with nothing confirmed first goes back to the default trials."""
-        job: TrialJob | str | None = longer.next(records, extensions) if final else None
+        """After the search's trials: a GRPO best's anchored twin, longer runs while none learned, then
+        confirmation, then a --from search's speed re-runs; a warm search left with nothing confirmed first goes
+        back to the default trials."""
+        job: TrialJob | str | None = anchor.next([*records, *extensions]) if final else None
+        if job == execution.WAIT:
+            return job  # the twin runs: whether it goes first decides what is confirmed
+        if job is None:
+            job = longer.next(records, extensions) if final else None
         if job is None:
             job = schedule.next([*finished, *extensions], final, confirmations)
         if job is None and final and fallback is not None and not fallback.done:
@@ -364,7 +372,7 @@ def _search(prepared, tracker, study, run_name, records, placement, progress, st
         else None
     proposer.on_told = warm_news(warm, echo, proposer, fallback)
     spare = warm.trials[1] - prepared.n_trials if warm and warm.trials else 0
-    at_most = remaining + spare + longer.most_runs + schedule.most_runs + speed.most_runs  # FINISHED when it has fewer
+    at_most = remaining + spare + anchor.most_runs + longer.most_runs + schedule.most_runs + speed.most_runs  # FINISHED when it has fewer
     if at_most:
         execution.run_trials(name=f"{run_name}-{len(records)}", storage=ray_storage, per_trial=placement.resources,
                              concurrency=placement.concurrency,

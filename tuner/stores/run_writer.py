@@ -28,6 +28,7 @@ from tuner.stores import interrupts
 from tuner.stores.mlflow_store import DEFAULT_STORE, client, get_or_create_experiment, is_server
 from tuner.stores.run_reader import trial_runs
 from tuner.stores.tags import (
+    ANCHORED_TAG,
     CONFIRMATION_TAG,
     EXTENSION_TAG,
     KIND_TAG,
@@ -181,8 +182,8 @@ class SearchTracker:
                 self.client.delete_run(run.info.run_id)
                 continue
             if "true" in (run.data.tags.get(CONFIRMATION_TAG), run.data.tags.get(EXTENSION_TAG),
-                          run.data.tags.get(REMEASURE_TAG)):
-                continue  # longer, confirmation and speed re-runs run again after the search's own trials
+                          run.data.tags.get(REMEASURE_TAG), run.data.tags.get(ANCHORED_TAG)):
+                continue  # longer, confirmation, speed re-runs and anchored twins run again after the search's trials
             record = self._record_from_run(run)
             records.setdefault(record["number"], record)
         return sorted(records.values(), key=lambda r: r["number"])

@@ -20,6 +20,8 @@ EXTENSION_TAG = "tuner.extension"  # "true" on a longer rung's re-run
 EXTENDS_TAG = "tuner.extends"  # the trial number a longer rung re-runs
 REMEASURE_TAG = "tuner.remeasure"  # "true" on a speed re-run of a --from search (tuner.search._remeasure)
 REMEASURES_TAG = "tuner.remeasures"  # the trial number a speed re-run measures again
+ANCHORED_TAG = "tuner.anchored"  # "true" on a GRPO trial's anchored twin (tuner.search._anchor)
+ANCHORS_TAG = "tuner.anchors"  # the trial number whose config the twin runs with the KL penalty on
 PARAM_PREFIX = "tuner."  # a trial run's own settings as MLflow params: tuner.max_steps, tuner.seed, ...
 # -- on a search run
 STUDY_TAG = "tuner.study"  # the Optuna study's name

@@ -108,7 +108,7 @@ def failure_summary(trials: list[TrialRecord], top: int = 3, longer: Sequence[Tr
              + (f" ({not_learning} ok but not significantly better than at their start)" if not_learning else "") + "."]
     for (signal, example), n in reasons.most_common(top):
         lines.append(f"  {n} x {signal}: e.g. {example}")
-    for rung in (r for r in longer if not is_ok(r)):
+    for rung in (r for r in longer if not is_ok(r) and r.get("extends") is not None):
         lines.append(f"  trial {rung.get('extends')} was ok but failed on its run of {rung.get('max_steps')} steps: "
                      f"{rung.get('status')} ({rung.get('reason') or 'no reason given'})")
     causes = collections.Counter(t.get("guard_signal") or t.get("status") for t in trials if not is_ok(t))
