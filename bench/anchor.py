@@ -2,7 +2,7 @@
 
     python -m bench.anchor                                   # the pretrained GRPO pick of search seed 1, seeds 4-7
     python -m bench.anchor --pick 0 --seeds 3,4              # search seed 0's pick (180 -> 4,500 steps: ~20 min a run)
-    python -m bench.anchor --render bench/anchor.json.gz     # the summary of a recorded run
+    python -m bench.anchor --render bench/anchor.json.gz --results bench/RESULTS.md   # its summary, into RESULTS
 
 bench/horizon_picks.py ran the tiny pretrained model's default GRPO searches and their picks 25x: both picks (fp32,
 dapo, beta 0) lost their reward spread late and the guard stopped every long run at steps 1097-1451. This bench runs
@@ -32,6 +32,7 @@ from bench.horizon import _trial, classify, judged_again, load, save, summarize 
 
 PICKS = REPO / "bench" / "horizon-picks-pretrained.json.gz"
 OUTPUT = REPO / "bench" / "anchor.json.gz"
+TITLE = "### GRPO's KL anchor, 25x (python -m bench.anchor)"  # its subsection of RESULTS.md's "Stable for how long"
 BETAS = (0.0, 0.04)
 
 
@@ -82,28 +83,45 @@ def spread(history: list[dict[str, Any]], last: int = 300) -> tuple[float, float
             sum(r.get("reward") or 0.0 for r in rows) / len(rows))
 
 
-def lines(data: dict[str, Any]) -> list[str]:
-    """The recorded runs with today's guard (replayed on the long run's history) and today's forecast."""
+def _replayed(history: list[dict[str, Any]], run_steps: int, keep_kl: bool) -> str:
+    """A long run's history through today's guard (``keep_kl`` False: as if it had no KL penalty, which is the
+    guard before the anchor's exemption): its verdict and step, or how far it held."""
     from tuner.config.trainers import adapter
     from tuner.verdicts.guard import Guard
 
+    guard = Guard(adapter("grpo"))
+    guard.run_steps = run_steps
+    for row in history:
+        row = row if keep_kl else {k: v for k, v in row.items() if k != "kl"}
+        verdict = guard.observe(row["step"], row)
+        if verdict is not None:
+            return f"{verdict.status.value} at step {verdict.step}"
+    return f"ok through {history[-1]['step'] if history else 0}"
+
+
+def lines(data: dict[str, Any]) -> list[str]:
+    """The recorded runs with today's guard (replayed on the long run's history) and today's forecast."""
+    from tuner.verdicts.forecast import forecast
+
     out = [f"GRPO pick of search seed {data['search_seed']} on the {data['model']} model, {data['short']} and "
            f"{data['long']} steps, seeds {', '.join(map(str, data['seeds']))}:", "",
-           "| beta | seed | long run as recorded | with today's guard | no spread, last 300 steps | reward, last 300 "
-           "| forecast at the trial length |", "| --- | --- | --- | --- | --- | --- | --- |"]
+           "| beta | seed | long run as recorded | with today's guard | today's guard without the anchor's exemption "
+           "| no spread, last 300 steps | reward, last 300 | forecast at the trial length | the forecast without the "
+           "anchor's exemption |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for row in judged_again(data):
         long = row["long"]
         if long is None:
-            out.append(f"| {row['params']['beta']:g} | {row['seed']} | not ok at {data['short']} | | | | |")
+            out.append(f"| {row['params']['beta']:g} | {row['seed']} | not ok at {data['short']} | | | | | | |")
             continue
-        guard = Guard(adapter("grpo"))
-        guard.run_steps = data["long"]
-        verdict = next((v for r in long["history"] if (v := guard.observe(r["step"], r)) is not None), None)
-        today = f"{verdict.status.value} at step {verdict.step}" if verdict else f"ok through {long['steps_run']}"
+        today, unanchored = (_replayed(long["history"], data["long"], keep_kl) for keep_kl in (True, False))
         share, reward = spread(long["history"])
         risk = row["short"]["risk"]
+        bare = [{k: v for k, v in r.items() if k != "kl"} for r in row["short"]["history"]]
+        unanchored_risk = forecast(bare, "grpo", row["params"]["precision"], data["long"])
         out.append(f"| {row['params']['beta']:g} | {row['seed']} | {long['status']} at step {long['stopped_at_step']} "
-                   f"| {today} | {share:.2f} | {reward:.2f} | {'at risk (' + risk[:40] + '...)' if risk else 'none'} |")
+                   f"| {today} | {unanchored} | {share:.2f} | {reward:.2f} | "
+                   f"{'at risk (' + risk[:40] + '...)' if risk else 'none'} | "
+                   f"{'at risk (' + unanchored_risk[0].signal + ')' if unanchored_risk else 'none'} |")
     summary = summarize(judged_again(data))["all"]
     out += ["", f"Failed by the long run (as recorded): {summary['late_failures']} of {summary['ok_at_trial_length']}; "
                 f"flagged at the trial length: {summary['flagged']}, of them failed: {summary['flagged_and_failed']}."]
@@ -117,9 +135,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--factor", type=int, default=25)
     parser.add_argument("--output", default=str(OUTPUT))
     parser.add_argument("--render", metavar="JSON", help="print the summary of a recorded run and stop")
+    parser.add_argument("--results", metavar="MD", help="with --render: also put it into this RESULTS.md")
     args = parser.parse_args(argv)
     if args.render:
-        print("\n".join(lines(load(args.render))))
+        out = lines(load(args.render))
+        print("\n".join(out))
+        if args.results:
+            from bench.horizon import SECTION
+            from bench.horizon_picks import replace_subsection
+
+            replace_subsection(Path(args.results), SECTION, TITLE, out)
         return 0
     data = run(args.pick, [int(s) for s in args.seeds.split(",")], args.factor)
     data["command"] = "python -m bench.anchor " + " ".join(argv if argv is not None else sys.argv[1:])

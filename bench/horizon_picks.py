@@ -48,12 +48,22 @@ OUTPUT = REPO / "bench" / "horizon-picks.json.gz"
 SUBSECTION = "### The search's own picks, run 25x their trial (python -m bench.horizon_picks)"
 
 
-def subsection(model: str) -> str:
-    """The RESULTS.md subsection a recording of ``model``'s picks renders into: one per model."""
-    if model == "tiny":
+def subsection(model: str, trainers: tuple[str, ...] = TRAINERS) -> str:
+    """The RESULTS.md subsection a recording of ``model``'s picks renders into: one per model, and one more per set
+    of trainers recorded apart (``trainers``: a re-recording of some of them after a change that only they meet)."""
+    if model == "tiny" and tuple(trainers) == TRAINERS:
         return SUBSECTION
-    return (f"### The search's own picks on the {model} model, run 25x their trial "
-            f"(python -m bench.horizon_picks --model {model})")
+    if tuple(trainers) == TRAINERS:
+        return (f"### The search's own picks on the {model} model, run 25x their trial "
+                f"(python -m bench.horizon_picks --model {model})")
+    return (f"### The search's own {', '.join(t.upper() if t != 'reward' else t for t in trainers)} picks on the "
+            f"{model} model, run 25x their trial (python -m bench.horizon_picks --model {model} "
+            f"--trainers {','.join(trainers)})")
+
+
+def trainers_of(data: dict[str, Any]) -> tuple[str, ...]:
+    """The trainers a recording holds searches of, in TRAINERS' order."""
+    return tuple(t for t in TRAINERS if any(r["trainer"] == t for r in data["searches"]))
 
 FRESH_SEEDS = 2  # seeds per pick beyond the search's own: as many as a search confirms on
 TARGET = 1 / 20  # the issue's bound on the share of recommended configs that fail by 25x the trial length
@@ -312,7 +322,7 @@ def main(argv: list[str] | None = None) -> int:
         out = lines(data)
         print("\n".join(out))
         if args.results:
-            replace_subsection(Path(args.results), SECTION, subsection(data["model"]), out)
+            replace_subsection(Path(args.results), SECTION, subsection(data["model"], trainers_of(data)), out)
         return 0
     command = " ".join(["python -m bench.horizon_picks", *(sys.argv[1:] if argv is None else argv)])
     data = run(args.trainers.split(","), [int(s) for s in args.seeds.split(",")], args.model, args.factor,
