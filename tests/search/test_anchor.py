@@ -176,3 +176,20 @@ def test_a_real_grpo_search_runs_the_anchored_twin_of_its_fading_best_and_recomm
     runs = trial_runs(mlflow_store.default_tracking_uri(root / "mlflow"), outcome.parent_run_id)
     tagged = [r for r in runs if r.data.tags.get(ANCHORED_TAG) == "true"]
     assert [r.data.tags.get(ANCHORS_TAG) for r in tagged] == [str(first["number"])]
+
+
+def test_a_risk_seen_only_on_confirmation_seeds_ranks_the_config_at_risk_and_calls_for_its_twin(proposer):
+    # Seen on the tiny pretrained model (default GRPO search, seed 1): trial 5's 60-step rung showed no risk on seed 1,
+    # and the reward-spread risk on both confirmation seeds; it was recommended at risk without its twin being tried.
+    from tuner.search._confirm import candidates, with_seen_risk
+
+    rung = record(5, steps=60, extends=5)
+    safe = record(7, steps=60, progress=0.2 * 0.95, extends=7)
+    confirmations = [record(5, steps=60, confirms=5, seed=s, risk=FADING, signal="reward_spread") for s in (2, 3)]
+    assert [c["number"] for c in candidates([rung, safe], 2)] == [5, 7]  # by its own run alone: no risk, first
+    assert [c["number"] for c in candidates([rung, safe], 2, confirmations)] == [7, 5]  # at risk on its seeds
+    # another length of the same trial is another run: its confirmations do not count for it
+    assert not with_seen_risk([record(5, steps=20)], confirmations)[0]["risk"]
+    job = Anchor(SPACE, proposer.reserve, BASE, timeout=100, announce=lambda line: None).next(
+        with_seen_risk([rung], confirmations))
+    assert job["extra"]["anchors"] == 5 and job["spec"]["params"]["beta"] == 0.04 and job["spec"]["max_steps"] == 60

@@ -13,7 +13,7 @@ next candidate is considered.
 from __future__ import annotations
 
 import statistics
-from typing import Any
+from typing import Any, cast
 
 from tuner.records import TrialJob, TrialRecord, is_ok
 from tuner.search._extend import WAIT
@@ -21,12 +21,33 @@ from tuner.stores.tags import CONFIRMATION_TAG, CONFIRMS_TAG, RUN_NAME_TAG
 from tuner.verdicts import recommend as rec
 from tuner.verdicts.learning import ALPHA
 
-__all__ = ["WAIT", "Schedule", "candidates", "combined_p_value", "confirmation_jobs", "judge"]
+__all__ = ["WAIT", "Schedule", "candidates", "combined_p_value", "confirmation_jobs", "judge", "with_seen_risk"]
 
 
-def candidates(records: list[TrialRecord], top: int) -> list[TrialRecord]:
-    """The top trials by the recommendation's objective (learning speed), best first."""
-    return rec.ranked(records)[:top]
+def candidates(records: list[TrialRecord], top: int, confirmations: list[TrialRecord] | tuple = ()
+               ) -> list[TrialRecord]:
+    """The top trials by the recommendation's objective (learning speed), best first; a trial whose confirmation
+    runs put it at risk ranks as at risk (``with_seen_risk``)."""
+    return rec.ranked(with_seen_risk(records, confirmations))[:top]
+
+
+def with_seen_risk(records: list[TrialRecord], confirmations: list[TrialRecord] | tuple = ()) -> list[TrialRecord]:
+    """``records``, each one whose own run showed no risk but one of its confirmation runs did (the same config and
+    steps on another seed) carrying that risk: a config at risk on any seed it ran on is at risk, and the
+    recommendation's rule (tuner.verdicts.recommend) and the anchored twin (tuner.search._anchor) act on it. Seen on
+    the tiny pretrained model: a GRPO config's 60-step rung showed no risk on seed 1 and the reward-spread risk on
+    confirmation seeds 2 and 3."""
+    seen: dict[tuple[int, int], TrialRecord] = {}
+    for run in confirmations:
+        if run.get("risk") and run.get("confirms") is not None:
+            seen.setdefault((int(run["confirms"]), int(run["max_steps"])), run)
+    out = []
+    for record in records:
+        other = seen.get((record["number"], record["max_steps"]))
+        out.append(record if other is None or record.get("risk") else cast(TrialRecord, {
+            **record, "risk": other["risk"], "risk_signal": other.get("risk_signal"),
+            "risk_step": other.get("risk_step")}))
+    return out
 
 
 def confirmation_jobs(cands: list[TrialRecord], base_spec: dict[str, Any], seeds: int,
@@ -79,7 +100,7 @@ class Schedule:
         run), or None (nothing more: the candidates are confirmed or used up)."""
         if self.seeds <= 0 or (not final and self.early >= self.seeds):
             return None
-        cands = candidates(finished, self.top if final else 1)
+        cands = candidates(finished, self.top if final else 1, confirmations)
         numbers = tuple(c["number"] for c in cands)
         if cands and (final, numbers) not in self.announced:
             self.announced.add((final, numbers))

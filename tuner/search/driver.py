@@ -331,7 +331,8 @@ def _search(prepared, tracker, study, run_name, records, placement, progress, st
         """After the search's trials: a GRPO best's anchored twin, longer runs while none learned, then
         confirmation, then a --from search's speed re-runs; a warm search left with nothing confirmed first goes
         back to the default trials."""
-        job: TrialJob | str | None = anchor.next([*records, *extensions]) if final else None
+        job: TrialJob | str | None = (anchor.next(confirm.with_seen_risk([*records, *extensions], confirmations))
+                                      if final else None)
         if job == execution.WAIT:
             return job  # the twin runs: whether it goes first decides what is confirmed
         if job is None:
@@ -342,7 +343,8 @@ def _search(prepared, tracker, study, run_name, records, placement, progress, st
             if schedule.handed - {(c["number"], c["seed"]) for c in confirmations}:
                 return execution.WAIT  # its confirmations still run: whether anything is confirmed is not known
             runs = [*finished, *extensions]
-            best = (confirm.judge(confirm.candidates(runs, o.confirm_top), confirmations)[0] if o.confirm_seeds > 0
+            best = (confirm.judge(confirm.candidates(runs, o.confirm_top, confirmations), confirmations)[0]
+                    if o.confirm_seeds > 0
                     else rec.recommend(runs))
             if best is None:
                 fallback.now("nothing it ran here was confirmed")
@@ -386,7 +388,7 @@ def _search(prepared, tracker, study, run_name, records, placement, progress, st
         tracker.set_tags({STOPPED_BECAUSE_TAG: searcher.stopped_because[:5000]})
     extensions.sort(key=lambda r: (r["max_steps"], r["number"]))
     runs = [*records, *extensions]
-    cands = confirm.candidates(runs, o.confirm_top) if o.confirm_seeds > 0 else []
+    cands = confirm.candidates(runs, o.confirm_top, confirmations) if o.confirm_seeds > 0 else []
     remeasures.sort(key=lambda r: (r["pair"], r["number"]))
     outcome = _finish(prepared, tracker, records, cands, confirmations, started, echo, placement, extensions,
                       remeasures)

@@ -33,7 +33,8 @@ RULE = (f"highest learning speed (progress x tokens/s; progress: the mean improv
         f"starting level) among trials that stayed ok and learned (the last third better than the start with "
         f"one-sided p < {ALPHA:g}, by at least {MIN_EFFECT:g}), confirmed ok on every confirmation seed and "
         f"learning on them (each progress > 0, together p < {ALPHA:g}); diverged, collapsed, crashed and oom trials "
-        f"are never recommended; a trial the forecast puts at risk only when no trial without risk learns "
+        f"are never recommended; a trial the forecast puts at risk (on its own seed or a confirmation's) only when "
+        f"no trial without risk learns "
         f"{SAFE_SHARE:g}x as fast")
 
 
