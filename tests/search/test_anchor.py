@@ -193,3 +193,21 @@ def test_a_risk_seen_only_on_confirmation_seeds_ranks_the_config_at_risk_and_cal
     job = Anchor(SPACE, proposer.reserve, BASE, timeout=100, announce=lambda line: None).next(
         with_seen_risk([rung], confirmations))
     assert job["extra"]["anchors"] == 5 and job["spec"]["params"]["beta"] == 0.04 and job["spec"]["max_steps"] == 60
+
+
+def test_a_failure_projected_early_in_the_run_weighs_the_trial_down_by_the_share_it_is_expected_to_learn_for():
+    # the pretrained GRPO search seed 1: trial 5 (60 steps, beta 0) projected to lose its spread near step 103 of the
+    # 1,500-step run its forecast looked to; its twin paid ~20% of tokens/s for the reference model
+    early = record(5, steps=60, risk=FADING, signal="reward_spread", risk_step=103, speed=9148, progress=0.293)
+    twin = record(12, steps=60, beta=0.04, speed=7576 * 0.95, progress=0.293, anchors=5)
+    assert recommend.risk_weight(early) == pytest.approx(2 * 103 / 1500)
+    assert recommend.recommend([early, twin])["number"] == 12
+    # projected late, or a level with no step: the 0.9 of before
+    late = {**early, "risk_step": 1400}
+    level = {**early, "risk_step": None}
+    assert recommend.risk_weight(late) == recommend.risk_weight(level) == recommend.SAFE_SHARE
+    assert recommend.recommend([late, twin])["number"] == 5  # 0.79x as fast: below the 0.9 a late risk asks
+    # a risk rung's run is the one its forecast looked to: its schedule's length
+    rung = {**early, "max_steps": 180, "schedule_steps": 500, "risk_step": 200}
+    assert recommend.risk_weight(rung) == pytest.approx(0.8)
+    assert recommend.risk_weight(twin) == 1.0

@@ -33,7 +33,7 @@ from tuner.verdicts.forecast import horizon_steps
 __all__ = ["RATE", "WAIT", "Extension", "closest_to_learning", "default_budget", "risk_rung_steps"]
 
 RATE = 3  # each rung is 3x the last, as successive halving's (tuner.search._execution.HALVING_RATE)
-PAST_PROJECTION = 2  # a risk rung runs to twice the projected step: projections were 2-4x early on the recorded runs
+PAST_PROJECTION = rec.PROJECTED_EARLY  # a risk rung runs to twice the projected step: projections came early
 WAIT = "wait"  # nothing to hand out now, but more may follow when the runs out there finish
 
 

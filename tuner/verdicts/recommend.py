@@ -26,16 +26,22 @@ from tuner.verdicts.forecast import VERIFY_FACTOR, said  # VERIFY_FACTOR: the le
 from tuner.verdicts.learning import ALPHA, MIN_EFFECT
 
 # A config the forecast puts at risk (tuner.verdicts.forecast) is recommended only when no config without risk
-# learns at least this share as fast.
+# learns at least this share as fast ...
 SAFE_SHARE = 0.9
+# ... or, when its failure is projected at a step of the run the forecast looked to, its share of that run: the
+# steps it is expected to learn for, up to PROJECTED_EARLY x the projected step (on bench/horizon.py's records the
+# projections came 1-4x early; GRPO's reward-spread ones on the tiny pretrained model 5-14x). A GRPO config projected
+# to lose its reward spread near step 103 of a 1,500-step run counts for 0.14 of its speed: its anchored twin
+# (tuner.search._anchor), which pays ~20% of tokens/s for the reference model and held those 1,500 steps, goes first.
+PROJECTED_EARLY = 2
 
 RULE = (f"highest learning speed (progress x tokens/s; progress: the mean improvement per step over the trial's "
         f"starting level) among trials that stayed ok and learned (the last third better than the start with "
         f"one-sided p < {ALPHA:g}, by at least {MIN_EFFECT:g}), confirmed ok on every confirmation seed and "
         f"learning on them (each progress > 0, together p < {ALPHA:g}); diverged, collapsed, crashed and oom trials "
         f"are never recommended; a trial the forecast puts at risk (on its own seed or a confirmation's) only when "
-        f"no trial without risk learns "
-        f"{SAFE_SHARE:g}x as fast")
+        f"no trial without risk learns {SAFE_SHARE:g}x as fast, or {PROJECTED_EARLY:g}x its projected failure step's "
+        f"share of the run the forecast looked to, when that is less")
 
 
 def horizon(best: TrialRecord, file: str = "recommended.yaml") -> str:
@@ -81,13 +87,27 @@ def at_risk(trial: Mapping[str, Any]) -> bool:
     return bool(trial.get("risk"))
 
 
+def risk_weight(trial: Mapping[str, Any]) -> float:
+    """What an at-risk trial's learning speed counts for against a safe trial's: SAFE_SHARE, or the share of the run
+    its forecast looked to (``schedule_steps``, else VERIFY_FACTOR x its steps) that it is expected to learn for,
+    PROJECTED_EARLY x its projected failure step, when that is less; 1.0 for a trial without risk."""
+    if not at_risk(trial):
+        return 1.0
+    step, steps = trial.get("risk_step"), int(trial.get("max_steps") or 0)
+    run = int(trial.get("schedule_steps") or VERIFY_FACTOR * steps)
+    if not step or run <= 0:
+        return SAFE_SHARE  # a level (float16 weights, activations near the top): no step projected
+    return min(SAFE_SHARE, PROJECTED_EARLY * float(step) / run)
+
+
 def ranked(trials: list[TrialRecord]) -> list[TrialRecord]:
     """The trials that qualify (objective > 0), best first: by learning speed, except that a trial at risk goes
-    behind every trial without risk that learns at least SAFE_SHARE as fast; a trial whose longer rung
+    behind every trial without risk that learns at least its ``risk_weight`` (SAFE_SHARE or less) as fast; a trial
+    whose longer rung
     (tuner.search._extend) failed does not qualify, nor does that rung."""
     failed_longer = {t.get("extends") for t in trials if t.get("extends") is not None and not is_ok(t)}
     candidates = [t for t in trials if objective(t) > 0 and t.get("number") not in failed_longer]
-    return sorted(candidates, key=lambda t: (objective(t) * (SAFE_SHARE if at_risk(t) else 1.0), not at_risk(t)),
+    return sorted(candidates, key=lambda t: (objective(t) * risk_weight(t), not at_risk(t)),
                   reverse=True)
 
 
