@@ -56,7 +56,8 @@ class Anchor:
                  timeout: float, announce=print):
         self.space, self.reserve, self.base_spec, self.timeout = space, reserve, base_spec, timeout
         self.announce = announce
-        self.beta = anchored_beta(space) if space.entry.name == "grpo" else None
+        # GRPO's: the trainer whose groups lose their reward spread (the forecast's reward_spread rule)
+        self.beta = anchored_beta(space) if space.entry.uses_reward_funcs else None
         self.twin: int | None = None  # the twin's number, once handed out
 
     @property
