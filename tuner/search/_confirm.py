@@ -37,13 +37,15 @@ def with_seen_risk(records: list[TrialRecord], confirmations: list[TrialRecord] 
     recommendation's rule (tuner.verdicts.recommend) and the anchored twin (tuner.search._anchor) act on it. Seen on
     the tiny pretrained model: a GRPO config's 60-step rung showed no risk on seed 1 and the reward-spread risk on
     confirmation seeds 2 and 3."""
-    seen: dict[tuple[int, int], TrialRecord] = {}
+    seen: dict[tuple[Any, Any], TrialRecord] = {}
     for run in confirmations:
         if run.get("risk") and run.get("confirms") is not None:
-            seen.setdefault((int(run["confirms"]), int(run["max_steps"])), run)
+            seen.setdefault((run["confirms"], run.get("max_steps")), run)
+    if not seen:
+        return list(records)
     out = []
     for record in records:
-        other = seen.get((record["number"], record["max_steps"]))
+        other = seen.get((record.get("number"), record.get("max_steps")))
         out.append(record if other is None or record.get("risk") else cast(TrialRecord, {
             **record, "risk": other["risk"], "risk_signal": other.get("risk_signal"),
             "risk_step": other.get("risk_step")}))
