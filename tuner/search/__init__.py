@@ -8,6 +8,8 @@
     _neighbours.py  a --from search's single changes to trial 0, in the order its verdict calls for
     _confirm.py     the best candidates re-run on other seeds
     _extend.py      longer rungs when no stable trial learned within --max-steps
+    _anchor.py      GRPO: the anchored twin (beta > 0) of a best trial losing its reward spread with beta 0
+    _warm.py        warm start from earlier searches; _warm_fallback.py: back to the default trials
     _remeasure.py   a --from search's speed re-runs: the faster trial and theirs again, side by side
     _packing.py     how many trials of given memory estimates fit a machine at once; the GPUs a trial spans
     _placement.py   how many trials at once and what each asks of Ray, from the memory plan
