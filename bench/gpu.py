@@ -23,6 +23,14 @@ writes the JSON after each stage: a run cut short keeps what it measured.
    The headline is the median tokens/s of A over B (the issue's goal: at least 1.5x).
 3. ``signals``: the pick's step time with tuner.trial.signals on (every 5th step) over off: A over C above.
 4. ``fp16``: the pick in fp16-mixed: the GradScaler's scale each step, its back-offs, and the headroom readings.
+5. ``signals``: the signals' cost alone (issue 33: at most 5% of a step), on GRPO's pick and on DPO's (no generation:
+   the readings are a larger share of its step), in pairs on then off, the order swapped each pair (on off, off on,
+   ...), after one discarded warm-up run each. ``signal_steps`` steps a run, read on step 1 and every 5th: of the
+   steps timed (after 2 warm-up steps), one in five is a sampled step, as in a long run. The figure: the median over
+   pairs of tokens/s off over on (tuner's tokens/s, the steps after the 2 warm-up steps), and for GRPO also of TRL's
+   mean step time on over off.
+
+    REUSE=bench/gpu.json STAGES=signals bash bench/gpu_run.sh   # the signals' cost alone, on an earlier run's picks
 """
 
 from __future__ import annotations
@@ -45,8 +53,9 @@ OUTPUT = REPO / "bench" / "gpu.json"
 RESULTS = REPO / "bench" / "RESULTS.md"
 SECTION = "## On a GPU: the headline command and the speed claim (issue 37)"
 # The GPU run's sizes: what fits ~5 minutes on one H100 with the machine's start and a rerun in 15 minutes.
-GPU = {"trials": 4, "max_steps": 8, "repeats": 3, "speed_steps": 10}
-DRY = {"trials": 2, "max_steps": 3, "repeats": 1, "speed_steps": 3}
+GPU = {"trials": 4, "max_steps": 8, "repeats": 3, "speed_steps": 10, "signal_pairs": 4, "signal_steps": 12}
+DRY = {"trials": 2, "max_steps": 3, "repeats": 1, "speed_steps": 3, "signal_pairs": 1, "signal_steps": 6}
+STAGES = ("search", "speed", "fp16", "signals")
 SEED = 4  # the search's seed (bench.real_model.SEED: TPE's first draws cover both ends of the memory plan)
 # GRPO's reward on the shaped model. Its weights are random: every completion scores 0 on the built-in task, every
 # group has no reward spread, and the guard rightly stops each trial as collapsed at step 5 (the first GPU run,
@@ -180,6 +189,13 @@ def _speed(pick: dict[str, Any], label: str, space_fixed: dict[str, Any], model:
             "signals_tokens_ratio": ratio("C", "A", "tokens_per_second_median")}
 
 
+def _step_walls(history: list[dict[str, Any]]) -> dict[int, float]:
+    """Each optimizer step's wall time, from the monitor's running ``train_seconds``."""
+    seen = [(int(h["step"]), float(h["train_seconds"])) for h in history
+            if h.get("step") is not None and h.get("train_seconds") is not None]
+    return {step: round(now - before, 4) for (_, before), (step, now) in zip(seen, seen[1:])}
+
+
 def _over(a: dict[str, Any], b: dict[str, Any]) -> float | None:
     x, y = a.get("tokens_per_second"), b.get("tokens_per_second")
     return round(x / y, 3) if x and y else None
@@ -194,8 +210,60 @@ def _fp16(pick: dict[str, Any], model: str, sizes: dict[str, int], rewards: list
     return {"params": params, **row, "steps": [{k: h[k] for k in keep if k in h} for h in history]}
 
 
+def _signals(picks: dict[str, tuple[dict[str, Any], str]], model: str, sizes: dict[str, int],
+             rewards: list[str] | None, clock: Clock, echo: Callable[[str], None]) -> dict[str, Any]:
+    """Each pick with the signals on and off, in pairs whose order swaps; the median of the pairs' step-time ratios."""
+    out: dict[str, Any] = {}
+    for trainer, (pick, label) in picks.items():
+        funcs = rewards if trainer == "grpo" else None
+        params, steps = dict(pick["params"]), sizes["signal_steps"]
+        _run(trainer, params, model, min(3, steps), 5, funcs)  # warm-up: the CUDA context and kernels' caches
+        rows = []
+        for pair in range(sizes["signal_pairs"]):
+            if pair and not clock.fits(2 * (rows[-1]["seconds"] + rows[-2]["seconds"]) / 2):
+                echo(f"[gpu] signals {trainer}: {pair} pairs (the budget)")
+                break
+            for every in ((5, 0) if pair % 2 == 0 else (0, 5)):
+                started = time.perf_counter()
+                row = _run(trainer, params, model, steps, every, funcs)
+                history = row.pop("history")
+                rows.append({"pair": pair, "signals_every": every, **row,
+                             "seconds": round(time.perf_counter() - started, 1),
+                             "signals_rows": sum(1 for h in history if "weight_norm" in h),
+                             "step_walls": _step_walls(history)})
+                echo(f"[gpu] signals {trainer} {'on' if every else 'off'} #{pair}: {row['status']}, "
+                     f"{row['tokens_per_second']} tokens/s, step {row['step_seconds']} s")
+        ratios, steps_ratios = [], []  # tokens/s off over on (every trainer); TRL's step_time on over off (GRPO's)
+        for pair in sorted({r["pair"] for r in rows}):
+            on = next((r for r in rows if r["pair"] == pair and r["signals_every"]), None)
+            off = next((r for r in rows if r["pair"] == pair and not r["signals_every"]), None)
+            if on and off and _over(off, on):
+                ratios.append(_over(off, on))
+            if on and off and on["step_seconds"] and off["step_seconds"]:
+                steps_ratios.append(round(on["step_seconds"] / off["step_seconds"], 3))
+        # The readings' own cost, from the steps' wall times: a sampled step's time less the unsampled steps' mean
+        # in the same run (runs with the signals on; steps after the 2 warm-up steps), as a share of a step.
+        extra = []
+        for r in rows:
+            walls = {step: wall for step, wall in r["step_walls"].items() if step > 2}
+            plain = [wall for step, wall in walls.items() if not (step == 1 or step % 5 == 0)]
+            if r["signals_every"] and plain:
+                extra += [walls[step] - statistics.fmean(plain) for step in walls if step % 5 == 0]
+        plain_mean = statistics.fmean(w for r in rows for step, w in r["step_walls"].items()
+                                      if step > 2 and not r["signals_every"]) if rows else None
+        out[trainer] = {"pick": label, "params": params, "steps": steps, "rows": rows,
+                        "sampled_step_extra_seconds": extra,
+                        "share_of_steps": (round(statistics.median(extra) / 5 / plain_mean, 4)
+                                           if extra and plain_mean else None),
+                        "tokens_off_over_on": ratios, "median": statistics.median(ratios) if ratios else None,
+                        "step_time_on_over_off": steps_ratios,
+                        "step_time_median": statistics.median(steps_ratios) if steps_ratios else None}
+    return out
+
+
 def run(*, dry: bool, budget: float, output: Path, echo: Callable[[str], None] = print,
-        reuse: dict[str, Any] | None = None) -> dict[str, Any]:
+        reuse: dict[str, Any] | None = None, stages: tuple[str, ...] = STAGES,
+        signals_on: tuple[str, ...] = ("grpo", "dpo")) -> dict[str, Any]:
     import torch
 
     from bench import report
@@ -240,12 +308,17 @@ def run(*, dry: bool, budget: float, output: Path, echo: Callable[[str], None] =
             _write(figures, output, clock)
 
         # The headline's order: GRPO's search, its pick's speed, fp16-mixed, then DPO's search with what is left.
+        if "search" not in stages and not reuse:
+            figures["skipped"].append("everything: no search to take the picks from (run the search, or --reuse)")
+            return _write(figures, output, clock)
         search("grpo", 60)
         grpo = searches.get("grpo") or {}
         pick, label = _pick(grpo) if "trials" in grpo else (None, "no GRPO search")
         model_path = (grpo.get("model") or {}).get("path") or "tiny"
         if pick is None:
             figures["skipped"].append(f"speed, fp16: {label}")
+        elif "speed" not in stages:
+            pass
         elif clock.fits(30 * sizes["repeats"]):
             from tuner.config.space import load_space
 
@@ -258,7 +331,9 @@ def run(*, dry: bool, budget: float, output: Path, echo: Callable[[str], None] =
             _write(figures, output, clock)
         else:
             figures["skipped"].append(f"speed: {budget - clock.elapsed():.0f} s left")
-        if pick is not None and cuda and clock.fits(20):
+        if "fp16" not in stages:
+            pass
+        elif pick is not None and cuda and clock.fits(20):
             echo(f"[gpu] fp16-mixed at {clock.elapsed():.0f} s")
             try:
                 figures["stages"]["fp16"] = _fp16(pick, model_path, sizes, rewards)
@@ -268,6 +343,20 @@ def run(*, dry: bool, budget: float, output: Path, echo: Callable[[str], None] =
         elif not cuda:
             figures["skipped"].append("fp16: fp16-mixed (GradScaler) needs CUDA")
         search("dpo", 45)
+        dpo = searches.get("dpo") or {}
+        picks = {name: chosen for name, chosen in (("grpo", (pick, label)),
+                                                    ("dpo", _pick(dpo) if "trials" in dpo else (None, "no DPO search")))
+                 if chosen[0] is not None}
+        picks = {name: chosen for name, chosen in picks.items() if name in signals_on}
+        if "signals" in stages and picks and clock.fits(60):
+            echo(f"[gpu] signals at {clock.elapsed():.0f} s: {', '.join(f'{k} {v[1]}' for k, v in picks.items())}")
+            try:
+                figures["stages"]["signals"] = _signals(picks, model_path, sizes, rewards, clock, echo)
+            except Exception as error:  # noqa: BLE001
+                figures["stages"]["signals"] = {"error": f"{type(error).__name__}: {error}"}
+            _write(figures, output, clock)
+        elif "signals" in stages:
+            figures["skipped"].append(f"signals: {'no pick' if not picks else f'{budget - clock.elapsed():.0f} s left'}")
     return _write(figures, output, clock)
 
 
@@ -344,6 +433,19 @@ def section(data: dict[str, Any]) -> list[str]:
                   f"headroom (share of float16's range) {[_num(s.get('headroom'), '.2g') for s in fp16['steps']]}."]
     if fp16 and fp16.get("note"):
         lines += ["", f"Note: {fp16['note']}."]
+    signals = data["stages"].get("signals")
+    if signals and "error" in signals:
+        lines += ["", f"**The signals' cost**: failed: {signals['error']}"]
+    elif signals:
+        lines += ["", "**The signals' cost alone** (each pick with the early-warning readings on and off, in pairs "
+                  "whose order swaps, after a discarded warm-up run; read on step 1 and every 5th; goal: at most 5% "
+                  "of a step)", "",
+                  "| pick | steps a run | pairs | tokens/s off over on, per pair | median | TRL step time on over "
+                  "off, per pair | median |", "| --- | --- | --- | --- | --- | --- | --- |"]
+        for trainer, t in signals.items():
+            lines.append(f"| {trainer}: {t['pick']} ({_params(t['params'])}) | {t['steps']} | "
+                         f"{len(t['tokens_off_over_on'])} | {t['tokens_off_over_on']} | {_num(t['median'], '.3f')} | "
+                         f"{t['step_time_on_over_off'] or '-'} | {_num(t['step_time_median'], '.3f')} |")
     if data.get("runs"):
         lines += ["", "Runs behind these figures: " + "; ".join(f"{k}: {v}" for k, v in data["runs"].items()) + "."]
     if data.get("skipped"):
@@ -389,6 +491,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reuse", metavar="JSON", help="take the searches from this earlier run (a rerun of the "
                                                         "later stages when the lease is short)")
     parser.add_argument("--results", default=str(RESULTS), help="the RESULTS.md that --render writes")
+    parser.add_argument("--stages", default=",".join(STAGES),
+                        help="comma-separated, of %(default)s (the searches run or are reused whatever this says)")
+    parser.add_argument("--signals-on", default="grpo,dpo", help="the picks the signals stage reads (default %(default)s)")
+    parser.add_argument("--signal-steps", type=int, help="steps a run in the signals stage (default: the sizes')")
     args = parser.parse_args(argv)
     if args.render:
         write_section(json.loads(Path(args.render).read_text()), Path(args.results))
@@ -397,7 +503,13 @@ def main(argv: list[str] | None = None) -> int:
     output = Path(args.output) if args.output else (
         Path(tempfile.gettempdir()) / "bench-gpu-dry.json" if args.dry else OUTPUT)
     reuse = json.loads(Path(args.reuse).read_text()) if args.reuse else None
-    figures = run(dry=args.dry, budget=args.budget_seconds, output=output, reuse=reuse)
+    stages = tuple(args.stages.split(","))
+    if unknown := [s for s in stages if s not in STAGES]:
+        parser.error(f"--stages: unknown {', '.join(unknown)}; choose from {', '.join(STAGES)}")
+    if args.signal_steps:
+        (DRY if args.dry else GPU)["signal_steps"] = args.signal_steps
+    figures = run(dry=args.dry, budget=args.budget_seconds, output=output, reuse=reuse, stages=stages,
+                  signals_on=tuple(args.signals_on.split(",")))
     figures["command"] = " ".join(["python -m bench.gpu", *(sys.argv[1:] if argv is None else argv)])
     _write(figures, output)
     print("\n".join(section(figures)))

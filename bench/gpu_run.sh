@@ -5,6 +5,7 @@
 #     bash bench/gpu_run.sh              # -> bench/gpu.json and $OUT/gpu.json, $OUT/gpu.log
 #     BUDGET=200 bash bench/gpu_run.sh   # a shorter budget for a rerun
 #     REUSE=bench/gpu.json BUDGET=150 bash bench/gpu_run.sh   # the later stages again, on an earlier run's searches
+#     REUSE=bench/gpu.json STAGES=signals bash bench/gpu_run.sh   # the signals' cost alone, on its picks
 #
 # What it runs and why each size: bench/gpu.py. The packages the image lacks: bench/gpu_env.sh.
 set -uo pipefail
@@ -15,4 +16,4 @@ export TUNER_CACHE_DIR=/tmp/tuner-cache HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 P
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 log=${OUT:-/tmp}/gpu.log
 # the whole log comes back in $OUT; the terminal gets it without the libraries' warnings
-python3 -m bench.gpu --budget-seconds "${BUDGET:-300}" ${REUSE:+--reuse "$REUSE"} 2>&1 | tee "$log" | grep --line-buffered -v -E "warnings.warn|Warning:"
+python3 -m bench.gpu --budget-seconds "${BUDGET:-300}" ${REUSE:+--reuse "$REUSE"} ${STAGES:+--stages "$STAGES"} 2>&1 | tee "$log" | grep --line-buffered -v -E "warnings.warn|Warning:"

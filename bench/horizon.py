@@ -39,6 +39,7 @@ import json
 import os
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -67,7 +68,7 @@ def _trial(trainer: str, params: dict[str, Any], model: str, steps: int, seed: i
     summary["status"] = str(summary["status"].value if hasattr(summary["status"], "value") else summary["status"])
     return {**{k: summary.get(k) for k in ("status", "reason", "stopped_at_step", "steps_run", "progress",
                                            "progress_p_value", "learned", "risk", "risk_signal", "risk_step",
-                                           "tokens_per_second")},
+                                           "tokens_per_second", "device")},
             "seconds": round(time.perf_counter() - started, 1),
             "history": [{k: _short(row[k]) for k in KEEP if k in row} for row in result.history]}
 
@@ -93,7 +94,10 @@ def classify(short: dict[str, Any], long: dict[str, Any]) -> str:
 
 
 def run(trainers: list[str], configs: int, seeds: list[int], model: str, short: int, factor: int, workers: int,
-        config_seed: int = 17, echo=print) -> dict[str, Any]:
+        config_seed: int = 17, echo=print, precisions: list[str] | None = None,
+        partial: str | Path | None = None) -> dict[str, Any]:
+    """``precisions``: draw only these (fp16-mixed alone on a GPU, say); ``partial``: the rows so far, written after
+    each config (a lent machine's run cut short keeps what it measured)."""
     from bench import report
     from bench.reference import random_configs, shipped_space
     from tuner.inputs.models import TINY_MODEL, resolve_model
@@ -103,11 +107,16 @@ def run(trainers: list[str], configs: int, seeds: list[int], model: str, short: 
     root = Path(tempfile.mkdtemp(prefix="bench-horizon-"))
     # the space a search of this model samples: a pretrained model's ranges (the spaces' ``pretrained:``) for any
     # model but the random tiny one
+    def space(trainer: str):
+        drawn = shipped_space(trainer).for_model(pretrained=model != TINY_MODEL)
+        return drawn.without_precisions([p for p in drawn.precisions() if p not in precisions]) if precisions else drawn
+
     jobs = [(trainer, i, params, seed) for trainer in trainers
-            for i, params in enumerate(random_configs(shipped_space(trainer).for_model(pretrained=model != TINY_MODEL),
-                                                      configs, seed=config_seed))
+            for i, params in enumerate(random_configs(space(trainer), configs, seed=config_seed))
             for seed in seeds]
     started = time.perf_counter()
+    done: list[dict[str, Any]] = []
+    lock = threading.Lock()
 
     def both(job) -> dict[str, Any]:
         trainer, i, params, seed = job
@@ -123,11 +132,17 @@ def run(trainers: list[str], configs: int, seeds: list[int], model: str, short: 
         echo(f"[horizon] {name}: {first['status']} at {short}, {flag}; {row['outcome']}"
              + (f" ({row['long']['status']} at step {row['long']['stopped_at_step']})" if row["long"] else "")
              + f" [{time.perf_counter() - started:.0f} s]")
+        if partial:
+            with lock:
+                done.append(row)
+                save({"partial": True, "model": model, "short": short, "long": short * factor, "runs": done}, partial)
         return row
 
     with ThreadPoolExecutor(max_workers=workers) as pool:
         rows = list(pool.map(both, jobs))
+    devices = sorted({r[k]["device"] for r in rows for k in ("short", "long") if r[k] and r[k].get("device")})
     return {"command": None, "machine": report.machine(), "versions": report.versions(), "model": model,
+            "devices": devices, "precisions": precisions,
             "short": short, "long": short * factor, "factor": factor, "seeds": seeds, "configs_per_trainer": configs,
             "config_seed": config_seed,
             "seconds": round(time.perf_counter() - started), "runs": rows,
@@ -283,6 +298,11 @@ def pooled(sets: list[dict[str, Any]], title: str = "Held-out sets together") ->
     return out
 
 
+def _where(data: dict[str, Any]) -> str:
+    """"cuda" for a set whose trials ran on a GPU, else "cpu" (sets recorded before devices were kept: the CPU)."""
+    return "cuda" if any(str(d).startswith("cuda") for d in data.get("devices") or []) else "cpu"
+
+
 def _ratio(value) -> str:
     return "undefined (none)" if value is None else f"{value:.2f}"
 
@@ -301,6 +321,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--short", type=int, default=20, help="the trial length (default %(default)s)")
     parser.add_argument("--factor", type=int, default=25, help="the long run, in trial lengths (default %(default)s)")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--precisions", help="comma-separated: draw only these (e.g. fp16-mixed on a GPU)")
+    parser.add_argument("--partial", help="write the rows so far here after each config")
     parser.add_argument("--output", default=str(OUTPUT))
     parser.add_argument("--render", metavar="JSON", nargs="+", help="print the summary of recorded runs (the "
                         "forecast re-run offline on their short histories, with today's rules) and stop")
@@ -314,13 +336,15 @@ def main(argv: list[str] | None = None) -> int:
             data["summary"] = forecast_again(data)
             out += [f"**`{Path(path).name}`**: " + lines(data)[0], *lines(data)[1:], ""]
         loaded = [load(path) for path in args.render]
-        for model in dict.fromkeys(data["model"] for data in loaded):  # sets of one model pooled together
-            every = [data for data in loaded if data["model"] == model]
+        # sets of one model on one kind of device pooled together (a GPU's kernels are not a CPU's)
+        for model, where in dict.fromkeys((data["model"], _where(data)) for data in loaded):
+            every = [data for data in loaded if (data["model"], _where(data)) == (model, where)]
             held_out = [data for data in every if data.get("held_out")]
+            name = f"{model} model" + (" on a GPU" if where == "cuda" else "")
             if held_out:
-                out += [*pooled(held_out, f"Held-out sets together, {model} model"), ""]
+                out += [*pooled(held_out, f"Held-out sets together, {name}"), ""]
             if len(every) > 1:
-                out += [*pooled(every, f"Every set together, {model} model, fitting sets included (not held-out "
+                out += [*pooled(every, f"Every set together, {name}, fitting sets included (not held-out "
                                        "figures)"), ""]
         print("\n".join(out))
         if args.results:
@@ -329,7 +353,8 @@ def main(argv: list[str] | None = None) -> int:
             replace_section(Path(args.results), SECTION, out[:-1])
         return 0
     data = run(args.trainers.split(","), args.configs, [int(s) for s in args.seeds.split(",")], args.model,
-               args.short, args.factor, args.workers, config_seed=args.config_seed)
+               args.short, args.factor, args.workers, config_seed=args.config_seed,
+               precisions=args.precisions.split(",") if args.precisions else None, partial=args.partial)
     data["command"] = " ".join(["python -m bench.horizon", *(sys.argv[1:] if argv is None else argv)])
     save(data, args.output)
     print("\n".join(lines(data)))

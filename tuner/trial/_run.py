@@ -24,6 +24,7 @@ from tuner.verdicts.forecast import forecast, horizon_steps
 from tuner.verdicts.learning import judge_learning
 
 _NON_FINITE_SAMPLING = "probability tensor contains either `inf`, `nan` or element < 0"
+_CUDA_ASSERT = "device-side assert triggered"
 _SAMPLING_DIVERGED = "sampling from the policy hit non-finite probabilities"
 
 
@@ -93,7 +94,7 @@ def _run_in(spec: TrialSpec, workdir: Path, metrics_path) -> TrialResult:
     except Exception as e:  # noqa: BLE001 - any training failure is this trial's outcome, not the search's
         result.status = Status.OOM if is_oom(e) else Status.CRASHED
         result.reason = describe_exception(e)
-        if _NON_FINITE_SAMPLING in str(e):
+        if sampling_diverged(e, steps_done=len(monitor.step_times)):
             # GRPO samples from the policy: once its weights are NaN, sampling raises before any
             # loss is logged. That is the trial diverging, not the process crashing.
             result.status, result.guard_signal = Status.DIVERGED, "non_finite"
@@ -131,6 +132,23 @@ def _run_in(spec: TrialSpec, workdir: Path, metrics_path) -> TrialResult:
     if result.status == Status.OK and monitor.guard.notes:
         result.reason = "; ".join(monitor.guard.notes)  # e.g. the reward saturated: worth saying, not a failure
     return result
+
+
+def sampling_diverged(error: BaseException, steps_done: int) -> bool:
+    """Whether ``error`` is sampling from a policy whose probabilities went non-finite. On a CPU torch.multinomial
+    says so. On CUDA its check is a device-side assert, reported at the next sync, inside transformers' decoding
+    loop (an H100 run of 2026-11-27: fp16-pure GRPO configs whose activations had reached 42% of float16's range;
+    bench/horizon-gpu-seed107.json.gz). An assert there counts only after an optimizer step: before any, the
+    weights are the model's own, and an assert is a real crash (a token id past the vocabulary, say)."""
+    import traceback
+
+    if _NON_FINITE_SAMPLING in str(error):
+        return True
+    if _CUDA_ASSERT not in str(error) or steps_done < 1:
+        return False
+    frames = traceback.extract_tb(error.__traceback__)
+    return any(f"{os.sep}generation{os.sep}" in frame.filename and "transformers" in frame.filename
+               for frame in frames)
 
 
 def broke_off(result: TrialResult) -> bool:
