@@ -433,23 +433,33 @@ def section(data: dict[str, Any]) -> list[str]:
                   f"headroom (share of float16's range) {[_num(s.get('headroom'), '.2g') for s in fp16['steps']]}."]
     if fp16 and fp16.get("note"):
         lines += ["", f"Note: {fp16['note']}."]
-    signals = data["stages"].get("signals")
-    if signals and "error" in signals:
-        lines += ["", f"**The signals' cost**: failed: {signals['error']}"]
-    elif signals:
-        lines += ["", "**The signals' cost alone** (each pick with the early-warning readings on and off, in pairs "
-                  "whose order swaps, after a discarded warm-up run; read on step 1 and every 5th; goal: at most 5% "
-                  "of a step)", "",
-                  "| pick | steps a run | pairs | tokens/s off over on, per pair | median | TRL step time on over "
-                  "off, per pair | median |", "| --- | --- | --- | --- | --- | --- | --- |"]
-        for trainer, t in signals.items():
-            lines.append(f"| {trainer}: {t['pick']} ({_params(t['params'])}) | {t['steps']} | "
-                         f"{len(t['tokens_off_over_on'])} | {t['tokens_off_over_on']} | {_num(t['median'], '.3f')} | "
-                         f"{t['step_time_on_over_off'] or '-'} | {_num(t['step_time_median'], '.3f')} |")
+    for key, signals in data["stages"].items():
+        if key.startswith("signals"):
+            lines += _signals_lines(key, signals)
     if data.get("runs"):
         lines += ["", "Runs behind these figures: " + "; ".join(f"{k}: {v}" for k, v in data["runs"].items()) + "."]
     if data.get("skipped"):
         lines += ["", "Skipped: " + "; ".join(data["skipped"]) + "."]
+    return lines
+
+
+def _signals_lines(key: str, signals: dict[str, Any]) -> list[str]:
+    """One signals stage's table (``signals``; a later run of it: ``signals_<what>``)."""
+    title = "The signals' cost alone" + (f" ({key.removeprefix('signals_')})" if key != "signals" else "")
+    if "error" in signals:
+        return ["", f"**{title}**: failed: {signals['error']}"]
+    lines = ["", f"**{title}** (each pick with the early-warning readings on and off, in pairs whose order swaps, "
+             "after a discarded warm-up run; read on step 1 and every 5th; goal: at most 5% of a step)", "",
+             "| pick | steps a run | pairs | tokens/s off over on, per pair | median | TRL step time on over off, "
+             "per pair | median |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    for trainer, t in signals.items():
+        if not isinstance(t, dict) or "tokens_off_over_on" not in t:
+            continue
+        lines.append(f"| {trainer}: {t['pick']} ({_params(t['params'])}) | {t['steps']} | "
+                     f"{len(t['tokens_off_over_on'])} | {t['tokens_off_over_on']} | {_num(t['median'], '.3f')} | "
+                     f"{t['step_time_on_over_off'] or '-'} | {_num(t.get('step_time_median'), '.3f')} |")
+    if signals.get("note"):
+        lines += ["", f"Note: {signals['note']}."]
     return lines
 
 
