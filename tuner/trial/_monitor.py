@@ -18,6 +18,15 @@ from tuner.verdicts.guard import Guard, GuardSettings
 _SUMMARY_KEYS = {"train_runtime", "train_loss", "train_samples_per_second", "train_steps_per_second"}
 
 
+def step_skipped(flagged: bool, scale_before: float | None, scale_after: float) -> bool:
+    """Whether the GradScaler skipped this optimizer step. accelerate's flag (``optimizer_step_was_skipped``) is
+    False under a fused AdamW, transformers' default optimizer on CUDA, even when the kernel skipped the update
+    (accelerate issue #4242): seen on an H100, 2026-11-27, a DPO trial in fp16-mixed whose scale halved from 65536
+    at its step 8 with the flag False. GradScaler lowers its scale on every overflow it skips and on nothing else,
+    so a lower scale is a skip whatever the flag says."""
+    return flagged or (scale_before is not None and scale_after < scale_before)
+
+
 class StepMonitor(TrainerCallback):
     def __init__(self, entry: Adapter, grad_scaler: bool, metrics_path=None, settings: GuardSettings | None = None,
                  fault=None, signals: Signals | None = None, stop_at: int | None = None):
@@ -35,6 +44,7 @@ class StepMonitor(TrainerCallback):
         self.train_started_at = None
         self.step_times: list[tuple[int, float]] = []
         self._backoffs = 0  # the GradScaler's back-offs so far (a skipped step lowers its scale)
+        self._scale: float | None = None  # the GradScaler's scale at the last step's end (at the start: its first)
 
     # -- weights moved? ----------------------------------------------------------------------
 
@@ -49,6 +59,8 @@ class StepMonitor(TrainerCallback):
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
         self.train_started_at = time.perf_counter()
+        scaler = getattr(getattr(self.trainer, "accelerator", None), "scaler", None)
+        self._scale = float(scaler.get_scale()) if scaler is not None else None
         # The explosion rules tolerate a clipped spike: the guard needs the clipping the run really uses.
         self.guard.max_grad_norm = args.max_grad_norm if args.max_grad_norm and args.max_grad_norm > 0 else None
         # the patience of a streak rule scales with the run's length: the steps it runs, not its schedule's
@@ -73,10 +85,12 @@ class StepMonitor(TrainerCallback):
         accelerator = getattr(self.trainer, "accelerator", None)
         scaler = getattr(accelerator, "scaler", None)
         if scaler is not None:
-            skipped = bool(accelerator.optimizer_step_was_skipped)
+            scale = float(scaler.get_scale())
+            skipped = step_skipped(bool(accelerator.optimizer_step_was_skipped), self._scale, scale)
+            self._scale = scale
             self._backoffs += skipped
             extra["step_skipped"] = 1.0 if skipped else 0.0
-            extra["loss_scale"] = float(scaler.get_scale())
+            extra["loss_scale"] = scale
             extra["scale_backoffs"] = float(self._backoffs)
         if self.signals is not None:
             extra.update(self.signals.end_step(step, model))
