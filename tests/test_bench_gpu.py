@@ -25,7 +25,8 @@ def test_the_shapes_reward_has_spread_whatever_the_text():
 @pytest.mark.slow
 def test_the_dry_run_runs_every_stage_and_writes_its_figures(tmp_path):
     out = tmp_path / "gpu.json"
-    done = subprocess.run([sys.executable, "-m", "bench.gpu", "--dry", "--output", str(out)], cwd=REPO,
+    done = subprocess.run([sys.executable, "-m", "bench.gpu", "--dry", "--output", str(out), "--signals-on", "dpo"],
+                          cwd=REPO,
                           capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     data = json.loads(out.read_text())
@@ -48,6 +49,12 @@ def test_the_dry_run_runs_every_stage_and_writes_its_figures(tmp_path):
     assert speed["pick_over_trl_defaults"] and speed["per_repeat"]
     assert any("fp16" in s for s in data["skipped"])  # fp16-mixed needs CUDA
     assert "## On a GPU" in done.stdout and "**A dry run**" in done.stdout
+    # the signals' cost alone: DPO's pick on and off, a pair, the on run read on its sampled steps, each step timed
+    signals = data["stages"]["signals"]["dpo"]
+    assert [(r["pair"], r["signals_every"]) for r in signals["rows"]] == [(0, 5), (0, 0)]
+    assert signals["rows"][0]["signals_rows"] > 0 and signals["rows"][1]["signals_rows"] == 0
+    assert len(signals["tokens_off_over_on"]) == 1 and signals["rows"][0]["step_walls"]
+    assert "The signals' cost alone" in done.stdout
 
 
 def test_the_recorded_gpu_run_renders_into_results(tmp_path):
@@ -59,3 +66,4 @@ def test_the_recorded_gpu_run_renders_into_results(tmp_path):
     text = results.read_text()
     assert text.count(gpu.SECTION) == 1 and "## Earlier" in text
     assert "NVIDIA" in text and "pick over TRL's defaults" in text
+    assert "**The signals' cost alone**" in text and "**The signals' cost alone (dpo_21_steps)**" in text
