@@ -212,7 +212,8 @@ def _fp16(pick: dict[str, Any], model: str, sizes: dict[str, int], rewards: list
 
 def _signals(picks: dict[str, tuple[dict[str, Any], str]], model: str, sizes: dict[str, int],
              rewards: list[str] | None, clock: Clock, echo: Callable[[str], None]) -> dict[str, Any]:
-    """Each pick with the signals on and off, in pairs whose order swaps; the median of the pairs' step-time ratios."""
+    """Each pick with the signals on and off, in pairs whose order swaps; per pair, tokens/s off over on (and TRL's
+    step time on over off where it logs one), and their medians. Each run keeps its steps' wall times."""
     out: dict[str, Any] = {}
     for trainer, (pick, label) in picks.items():
         funcs = rewards if trainer == "grpo" else None
@@ -220,7 +221,7 @@ def _signals(picks: dict[str, tuple[dict[str, Any], str]], model: str, sizes: di
         _run(trainer, params, model, min(3, steps), 5, funcs)  # warm-up: the CUDA context and kernels' caches
         rows = []
         for pair in range(sizes["signal_pairs"]):
-            if pair and not clock.fits(2 * (rows[-1]["seconds"] + rows[-2]["seconds"]) / 2):
+            if pair and not clock.fits(rows[-1]["seconds"] + rows[-2]["seconds"]):  # another pair as long as the last
                 echo(f"[gpu] signals {trainer}: {pair} pairs (the budget)")
                 break
             for every in ((5, 0) if pair % 2 == 0 else (0, 5)):
@@ -241,20 +242,7 @@ def _signals(picks: dict[str, tuple[dict[str, Any], str]], model: str, sizes: di
                 ratios.append(_over(off, on))
             if on and off and on["step_seconds"] and off["step_seconds"]:
                 steps_ratios.append(round(on["step_seconds"] / off["step_seconds"], 3))
-        # The readings' own cost, from the steps' wall times: a sampled step's time less the unsampled steps' mean
-        # in the same run (runs with the signals on; steps after the 2 warm-up steps), as a share of a step.
-        extra = []
-        for r in rows:
-            walls = {step: wall for step, wall in r["step_walls"].items() if step > 2}
-            plain = [wall for step, wall in walls.items() if not (step == 1 or step % 5 == 0)]
-            if r["signals_every"] and plain:
-                extra += [walls[step] - statistics.fmean(plain) for step in walls if step % 5 == 0]
-        plain_mean = statistics.fmean(w for r in rows for step, w in r["step_walls"].items()
-                                      if step > 2 and not r["signals_every"]) if rows else None
         out[trainer] = {"pick": label, "params": params, "steps": steps, "rows": rows,
-                        "sampled_step_extra_seconds": extra,
-                        "share_of_steps": (round(statistics.median(extra) / 5 / plain_mean, 4)
-                                           if extra and plain_mean else None),
                         "tokens_off_over_on": ratios, "median": statistics.median(ratios) if ratios else None,
                         "step_time_on_over_off": steps_ratios,
                         "step_time_median": statistics.median(steps_ratios) if steps_ratios else None}
