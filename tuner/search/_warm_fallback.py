@@ -1,6 +1,8 @@
-"""A warm search that goes back to the default trials (tuner.search._warm): when its earlier picks fail here, or
-when its trials and confirmations end with nothing confirmed.
+"""A warm search's earlier picks in the running search (tuner.search._warm): one that held here is confirmed
+first; when they fail here, or its trials and confirmations end with nothing confirmed, the search goes back to the
+default trials.
 
+    ahead = confirm_first(warm, schedule, progress)          # OptunaSearcher(..., ahead=ahead)
     fallback = WarmFallback(warm, echo, searcher, tracker, progress, n_trials)
     proposer.on_told = warm_news(warm, echo, proposer, fallback)
 """
@@ -9,7 +11,24 @@ from __future__ import annotations
 
 from tuner.stores.tags import WARM_FALLBACK_TAG
 
-__all__ = ["WarmFallback", "warm_news"]
+__all__ = ["WarmFallback", "confirm_first", "warm_news"]
+
+
+def confirm_first(warm, schedule, progress):
+    """(finished records, running search trials' params by number) -> the next confirmation run of the earlier
+    recommendation, beside its own trial and ahead of the search's other trials (``_warm.to_confirm_first``), or None;
+    None for a search with no pick to confirm."""
+    if not warm or not warm.picks or schedule.seeds <= 0:
+        return None
+    from tuner.search import _warm
+
+    def ahead(finished, running):
+        pick = _warm.to_confirm_first(finished, running, warm)
+        job = schedule.first(pick, "the earlier recommendation") if pick else None
+        if job is not None:
+            progress.total += 1
+        return job
+    return ahead
 
 
 def warm_news(warm, echo, proposer, fallback: WarmFallback | None):
