@@ -320,6 +320,8 @@ def test_a_warm_search_falls_back_to_the_default_trials_only_when_every_pick_fai
     assert warm.fell_back([{**pick, "status": "ok", "learned": True}], built) is None  # it did well here
     assert warm.fell_back([{**pick, "status": "pruned"}], built) is None  # others beat it: nothing wrong with it
     assert warm.fell_back([{**pick, "confirms": 0}], built) is None  # a confirmation re-run is not the pick's trial
+    held = {**pick, "status": "ok", "learned": True}
+    assert warm.fell_back([held], built, demoted={0}) == 12  # held here, demoted on its confirmation seeds
     # a search whose budget the earlier trials did not cut (none of them told: here, none fits the space) has
     # nothing to go back to
     outside = [trial(0, "fp32", lr=0.3), trial(1, "fp32", lr=0.5)]
@@ -350,11 +352,14 @@ def test_a_warm_search_that_confirms_nothing_goes_back_to_the_default_trials(two
     assert fourth.prepared.warm.trials == (3, 4)
     said = "\n".join(fourth.echoed)
     # the pick may fail on this seed itself (diverged, or stable without learning): then that is said when it ends.
-    # Held and learned, or stopped by halving (others beat it: nothing wrong with it), it ends in confirmation.
+    # Held and learned, it is demoted when its run beside it, on seed 6, ends: the search falls back then, not only
+    # once its other trials have ended with nothing confirmed.
     pick = next(r for r in fourth.outcome.records if r["number"] == 0)
-    failed = pick["status"] not in ("ok", "pruned") or (pick["status"] == "ok" and not pick["learned"])
-    why = "the earlier recommendation failed here" if failed else "nothing it ran here was confirmed"
-    assert f"warm start: {why}; the search runs the default 4 trials" in said, said
+    failed = pick["status"] != "ok" or not pick["learned"]
+    why = ("the earlier recommendation failed here" if failed else
+           "trial 0, the earlier recommendation, held on this search's seed and was demoted on its confirmation seeds "
+           "(seed 6: diverged at step")
+    assert f"warm start: {why}" in said and "; the search runs the default 4 trials" in said, said
     assert sorted(r["number"] for r in fourth.outcome.records) == [0, 1, 2, 3]
     assert fourth.outcome.recommended is None  # the 4th trial's confirmation fails too
     tags = mlflow_client(fourth).get_run(fourth.outcome.parent_run_id).data.tags

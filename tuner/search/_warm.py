@@ -49,6 +49,7 @@ import math
 import os
 import re
 import tempfile
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -513,11 +514,13 @@ def to_confirm_first(told: list[TrialRecord], running: dict[int, dict[str, Any]]
     return ended[0] if ended and rec.is_ok(ended[0]) and rec.learned(ended[0]) else None
 
 
-def fell_back(told: list[dict[str, Any]], warm: WarmStart) -> int | None:
+def fell_back(told: list[dict[str, Any]], warm: WarmStart, demoted: Collection[int] = ()) -> int | None:
     """The trials a warm search runs once every earlier pick has ended here and none held and learned (diverged,
     crashed, did not learn; not one that halving stopped for falling behind, which others beat): the default it had
     cut (``WarmStart.budget``), so that it explores as a cold search would. None while a pick runs, when one did
-    well, or when its budget was not cut. ``told``: the records of this search's trials that have ended."""
+    well, or when its budget was not cut. ``told``: the records of this search's trials that have ended;
+    ``demoted``: the numbers of picks that held on this search's seed and were demoted on their confirmation seeds
+    (failed here too)."""
     if warm.trials is None or not warm.picks:
         return None
     from tuner.verdicts import recommend as rec
@@ -526,7 +529,8 @@ def fell_back(told: list[dict[str, Any]], warm: WarmStart) -> int | None:
              and "extends" not in r and "remeasures" not in r}
     if len(picks) < len(warm.picks):
         return None
-    if any(r.get("status") == Status.PRUNED or (rec.is_ok(r) and rec.learned(r)) for r in picks.values()):
+    if any(r.get("status") == Status.PRUNED or (rec.is_ok(r) and rec.learned(r) and n not in demoted)
+           for n, r in picks.items()):
         return None
     return warm.trials[1]
 

@@ -363,7 +363,8 @@ def _search(prepared, tracker, study, run_name, records, placement, progress, st
     proposer = Proposer(study, prepared.space, o.sampler, prepared.n_trials, done=records,
                         device=placement.device, fits=placement.check, after_first=after_first,
                         known=warm.measured_here() if warm and warm.speeds_reused else ())
-    ahead = confirm_first(warm, schedule, progress)  # a warm search's earlier recommendation, once it held here
+    # a warm search's earlier recommendation: confirmed beside its own trial; demoted there, the search falls back
+    ahead = confirm_first(warm, schedule, progress, confirmations, lambda: fallback)
     keep = set(range(1 + _neighbours.neighbour_count(prepared.n_trials))) if prepared.first is not None else set()
     keep |= set(warm.pick_numbers()) if warm else set()
     searcher = execution.OptunaSearcher(proposer, base_spec, o.trial_timeout, n_search=remaining,
