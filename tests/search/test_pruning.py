@@ -147,3 +147,32 @@ def test_the_trials_a_search_keeps_are_handed_out_unprunable_and_halving_lets_th
     assert halving.on_trial_result(None, trials[1], ahead) == execution.TrialScheduler.CONTINUE
     assert halving.on_trial_result(None, trials[0], behind) == execution.TrialScheduler.CONTINUE  # kept
     assert halving.on_trial_result(None, trials[2], behind) == execution.TrialScheduler.STOP  # the same, not kept
+
+
+def test_a_rung_holds_the_trials_figures_at_the_rung_never_a_run_at_its_end():
+    """Ray Tune's ASHA records a trial that ends unrecorded at its last result: a warm search's earlier recommendation
+    and its confirmation runs, ended at step 20, set the bar at the rung (step 6) for every trial after them, and
+    all three of a 4-trial warm search's other trials were stopped there (bench/warm_start.py, 8 of 8 seeds). A kept
+    trial counts by its figures at the rung; a re-run counts not at all; nothing counts by its end."""
+    halving = execution.Halving(max_steps=20)
+    rung = halving.grace
+    kept = SimpleNamespace(trial_id="kept", config={"keep": True, "number": 0})
+    rerun = SimpleNamespace(trial_id="rerun", config={"extra": {"confirms": 0}, "number": 0})
+    speed = SimpleNamespace(trial_id="speed", config={"extra": {"remeasures": 0, "pair": 0}, "keep": True})
+    later = [SimpleNamespace(trial_id=f"t{i}", config={"number": i}) for i in (1, 2)]
+    for trial in (kept, rerun, speed, *later):
+        halving.on_trial_add(None, trial)
+    at = lambda value, step=rung: {execution.SO_FAR: value, "step": step, execution.LIVE: True}  # noqa: E731
+    # the kept trial is slow to start (100 at the rung) and fast by its end; its re-runs are fast throughout
+    assert halving.on_trial_result(None, kept, at(100.0)) == execution.TrialScheduler.CONTINUE
+    for trial in (rerun, speed):
+        assert halving.on_trial_result(None, trial, at(-1e9)) == execution.TrialScheduler.CONTINUE  # never stopped
+        halving.on_trial_complete(None, trial, at(5000.0, step=20))
+    halving.on_trial_complete(None, kept, at(2500.0, step=20))
+    # the trials after them are held to the kept trial's 100 at the rung, not to 2500 or 5000 at step 20
+    assert halving.on_trial_result(None, later[0], at(150.0)) == execution.TrialScheduler.CONTINUE
+    assert halving.on_trial_result(None, later[1], at(50.0)) == execution.TrialScheduler.STOP  # behind both
+    # a kept trial behind at the rung runs on all the same
+    slow = SimpleNamespace(trial_id="slow", config={"keep": True, "number": 3})
+    halving.on_trial_add(None, slow)
+    assert halving.on_trial_result(None, slow, at(-1e9)) == execution.TrialScheduler.CONTINUE

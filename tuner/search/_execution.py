@@ -164,12 +164,21 @@ def cut_at(rows: list[dict[str, Any]], steps: set[int]) -> list[list[dict[str, A
     return [batch for batch in batches if batch]
 
 
+def _outside(trial) -> bool:
+    """A run successive halving neither stops nor counts: a confirmation, longer or speed re-run (the config of a
+    trial of the search again, on another seed, for longer, or beside another), or a trial never run (``skip``)."""
+    extra = trial.config.get("extra", {})
+    return bool({"confirms", "extends", "remeasures"} & set(extra)) or bool(trial.config.get("skip"))
+
+
 class Halving(ASHAScheduler):
     """Ray Tune's asynchronous successive halving (ASHA) on the search's trials, beside the guard: at step
     ``grace`` (a quarter of the budget, at least the steps the learning judgement needs) and every ``HALVING_RATE``
     times later while at least a third of the budget is left, a trial whose learning speed so far (``SO_FAR``)
     is below the top third of the trials that reached that step is stopped: ``pruned``. Trials past the last
-    rung run to the end. Confirmation re-runs are never stopped by it.
+    rung run to the end. Re-runs of a trial's config (``_outside``) are neither stopped nor counted; a kept trial
+    (a warm search's earlier recommendation, ``--from``'s trial 0 and its single changes) counts at the rung and is
+    never stopped.
 
     A trial's rows reach the driver in batches cut at every rung's step (``halving_rungs``, ``cut_at``): each trial
     is judged by its figures at the rung itself, never by later ones, and one that ran on (even to its end)
@@ -182,10 +191,19 @@ class Halving(ASHAScheduler):
                          reduction_factor=HALVING_RATE, stop_last_trials=False)
 
     def on_trial_result(self, tune_controller, trial, result):
-        extra = trial.config.get("extra", {})
-        if "confirms" in extra or "extends" in extra or trial.config.get("skip") or trial.config.get("keep"):
+        if _outside(trial):
             return TrialScheduler.CONTINUE
-        return super().on_trial_result(tune_controller, trial, result)
+        action = super().on_trial_result(tune_controller, trial, result)
+        # a kept trial's figures at a rung are a trial's like any other: they set the bar there, it is not stopped
+        return TrialScheduler.CONTINUE if trial.config.get("keep") else action
+
+    def on_trial_complete(self, tune_controller, trial, result):
+        # Ray Tune's ASHA records a trial's last result in the highest rung it passed unrecorded: a trial's figures
+        # at its end (20 steps), held against the others' at the rung (step 6), where learning speed so far is lower.
+        # A confirmation or longer re-run, ended before the last trials reached the rung, stopped every one of them
+        # (bench/warm_start.py: a warm search's 3 trials after its earlier recommendation's re-runs). A trial is
+        # recorded at the rung itself or not at all.
+        self._trial_info.pop(trial.trial_id, None)
 
 
 class DriverCallback(Callback):
