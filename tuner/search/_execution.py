@@ -63,6 +63,7 @@ def _trainable(config: dict[str, Any]) -> None:
 
     from tuner.trial import run_trial_isolated
     from tuner.trial.measure import so_far
+    from tuner.verdicts.learning import preload
     from tuner.verdicts.recommend import objective, speed_so_far
 
     spec = TrialSpec(**config["spec"])
@@ -71,6 +72,10 @@ def _trainable(config: dict[str, Any]) -> None:
         tune.report({**skipped, SEARCH_METRIC: 0.0, SO_FAR: 0.0, "step": 0, "history": [], "number": config["number"],
                      "node_id": ray.get_runtime_context().get_node_id()})
         return
+    # The live reports' one slow import, done before the trial starts: a fresh worker (every trial of a search's
+    # first round) imported it at the trial's first rows, while the trial trained on the cores beside it; on a
+    # 2-core machine that round read 0.5-0.9x the tokens/s of the same config later (docs/how-a-search-works.md).
+    preload()
     workdir = tempfile.mkdtemp(prefix=f"tuner-trial-{config['number']:03d}-")
     seen: list[dict[str, Any]] = []  # every row so far: the figures so far that successive halving judges
     rungs = set(halving_rungs(spec.max_steps))
