@@ -8,7 +8,7 @@ import dataclasses
 from pathlib import Path
 
 import pytest
-from helpers import CONFIRM_SPACE, SFT_SPACE, Finished, mlflow_client, run_search_in
+from helpers import CONFIRM_SPACE, SFT_SPACE, Finished, mlflow_client, run_search_in, runs_of
 
 from tuner.config.space import parse_space
 from tuner.config.user_yaml import load_yaml
@@ -175,6 +175,36 @@ def test_told_line_says_when_the_old_pick_fails_here():
     assert warm.told_line(trial(1, "fp32"), built) is None  # not a pick
 
 
+def test_the_earlier_recommendation_is_confirmed_beside_its_own_trial_until_it_fails_here():
+    from tuner.search import _confirm as confirm
+
+    built = warm.WarmStart(sources=[source([])], picks=[{"learning_rate": 1e-3}, {"learning_rate": 2e-3}])
+    params = trial(0, "fp32")["params"]
+    held = {**trial(0, "fp32", progress_p_value=1e-6), "seed": 0}
+    assert warm.to_confirm_first([], {}, built) is None  # not started
+    assert warm.to_confirm_first([], {1: params}, built) is None  # the second pick is not confirmed ahead
+    assert warm.to_confirm_first([], {0: params}, built) == {"number": 0, "params": params}  # running: beside it
+    assert warm.to_confirm_first([held], {}, built) is held  # ended here, stable and learning
+    assert warm.to_confirm_first([{**held, "status": "diverged"}], {}, built) is None  # failed here: no more runs
+    assert warm.to_confirm_first([{**held, "learned": False}], {}, built) is None
+    assert warm.to_confirm_first([{**held, "confirms": 0}], {}, built) is None  # a confirmation run is not the pick's
+    assert warm.to_confirm_first([held], {0: params}, warm.WarmStart(sources=[source([])])) is None  # no pick
+    said: list[str] = []
+    schedule = confirm.Schedule({"seed": 0, "max_steps": 8}, seeds=2, top=2, timeout=60, announce=said.append)
+    jobs = [schedule.first({"number": 0, "params": params}, "the earlier recommendation") for _ in range(3)]
+    assert [(j["number"], j["spec"]["seed"], j["spec"]["params"]) for j in jobs[:2]] == [(0, 1, params), (0, 2, params)]
+    assert jobs[2] is None
+    assert said == ["confirming trial 0, the earlier recommendation, on 2 more seeds beside it, ahead of the other "
+                    "trials"]
+    # those were the schedule's early runs: no other trial is confirmed before the search's trials have ended ...
+    other = {**trial(1, "fp32", lr=2e-3, progress_p_value=1e-6), "seed": 0, "tokens_per_second": 2000.0}
+    assert schedule.next([held, other], final=False) is None and schedule.first(other, "another") is None
+    # ... and at the end the pick is not confirmed again (its runs are out: wait for them); a trial that beat it is
+    # confirmed as in any search
+    assert schedule.next([held], final=True, confirmations=[]) == confirm.WAIT
+    assert schedule.next([held, other], final=True)["number"] == 1
+
+
 def test_priors_come_first_in_the_study_and_this_search_still_numbers_from_0():
     import optuna
 
@@ -204,11 +234,12 @@ def test_a_resumed_warm_study_never_re_runs_the_earlier_trials():
 
 @pytest.fixture(scope="module")
 def two_searches(tmp_path_factory, tiny_model) -> tuple[Finished, Finished]:
-    """A search of the reward model, then a second one in the same store and another experiment."""
+    """A search of the reward model, then a second one in the same store and another experiment (3 trials on 2
+    slots: one trial left to run when its trial 0 ends)."""
     root = tmp_path_factory.mktemp("warm")
     options = {"trainer": "reward", "trials": 2, "max_steps": 8, "seed": 0, "confirm_seeds": 0}
     first = run_search_in(root, CONFIRM_SPACE, experiment="first", **options)
-    second = run_search_in(root, CONFIRM_SPACE, experiment="second", **{**options, "confirm_seeds": 1})
+    second = run_search_in(root, CONFIRM_SPACE, experiment="second", **{**options, "trials": 3, "confirm_seeds": 1})
     return first, second
 
 
@@ -231,6 +262,13 @@ def test_a_second_search_runs_the_first_ones_recommendation_as_trial_0_and_says_
     said = [line for line in second.echoed if line.startswith("warm start: trial 0, the earlier recommendation, ")]
     assert len(said) == 1, (trial0["status"], trial0.get("reason"))
     assert ("runs here" in said[0]) == (trial0["status"] == "ok" and trial0["learned"]), said
+    # it is confirmed beside its own trial: its run on seed 1 starts before the search's other trials (3 trials on 2
+    # slots; a trial number may be skipped, tuner.search._sampling.ask)
+    started = {r.info.run_name: r.info.start_time for r in runs_of(second, "trial")}
+    others = [t for name, t in started.items() if name.startswith("trial-") and name != "trial-000"]
+    assert len(others) == 2 and started["confirm-000-seed1"] < min(others), (started, second.echoed)
+    assert ("confirming trial 0, the earlier recommendation, on 1 more seeds beside it, ahead of the other trials"
+            in second.echoed)
     tags = mlflow_client(second).get_run(second.outcome.parent_run_id).data.tags
     # the earlier trials come first in the study, told as priors; this search's trials number from 0 after them
     import optuna
@@ -282,6 +320,8 @@ def test_a_warm_search_falls_back_to_the_default_trials_only_when_every_pick_fai
     assert warm.fell_back([{**pick, "status": "ok", "learned": True}], built) is None  # it did well here
     assert warm.fell_back([{**pick, "status": "pruned"}], built) is None  # others beat it: nothing wrong with it
     assert warm.fell_back([{**pick, "confirms": 0}], built) is None  # a confirmation re-run is not the pick's trial
+    held = {**pick, "status": "ok", "learned": True}
+    assert warm.fell_back([held], built, demoted={0}) == 12  # held here, demoted on its confirmation seeds
     # a search whose budget the earlier trials did not cut (none of them told: here, none fits the space) has
     # nothing to go back to
     outside = [trial(0, "fp32", lr=0.3), trial(1, "fp32", lr=0.5)]
@@ -312,11 +352,14 @@ def test_a_warm_search_that_confirms_nothing_goes_back_to_the_default_trials(two
     assert fourth.prepared.warm.trials == (3, 4)
     said = "\n".join(fourth.echoed)
     # the pick may fail on this seed itself (diverged, or stable without learning): then that is said when it ends.
-    # Held and learned, or stopped by halving (others beat it: nothing wrong with it), it ends in confirmation.
+    # Held and learned, it is demoted when its run beside it, on seed 6, ends: the search falls back then, not only
+    # once its other trials have ended with nothing confirmed.
     pick = next(r for r in fourth.outcome.records if r["number"] == 0)
-    failed = pick["status"] not in ("ok", "pruned") or (pick["status"] == "ok" and not pick["learned"])
-    why = "the earlier recommendation failed here" if failed else "nothing it ran here was confirmed"
-    assert f"warm start: {why}; the search runs the default 4 trials" in said, said
+    failed = pick["status"] != "ok" or not pick["learned"]
+    why = ("the earlier recommendation failed here" if failed else
+           "trial 0, the earlier recommendation, held on this search's seed and was demoted on its confirmation seeds "
+           "(seed 6: diverged at step")
+    assert f"warm start: {why}" in said and "; the search runs the default 4 trials" in said, said
     assert sorted(r["number"] for r in fourth.outcome.records) == [0, 1, 2, 3]
     assert fourth.outcome.recommended is None  # the 4th trial's confirmation fails too
     tags = mlflow_client(fourth).get_run(fourth.outcome.parent_run_id).data.tags

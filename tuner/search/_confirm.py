@@ -91,6 +91,28 @@ class Schedule:
         self.early = 0  # of those, handed out before every search trial had finished
         self.announced: set[tuple[bool, tuple[int, ...]]] = set()
 
+    def first(self, candidate: TrialRecord, why: str) -> TrialJob | None:
+        """``candidate``'s next confirmation run (its number and params: it may still be running), handed out ahead
+        of the search's next trials (a warm search's earlier recommendation: tuner.search._warm.to_confirm_first), or
+        None once they are all out. They are this schedule's early runs (at most one candidate's): no other trial is
+        confirmed before every search trial has finished; ``why`` is said once."""
+        if self.seeds <= 0:
+            return None
+        for job in confirmation_jobs([candidate], self.base_spec, self.seeds, self.timeout):
+            key = (job["number"], job["spec"]["seed"])
+            if key in self.handed:
+                continue
+            if self.early >= self.seeds:
+                return None  # another trial's early runs were handed out first
+            if (False, (candidate["number"],)) not in self.announced:
+                self.announced.add((False, (candidate["number"],)))
+                self.announce(f"confirming trial {candidate['number']}, {why}, on {self.seeds} more seeds beside it, "
+                              "ahead of the other trials")
+            self.handed.add(key)
+            self.early += 1
+            return job
+        return None
+
     @property
     def most_runs(self) -> int:
         """The most runs next() can hand out: every candidate's, and one more candidate's early."""

@@ -205,9 +205,9 @@ class Halving(ASHAScheduler):
     def on_trial_complete(self, tune_controller, trial, result):
         # Ray Tune's ASHA records a trial's last result in the highest rung it passed unrecorded: a trial's figures
         # at its end (20 steps), held against the others' at the rung (step 6), where learning speed so far is lower.
-        # A warm search's earlier recommendation (kept, so never recorded at the rung) and confirmation re-runs set
-        # the bar so for the trials after them (bench/warm_start.py: 23 of the 32 warm trials that started after the
-        # recommendation had ended were stopped at the rung). A trial is recorded at the rung itself or not at all.
+        # A confirmation or longer re-run, ended before the last trials reached the rung, stopped every one of them
+        # (bench/warm_start.py: a warm search's 3 trials after its earlier recommendation's re-runs). A trial is
+        # recorded at the rung itself or not at all.
         self._trial_info.pop(trial.trial_id, None)
 
 
@@ -293,7 +293,9 @@ class DriverCallback(Callback):
 class OptunaSearcher(Searcher):
     """Ray Tune searcher over an Optuna study (ask/tell, tuner.search._sampling), with the trial spec as Ray's config.
 
-    Once its ``n_search`` trials are all handed out, each free slot asks ``then(finished_records, final)`` for a
+    ``ahead(finished_records, running_params)`` may hand a follow-up job to a free slot before the next search
+    trial. Once its
+    ``n_search`` trials are all handed out, each free slot asks ``then(finished_records, final)`` for a
     follow-up job (a confirmation re-run) to hand out in the same Ray Tune run: ``final`` once every search trial
     has finished, and before that, while the last ones run, so that a free slot confirms the best trial so far
     instead of idling (and Ray Tune keeps its worker). None: nothing to run now (FINISHED, once final).
@@ -301,7 +303,7 @@ class OptunaSearcher(Searcher):
 
     def __init__(self, proposer: sampling.Proposer, base_spec: dict[str, Any], timeout: float,
                  n_search: int, then=None, done: Sequence[TrialRecord] = (), fits=None, prune_slow: bool = False,
-                 keep: Collection[int] = (), first_alone: bool = False):
+                 keep: Collection[int] = (), first_alone: bool = False, ahead=None):
         super().__init__(metric=SEARCH_METRIC, mode="max")
         self.proposer, self.base_spec, self.timeout = proposer, base_spec, timeout
         self.n_search, self.then = n_search, then
@@ -316,11 +318,18 @@ class OptunaSearcher(Searcher):
         # earlier search's evidence, not to be dropped on a few noisy steps here)
         self.keep = frozenset(keep)
         self.first_alone = first_alone  # --from: trial 0 runs alone first; the changes tried next follow from its verdict
+        # (finished records, running trials' params by number) -> a follow-up job that goes before the next search
+        # trial (a warm search's earlier recommendation is confirmed beside it: tuner.search._warm.to_confirm_first)
+        self.ahead = ahead
 
     def suggest(self, trial_id: str):
         self.stopped_because = self.stopped_because or diagnose.systematic_failure(self.finished)
         if self.stopped_because:
             return None if self.asked else Searcher.FINISHED
+        if self.ahead is not None:
+            running = {self.proposer.number(trial): params for trial, params in self.asked.values()}
+            if (job := self.ahead(self.finished, running)) is not None:
+                return job
         if self.suggested < self.n_search:
             if self.first_alone and self.suggested and not any(r.get("number") == 0 for r in self.finished):
                 return None  # --from: trial 0 runs alone first; the changes tried next follow from its verdict

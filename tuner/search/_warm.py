@@ -33,7 +33,9 @@ What is reused, each rule also in docs/how-a-search-works.md ("Warm start"):
   stage of its own, and its learning stage runs on the fastest system configs among theirs and its own
   (tuner.search._staging). Other data's lengths and batches are other rows: its speeds are measured again.
 - trust: nothing is recommended from them. The picks are trials of this search, on this data and these seeds, and
-  confirmed as any candidate is; a pick that fails here is said (``told_line``) and the search goes on exploring.
+  confirmed as any candidate is; the first pick's confirmation runs go beside its own trial, ahead of the search's
+  other trials (``to_confirm_first``); a pick that fails here is said (``told_line``) and the search goes on
+  exploring.
   When every pick failed here (``fell_back``), or its trials and confirmations are done with nothing confirmed
   (tuner.search.driver), a search whose budget the earlier trials had cut runs the default trials again: a cold
   search's exploration, the trials already run kept.
@@ -47,6 +49,7 @@ import math
 import os
 import re
 import tempfile
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -57,7 +60,7 @@ from tuner.records import Status, TrialRecord
 from tuner.stores.tags import DATA_TAG, HARDWARE_TAG, KIND_TAG, PRECISIONS_TAG, WARM_BUDGET_TAG, WARM_START_TAG
 
 __all__ = ["BATCH", "Here", "Source", "WarmStart", "batches_left_out", "build", "family", "fell_back", "fingerprint", "hardware", "identity", "left_out",
-           "pick_of", "read_sources", "told_line"]
+           "pick_of", "read_sources", "to_confirm_first", "told_line"]
 
 MAX_SOURCES = 3  # the newest matching searches used
 MAX_PICKS = 2  # earlier recommendations run first, at most
@@ -490,11 +493,34 @@ def told_line(record: dict[str, Any], warm: WarmStart) -> str | None:
             "the search goes on exploring")
 
 
-def fell_back(told: list[dict[str, Any]], warm: WarmStart) -> int | None:
+def to_confirm_first(told: list[TrialRecord], running: dict[int, dict[str, Any]], warm: WarmStart
+                     ) -> TrialRecord | None:
+    """The earlier recommendation to confirm beside its own trial, ahead of this search's other trials: the first
+    pick while its trial runs (``running``: search trial number -> params), or once it has ended here stable and
+    learning; None before it starts, or once it failed here. Whether the last answer holds on this data and on other
+    seeds is the first thing a second search finds out: when it does, the search has a confirmed config after its
+    first two rounds, and its other trials look for a better one (on the bench the earlier recommendation stayed the
+    pick on 5 of 8 seeds). A trial that beats it is confirmed at the end, as in any search
+    (tuner.search._confirm.Schedule); a pick that fails on this search's seed stops getting confirmation runs."""
+    if not warm.picks:
+        return None
+    number = warm.first_pick
+    if number in running:
+        return {"number": number, "params": running[number]}
+    from tuner.verdicts import recommend as rec
+
+    ended = [r for r in told if r.get("number") == number and "confirms" not in r and "extends" not in r
+             and "remeasures" not in r]
+    return ended[0] if ended and rec.is_ok(ended[0]) and rec.learned(ended[0]) else None
+
+
+def fell_back(told: list[dict[str, Any]], warm: WarmStart, demoted: Collection[int] = ()) -> int | None:
     """The trials a warm search runs once every earlier pick has ended here and none held and learned (diverged,
     crashed, did not learn; not one that halving stopped for falling behind, which others beat): the default it had
     cut (``WarmStart.budget``), so that it explores as a cold search would. None while a pick runs, when one did
-    well, or when its budget was not cut. ``told``: the records of this search's trials that have ended."""
+    well, or when its budget was not cut. ``told``: the records of this search's trials that have ended;
+    ``demoted``: the numbers of picks that held on this search's seed and were demoted on their confirmation seeds
+    (failed here too)."""
     if warm.trials is None or not warm.picks:
         return None
     from tuner.verdicts import recommend as rec
@@ -503,7 +529,8 @@ def fell_back(told: list[dict[str, Any]], warm: WarmStart) -> int | None:
              and "extends" not in r and "remeasures" not in r}
     if len(picks) < len(warm.picks):
         return None
-    if any(r.get("status") == Status.PRUNED or (rec.is_ok(r) and rec.learned(r)) for r in picks.values()):
+    if any(r.get("status") == Status.PRUNED or (rec.is_ok(r) and rec.learned(r) and n not in demoted)
+           for n, r in picks.items()):
         return None
     return warm.trials[1]
 

@@ -1,6 +1,8 @@
-"""A warm search that goes back to the default trials (tuner.search._warm): when its earlier picks fail here, or
-when its trials and confirmations end with nothing confirmed.
+"""A warm search's earlier picks in the running search (tuner.search._warm): one that held here is confirmed
+first; when they fail here, or its trials and confirmations end with nothing confirmed, the search goes back to the
+default trials.
 
+    ahead = confirm_first(warm, schedule, progress, confirmations, lambda: fallback)  # OptunaSearcher(ahead=)
     fallback = WarmFallback(warm, echo, searcher, tracker, progress, n_trials)
     proposer.on_told = warm_news(warm, echo, proposer, fallback)
 """
@@ -9,7 +11,35 @@ from __future__ import annotations
 
 from tuner.stores.tags import WARM_FALLBACK_TAG
 
-__all__ = ["WarmFallback", "warm_news"]
+__all__ = ["WarmFallback", "confirm_first", "warm_news"]
+
+
+def confirm_first(warm, schedule, progress, confirmations=(), fallback_of=lambda: None):
+    """(finished records, running search trials' params by number) -> the next confirmation run of the earlier
+    recommendation, beside its own trial and ahead of the search's other trials (``_warm.to_confirm_first``), or None;
+    None for a search with no pick to confirm. Once its confirmation runs have ended and demoted it, it failed here:
+    a search whose budget it had cut goes back to the default trials then (``fallback_of()``, a WarmFallback), not
+    only once every trial has ended with nothing confirmed. ``confirmations``: the search's, as they end."""
+    if not warm or not warm.picks or schedule.seeds <= 0:
+        return None
+    from tuner.search import _confirm as confirm
+    from tuner.search import _warm
+
+    def ahead(finished, running):
+        pick = _warm.to_confirm_first(finished, running, warm)
+        fallback = fallback_of()
+        if pick is not None and pick.get("status") is not None and fallback is not None and not fallback.done:
+            runs = [r for r in confirmations if r.get("confirms") == pick["number"]]
+            if len(runs) >= schedule.seeds:
+                verdict = confirm.judge([pick], runs)[1][0]
+                if not verdict["confirmed"] and _warm.fell_back(finished, warm, {pick["number"]}) is not None:
+                    fallback.now(f"trial {pick['number']}, the earlier recommendation, held on this search's seed and "
+                                 f"was demoted on its confirmation seeds ({verdict['demoted_because']})")
+        job = schedule.first(pick, "the earlier recommendation") if pick else None
+        if job is not None:
+            progress.total += 1
+        return job
+    return ahead
 
 
 def warm_news(warm, echo, proposer, fallback: WarmFallback | None):

@@ -35,7 +35,7 @@ from tuner.search._prepare import (  # noqa: F401 - prepare, prepare_resume, hal
     trial_ranks,
 )
 from tuner.search._sampling import Proposer, beside_store, make_study, shown_url
-from tuner.search._warm_fallback import WarmFallback, warm_news
+from tuner.search._warm_fallback import WarmFallback, confirm_first, warm_news
 from tuner.stores import interrupts
 from tuner.stores.tags import (
     COUNT_TAG_PREFIX,
@@ -363,11 +363,13 @@ def _search(prepared, tracker, study, run_name, records, placement, progress, st
     proposer = Proposer(study, prepared.space, o.sampler, prepared.n_trials, done=records,
                         device=placement.device, fits=placement.check, after_first=after_first,
                         known=warm.measured_here() if warm and warm.speeds_reused else ())
+    # a warm search's earlier recommendation: confirmed beside its own trial; demoted there, the search falls back
+    ahead = confirm_first(warm, schedule, progress, confirmations, lambda: fallback)
     keep = set(range(1 + _neighbours.neighbour_count(prepared.n_trials))) if prepared.first is not None else set()
     keep |= set(warm.pick_numbers()) if warm else set()
     searcher = execution.OptunaSearcher(proposer, base_spec, o.trial_timeout, n_search=remaining,
                                         then=next_job, done=records, fits=placement.check, prune_slow=prunes(o),
-                                        keep=keep, first_alone=prepared.first is not None)
+                                        keep=keep, first_alone=prepared.first is not None, ahead=ahead)
     # a warm search whose earlier picks fail here, or that confirms nothing, goes back to the default trials it had
     # cut (_warm.fell_back)
     fallback = WarmFallback(warm, echo, searcher, tracker, progress, prepared.n_trials) if warm and warm.trials \
