@@ -4,6 +4,7 @@
     python -m bench.warm_start --quick               # 1 seed, the smallest sizes (reward, 2 trials of 6 steps): a harness check
     python -m bench.warm_start --other-data          # also the second search on other data of the same task
     python -m bench.warm_start --render bench/warm_start.json --results bench/RESULTS.md
+    python -m bench.warm_start --side-by-side bench/warm_start.json --runs 4   # the picks again, taking turns
 
 For each seed s, in a fresh store: a first search (cold, seed s, the trainer's shipped space on the tiny model,
 tuner's default options: trials, steps, confirmation on 2 more seeds). Then a copy of that store is taken, and a
@@ -43,6 +44,14 @@ Judged per seed, then as medians over the seeds: warm / cold of the trials to a 
 least 0.9x the cold pick's. One comparison of two picks of 3 readings each cannot always tell: when the warm pick's
 best reading reaches 0.9x the cold pick's worst while the medians fall short, it is **not resolvable** from this
 seed (the band, worst over best to best over worst, is said).
+
+The searches' own readings of the two picks were taken in different searches, a minute or more apart, beside
+different trials: on this 2-core machine the same config's tokens/s moved 0.6-1.3x between them, and progress
+0.46-0.67 from seed to seed. ``--side-by-side JSON --runs N`` runs a recorded run's two picks again, one run at a
+time and taking turns (warm first on even turns), each on the same N seeds that neither search ran (the first
+search's seed + JUDGE_SEEDS + i), as ``tuner trial`` runs them (its own process, one thread), on the data of their
+arm; the picks are then judged on those readings (``side_by_side`` in each pair, and in the tables). The arm where
+the earlier pick fails is not run again: its target is trials and wall time alone.
 """
 
 from __future__ import annotations
@@ -69,6 +78,7 @@ TARGET = 0.5  # warm / cold, trials to a confirmed pick
 FAILS_TARGET = 1.1  # the same where the earlier pick fails here
 PICK_FAILS = "pick fails"  # the data set label of that arm
 AS_GOOD = 0.9  # the warm pick's learning speed / the cold pick's, at least
+JUDGE_SEEDS = 200  # --side-by-side: the picks' runs on seeds first seed + JUDGE_SEEDS + i, run by neither search
 SECOND = 100  # the second search's seed: s + SECOND
 
 # (trainer, trials, max_steps, confirm_seeds): tuner's defaults for the default trainer; --quick the smallest that
@@ -163,17 +173,23 @@ def _ratio(warm: float | None, cold: float | None) -> float | None:
     return round(warm / cold, 3) if cold else None
 
 
-def quality(warm: dict[str, Any] | None, cold: dict[str, Any] | None) -> dict[str, Any]:
+def quality(warm: dict[str, Any] | None, cold: dict[str, Any] | None,
+            side_by_side: dict[str, Any] | None = None) -> dict[str, Any]:
     """Is the warm pick as good as the cold one: "good", "worse", "not resolvable" (the spread of the two picks'
-    readings covers the 0.9x bar), or "no pick" on either side."""
+    readings covers the 0.9x bar), or "no pick" on either side. ``side_by_side``: the two picks run again taking
+    turns (``side_by_side``); judged on those readings when given."""
     if warm is None or cold is None:
         verdict = "no pick" if warm is None and cold is None else "good" if cold is None else "worse"
         return {"verdict": verdict, "ratio": None, "band": None, "same_config": False}
     same = warm["params"] == cold["params"]
-    # on the confirmation seeds alone, the same two for both picks: a pick's reading on its search's own seed is the
-    # best of the trials that search ran there, biased up (the winner's curse) the more, the more trials it ran
-    w, c = (warm["objectives"][1:], cold["objectives"][1:]) \
-        if len(warm["objectives"]) > 1 and len(cold["objectives"]) > 1 else (warm["objectives"], cold["objectives"])
+    if side_by_side:
+        w, c = side_by_side["warm"], side_by_side["cold"]
+    elif len(warm["objectives"]) > 1 and len(cold["objectives"]) > 1:
+        # on the confirmation seeds alone, the same two for both picks: a pick's reading on its search's own seed is
+        # the best of the trials that search ran there, biased up (the winner's curse), the more, the more trials
+        w, c = warm["objectives"][1:], cold["objectives"][1:]
+    else:
+        w, c = warm["objectives"], cold["objectives"]
     ratio = _share(statistics.median(w), statistics.median(c))
     band = (_share(min(w), max(c)), _share(max(w), min(c)))
     if ratio >= AS_GOOD:
@@ -182,7 +198,8 @@ def quality(warm: dict[str, Any] | None, cold: dict[str, Any] | None) -> dict[st
         verdict = "not resolvable"
     else:
         verdict = "worse"
-    return {"verdict": verdict, "ratio": _round(ratio), "band": [_round(b) for b in band], "same_config": same}
+    return {"verdict": verdict, "ratio": _round(ratio), "band": [_round(b) for b in band], "same_config": same,
+            "side_by_side": bool(side_by_side)}
 
 
 def _share(a: float, b: float) -> float:
@@ -195,7 +212,7 @@ def _round(value: float) -> float:
     return value if math.isinf(value) else round(value, 3)
 
 
-def compare(warm: dict[str, Any], cold: dict[str, Any]) -> dict[str, Any]:
+def compare(warm: dict[str, Any], cold: dict[str, Any], side_by_side: dict[str, Any] | None = None) -> dict[str, Any]:
     wall_pick = _ratio(warm.get("seconds_to_pick") if warm["confirmed_pick"] else math.inf,
                        cold.get("seconds_to_pick") if cold["confirmed_pick"] else math.inf)
     return {"trials_ratio": _ratio(warm["trials_to_pick"], cold["trials_to_pick"]),
@@ -203,7 +220,7 @@ def compare(warm: dict[str, Any], cold: dict[str, Any]) -> dict[str, Any]:
             "wall_to_pick_ratio": wall_pick,
             "runs_ratio": _ratio(warm.get("runs"), cold.get("runs")),
             "trial_0_is_first_pick": None,  # filled by run() from the first search's pick
-            "quality": quality(warm["pick"], cold["pick"])}
+            "quality": quality(warm["pick"], cold["pick"], side_by_side)}
 
 
 def _median(values: list[float | None]) -> float | None:
@@ -368,6 +385,42 @@ def run(seeds: list[int], trainer: str, trials: int, max_steps: int, confirm_see
             "seconds": round(time.perf_counter() - started), "pairs": pairs, "summary": by_data}
 
 
+def side_by_side(data: dict[str, Any], runs: int, echo=print) -> dict[str, Any]:
+    """Each pair's two picks run again, one run at a time and taking turns, on ``runs`` seeds neither search ran
+    (module docstring); the readings kept in the pair as ``side_by_side`` and the run judged again on them."""
+    from tuner.trial import TrialSpec, run_trial_isolated
+    from tuner.verdicts.recommend import objective
+
+    os.environ["OMP_NUM_THREADS"] = "1"  # one thread per trial, as a search runs them
+    folder = Path(tempfile.mkdtemp(prefix="bench-warm-judge-"))
+    other = _other_data(folder, data["trainer"])
+    started = time.perf_counter()
+    try:
+        for pair in data["pairs"]:
+            picks = {side: pair[side]["pick"] for side in ("warm", "cold")}
+            if pair["data"] == PICK_FAILS or None in picks.values() or picks["warm"]["params"] == picks["cold"]["params"]:
+                continue
+            dataset, reward_funcs = other if pair["data"] == "other data" else (None, None)
+            seeds = [pair["seed"] + JUDGE_SEEDS + i for i in range(runs)]
+            readings: dict[str, list[float]] = {"warm": [], "cold": []}
+            statuses: dict[str, list[str]] = {"warm": [], "cold": []}
+            for i, seed in enumerate(seeds):
+                for side in ("warm", "cold") if i % 2 == 0 else ("cold", "warm"):
+                    pick = picks[side]
+                    spec = TrialSpec(trainer=data["trainer"], params=pick["params"], seed=seed, dataset=dataset,
+                                     reward_funcs=reward_funcs, max_steps=pick.get("max_steps") or data["max_steps"])
+                    summary = run_trial_isolated(spec, folder / f"{pair['seed']}-{side}-{seed}", timeout=600).summary()
+                    readings[side].append(round(objective(summary), 3))
+                    statuses[side].append(str(getattr(summary["status"], "value", summary["status"])))
+            pair["side_by_side"] = {"seeds": seeds, **readings, "statuses": statuses}
+            echo(f"[warm_start] seed {pair['seed']} ({pair['data']}), side by side: warm {readings['warm']}, cold "
+                 f"{readings['cold']} [{time.perf_counter() - started:.0f} s]")
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    data["side_by_side"] = {"runs": runs, "seconds": round(time.perf_counter() - started)}
+    return rejudge(data)
+
+
 def rejudge(data: dict[str, Any]) -> dict[str, Any]:
     """A recorded run judged again by today's comparison (``compare``, ``quality``) from the figures it kept."""
     for pair in data["pairs"]:
@@ -375,7 +428,8 @@ def rejudge(data: dict[str, Any]) -> dict[str, Any]:
         for side in (pair["warm"], pair["cold"]):
             side.setdefault("runs", len(side.get("records") or []) + len(side.get("confirmations") or [])
                             + len(side.get("extensions") or []))
-        pair["comparison"] = {**compare(pair["warm"], pair["cold"]), "trial_0_is_first_pick": first}
+        pair["comparison"] = {**compare(pair["warm"], pair["cold"], pair.get("side_by_side")),
+                              "trial_0_is_first_pick": first}
     labels = dict.fromkeys(p["data"] for p in data["pairs"])
     data["summary"] = {label: summarize([p for p in data["pairs"] if p["data"] == label]) for label in labels}
     return data
@@ -425,10 +479,17 @@ def lines(data: dict[str, Any]) -> list[str]:
            " on each of its seeds (its search run, then its confirmation re-runs); the medians compared on the"
            " confirmation seeds alone, the same two for both picks (the reading on the search's own seed is the"
            " best of that search's trials there: biased up, the more trials the more).", "",
+           *([f"**The picks judged side by side** (`{data['side_by_side'].get('command')}`,"
+              f" {data['side_by_side']['seconds']} s): each pair's two picks run again {data['side_by_side']['runs']}"
+              " times each, one run at a time and taking turns, on seeds neither search ran (the first search's seed"
+              f" + {JUDGE_SEEDS} + i), on their arm's data; the column \"side by side\" holds those readings, and"
+              " \"pick ratio\" and \"as good\" are judged on them (the searches' own readings are in \"warm pick\" and"
+              " \"cold pick\"). The arm where the earlier pick fails, and a pair whose picks are the same config, are"
+              " not run again.", ""] if data.get("side_by_side") else []),
            "| seed | data | order | first pick | warm trial 0 = it | trials to a pick, warm / cold | ratio |"
-           " wall s, warm / cold (to the pick) | ratio (to the pick) | warm pick | cold pick | pick ratio (band) |"
-           " as good |",
-           "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+           " wall s, warm / cold (to the pick) | ratio (to the pick) | warm pick | cold pick | side by side, warm /"
+           " cold | pick ratio (band) | as good |",
+           "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for p in data["pairs"]:
         c, w, k, q = p["comparison"], p["warm"], p["cold"], p["comparison"]["quality"]
         first = p["first"]["recommended"]
@@ -439,6 +500,7 @@ def lines(data: dict[str, Any]) -> list[str]:
             f" {w['seconds']:.0f} / {k['seconds']:.0f} ({_fmt(w.get('seconds_to_pick'), '.0f')} /"
             f" {_fmt(k.get('seconds_to_pick'), '.0f')}) | {_fmt(c['wall_ratio'])} ({_fmt(c['wall_to_pick_ratio'])}) |"
             f" {_pick(w['pick'], data['max_steps'])} | {_pick(k['pick'], data['max_steps'])} |"
+            f" {_side_by_side(p.get('side_by_side'))} |"
             f" {_fmt(q['ratio'])}" + (f" ({_fmt(q['band'][0])}-{_fmt(q['band'][1])})" if q["band"] else "")
             + f" | {q['verdict']}{' (same config)' if q['same_config'] else ''} |")
     out += ["", "| data | seeds | trials to a pick, warm / cold (median) | wall to the pick | wall to the end |"
@@ -460,6 +522,12 @@ def lines(data: dict[str, Any]) -> list[str]:
 
 def _yes(value: bool | None) -> str:
     return "-" if value is None else "yes" if value else "no"
+
+
+def _side_by_side(runs: dict[str, Any] | None) -> str:
+    if not runs:
+        return "-"
+    return " / ".join(", ".join(f"{o:.0f}" for o in runs[side]) for side in ("warm", "cold"))
 
 
 def _pick(pick: dict[str, Any] | None, steps: int) -> str:
@@ -495,9 +563,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", default=None, help=f"default {OUTPUT.relative_to(REPO)} (--quick: "
                         "warm_start-quick.json in the temp folder: a harness check is not the measurement)")
     parser.add_argument("--render", metavar="JSON", help="print the tables of a recorded run and stop")
+    parser.add_argument("--side-by-side", metavar="JSON", help="run a recorded run's two picks again, taking turns, "
+                        "judge them on those runs, and write the run back (module docstring)")
+    parser.add_argument("--runs", type=int, default=4, help="--side-by-side: runs of each pick (default %(default)s)")
     parser.add_argument("--results", metavar="MD", help="also put them into this RESULTS.md as the section "
                         + SECTION.removeprefix("## "))
     args = parser.parse_args(argv)
+    if args.side_by_side:
+        path = Path(args.side_by_side)
+        data = side_by_side(json.loads(path.read_text()), args.runs)
+        data["side_by_side"]["command"] = " ".join(["python -m bench.warm_start",
+                                                   *(sys.argv[1:] if argv is None else argv)])
+        path.write_text(json.dumps(data, indent=1, default=_json_default) + "\n")
+        print("\n".join(lines(data)))
+        print(f"wrote {path}")
+        return 0
     if args.render:
         out = lines(rejudge(json.loads(Path(args.render).read_text())))
         print("\n".join(out))

@@ -109,3 +109,24 @@ def test_where_the_earlier_pick_fails_the_warm_search_may_cost_at_most_a_tenth_m
     assert ws._failing({"params": {"learning_rate": 0.0123}}) == {"TUNER_FAULT": "nan@2",
                                                                  "TUNER_FAULT_WHEN": "learning_rate=0.0123"}
     assert ws._failing(None) is None
+
+
+def test_the_picks_run_again_side_by_side_are_judged_on_those_runs_alone():
+    """--side-by-side: a pick the searches' own readings call worse (taken a minute apart, beside other trials) is
+    judged on its runs taking turns with the other pick, and the tables say so; without them, as before."""
+    warm, cold = side(0, [50.0, 60.0, 55.0], to_pick=10.0), side(3, [100.0] * 3, params={"learning_rate": 2e-3})
+    assert ws.quality(warm["pick"], cold["pick"])["verdict"] == "worse"
+    runs = {"seeds": [200, 201, 202, 203], "warm": [95.0, 100.0, 105.0, 98.0], "cold": [100.0, 97.0, 103.0, 101.0],
+            "statuses": {"warm": ["ok"] * 4, "cold": ["ok"] * 4}}
+    q = ws.quality(warm["pick"], cold["pick"], runs)
+    assert q["verdict"] == "good" and q["side_by_side"] and q["ratio"] == pytest.approx(99.0 / 100.5, abs=1e-3)
+    slower = {**runs, "warm": [60.0, 62.0, 58.0, 61.0]}
+    assert ws.quality(warm["pick"], cold["pick"], slower)["verdict"] == "worse"
+    data = made_up([{**pair(0, warm, cold), "side_by_side": runs}])
+    data["side_by_side"] = {"runs": 4, "seconds": 33, "command": "python -m bench.warm_start --side-by-side x.json"}
+    judged = ws.rejudge(data)
+    assert judged["pairs"][0]["comparison"]["quality"]["verdict"] == "good"
+    assert judged["summary"]["same data"]["quality"]["good"] == 1
+    text = "\n".join(ws.lines(judged))
+    assert "**The picks judged side by side** (`python -m bench.warm_start --side-by-side x.json`, 33 s)" in text
+    assert "| 95, 100, 105, 98 / 100, 97, 103, 101 | 0.98 (0.92-1.08) | good |" in text
