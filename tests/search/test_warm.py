@@ -17,6 +17,7 @@ from tuner.search import _warm as warm
 from tuner.stores.tags import (
     DATA_TAG,
     HARDWARE_TAG,
+    LENGTHS_TAG,
     STUDY_STORAGE_TAG,
     STUDY_TAG,
     WARM_BUDGET_TAG,
@@ -42,8 +43,8 @@ def trial(number: int, precision: str, status: str = "ok", lr: float = 1e-3, **e
 
 
 def source(trials: list[dict], recommended: dict | None = None, data: str = "builtin:reward",
-           hardware: str = HERE.hardware, run_id: str = "r1") -> warm.Source:
-    was = warm.Here("reward", "tiny", hardware, HERE.precisions, data)
+           hardware: str = HERE.hardware, run_id: str = "r1", lengths: str = "") -> warm.Source:
+    was = warm.Here("reward", "tiny", hardware, HERE.precisions, data, lengths)
     return warm.Source(run_id, f"search-{run_id}", "reward-tiny", was,
                        {"trials": trials, "recommended": recommended})
 
@@ -156,6 +157,23 @@ def test_other_data_runs_the_pick_and_tells_the_sampler_but_its_speeds_are_not_m
                        HERE, space(), n_trials=12)
     assert len(mixed.priors) == 4 and mixed.other_data == 1 and len(mixed.measured_here()) == 3
     assert "4 earlier trials told to the sampler (1 on other data)" in mixed.line
+
+
+def test_other_data_whose_rows_are_of_alike_lengths_has_its_speeds_reused_and_the_line_says_why():
+    trials = [trial(0, "fp32", lr=2e-3), trial(1, "fp32", lr=4e-3), trial(2, "fp32", lr=1e-3)]
+    here = dataclasses.replace(HERE, lengths="p10=11,p50=13,p90=13,n=256")
+    alike = warm.build([source(trials, recommended=trials[0], data="sha256:abc", lengths="p10=11,p50=12,p90=13,n=256")],
+                       here, space(), n_trials=12)
+    assert len(alike.measured_here()) == 3 and alike.other_data == 3
+    alike.speeds_reused = True  # as tuner.search._prepare sets it (tuner.search._staging.speed_known)
+    assert ("their speeds reused (no speed stage; other data, its rows' token lengths alike: p10/p50/p90 11/13/13 "
+            "here, 11/12/13 there)") in warm.describe(alike, here)
+    for lengths in ("p10=11,p50=13,p90=40,n=256", ""):  # a long tail there; a search from before profiles were kept
+        other = warm.build([source(trials, recommended=trials[0], data="sha256:abc", lengths=lengths)], here, space(),
+                           n_trials=12)
+        assert other.measured_here() == [] and other.picks and len(other.priors) == 3
+    # without a profile here, only the same data's speeds count
+    assert warm.build([source(trials, data="sha256:abc", lengths=here.lengths)], HERE, space(), 12).measured_here() == []
 
 
 def test_a_recommendation_outside_the_space_is_not_run_and_the_search_says_why():
@@ -296,6 +314,36 @@ def test_none_and_another_trainer_start_cold(case, two_searches, monkeypatch):
         options = driver.SearchOptions(search_space=str(root / "sft.yaml"))
     prepared = driver.prepare(dataclasses.replace(options, store=str(root / "mlflow"), trials=2))
     assert prepared.warm is not None and not prepared.warm and prepared.warm.picks == []
+
+
+@pytest.mark.slow
+def test_other_data_of_alike_lengths_reuses_the_earlier_speeds_and_longer_rows_do_not(two_searches, monkeypatch):
+    import json
+
+    from tuner.config.trainers import adapter
+    from tuner.inputs import lengths
+    from tuner.inputs.data import builtin_dataset
+    from tuner.search import _staging, driver
+
+    first, second = two_searches
+    root: Path = first.root
+    tags = mlflow_client(second).get_run(second.outcome.parent_run_id).data.tags
+    assert tags[LENGTHS_TAG] == lengths.data_profile(adapter("reward"), None, second.prepared.model_path) != ""
+    rows = builtin_dataset(adapter("reward"), seed=1).to_list()  # other rows of the same task
+    longer = [{**row, "chosen": " ".join([row["chosen"]] * 4)} for row in rows]
+    monkeypatch.chdir(root)
+    for name, data, reused in (("alike.jsonl", rows, True), ("longer.jsonl", longer, False)):
+        (root / name).write_text("".join(json.dumps(row) + "\n" for row in data))
+        options = driver.SearchOptions(search_space=str(root / "space.yaml"), dataset=str(root / name))
+        prepared = driver.prepare(dataclasses.replace(options, store=str(root / "mlflow")))
+        built = prepared.warm
+        assert built and built.picks and built.priors and built.other_data == len(built.priors), name
+        if reused:  # every prior ran on rows of these lengths: their speeds are this data's
+            assert len(built.measured_here()) == len(built.priors)
+            assert built.speeds_reused == _staging.speed_known(built.measured_here())
+            assert ("other data, its rows' token lengths alike" in built.line) == built.speeds_reused, built.line
+        else:
+            assert built.measured_here() == [] and not built.speeds_reused and "speeds reused" not in built.line
 
 
 def test_a_warm_search_on_the_same_data_runs_half_the_default_trials_and_says_so():

@@ -3,6 +3,7 @@ probe that checks them before any trial starts.
 
     models.py     --model: a folder, hub id or alias; the tiny model and tiny-pretrained, built here
     data.py       --dataset: the built-in data of a trainer, or the user's, its columns checked
+    lengths.py    the token lengths of its rows: the export's max_length, the profile a warm start compares
     tasks.py      exact-answer questions for a pretrained model, and their reward
     rewards.py    --reward-func: the built-in reward, TRL's, or the user's module:function
     probe.py      the user's rows, tokenizer and rewards tried before any trial starts

@@ -30,6 +30,7 @@ from typing import Any
 
 from tuner.config.trainers import Adapter, adapter
 from tuner.errors import TunerError
+from tuner.inputs.lengths import MEASURE_ROWS, nearest_rank, token_lengths
 from tuner.records import SearchSummary
 
 __all__ = ["LENGTH_FIELDS", "MEASURE_ROWS", "PERCENTILE", "build", "harness_lengths", "launch_config",
@@ -38,7 +39,6 @@ __all__ = ["LENGTH_FIELDS", "MEASURE_ROWS", "PERCENTILE", "build", "harness_leng
 # The sequence-length settings of TRL's configs (TRL 1.16: max_length for dpo/kto/reward/sft,
 # max_completion_length for grpo); max_prompt_length is listed for TRL versions that have it.
 LENGTH_FIELDS = ("max_length", "max_prompt_length", "max_completion_length")
-MEASURE_ROWS = 256  # enough rows for a stable high percentile; tokenizing them takes a second
 PERCENTILE = 99
 ROUND_TO = 8
 
@@ -70,52 +70,14 @@ def harness_lengths(space) -> dict[str, Any]:
 # -- measuring the user's data ---------------------------------------------------------------------------
 
 
-def _text(value: Any, tokenizer) -> str:
-    """A dataset cell as the text the trainer tokenizes: a string, or a conversation (list of messages)."""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, list) and all(isinstance(m, dict) for m in value):
-        if getattr(tokenizer, "chat_template", None):
-            try:
-                return tokenizer.apply_chat_template(value, tokenize=False)
-            except Exception:  # noqa: BLE001 - a template that cannot render these messages: count their words
-                pass
-        return "\n".join(str(m.get("content", "")) for m in value)
-    return "" if value is None else str(value)
-
-
-def _join(prompt: Any, rest: Any, tokenizer) -> str:
-    if isinstance(prompt, list) and isinstance(rest, list):
-        return _text(prompt + rest, tokenizer)
-    return _text(prompt, tokenizer) + _text(rest, tokenizer)
-
-
-def _sequences(entry: Adapter, row: dict[str, Any], tokenizer) -> tuple[str, list[str]]:
-    """(what is measured, the texts of one row whose longest is the row's length)."""
-    prompt = row.get("prompt", "" if not isinstance(row.get("chosen", row.get("completion")), list) else [])
-    pairs = entry.length_pairs
-    if pairs:
-        return (" and ".join(f"{first}+{second}" for first, second in pairs),
-                [_join(row.get(first, prompt), row[second], tokenizer) for first, second in pairs])
-    if "messages" in row:
-        return "messages", [_text(row["messages"], tokenizer)]
-    if "completion" in row:
-        return "prompt+completion", [_join(prompt, row["completion"], tokenizer)]
-    return "text", [_text(row.get("text"), tokenizer)]
-
-
 def measure_max_length(entry: Adapter, dataset, tokenizer, rows: int = MEASURE_ROWS) -> tuple[int, str]:
     """(max_length that fits the data, how it was measured): the PERCENTILE-th percentile (nearest rank) of the
     token lengths of the first ``rows`` rows, rounded up to a multiple of ROUND_TO."""
-    n = min(rows, len(dataset))
+    lengths, what = token_lengths(entry, dataset, tokenizer, rows)
+    n = len(lengths)
     if n == 0:
         raise ValueError("the dataset has no rows")
-    lengths, what = [], ""
-    for row in dataset.select(range(n)):
-        what, texts = _sequences(entry, row, tokenizer)
-        lengths.append(max(len(tokenizer(text, add_special_tokens=True)["input_ids"]) for text in texts))
-    lengths.sort()
-    percentile = lengths[max(0, math.ceil(PERCENTILE / 100 * n) - 1)]
+    percentile = nearest_rank(lengths, PERCENTILE)
     value = max(ROUND_TO, math.ceil(percentile / ROUND_TO) * ROUND_TO)
     return value, (f"the {PERCENTILE}th percentile of the {what} token lengths of {n} rows "
                    f"({percentile} tokens; longest {lengths[-1]}), rounded up to a multiple of {ROUND_TO}")

@@ -242,7 +242,7 @@ def prepare(options: SearchOptions) -> Prepared:
         storage = absolute_storage(o.optuna_storage)
         check_study_storage(storage)
         o = dataclasses.replace(o, optuna_storage=storage)
-    here, warm = _warm_start(o, uri, space, cannot, n_trials, source, first)
+    here, warm = _warm_start(o, uri, space, cannot, n_trials, source, first, model_path)
     if warm.left_out:  # precisions that crashed on this hardware in every earlier trial (tuner.search._warm)
         space = space.without_precisions(list(warm.left_out))
         if grid is not None:
@@ -285,13 +285,15 @@ def _warm_line(warm: WarmStart, here: Here) -> str:
 
 
 def _warm_start(o: SearchOptions, uri: str, space: SearchSpace, cannot: dict[str, str], n_trials: int, source,
-                first) -> tuple[Here, WarmStart]:
+                first, model_path: str) -> tuple[Here, WarmStart]:
     """This search's identity, and what it reuses of the earlier searches --warm-start names (tuner.search._warm):
     the store is read, never written; a --warm-start RUN_ID that is no finished search of this trainer is refused."""
+    from tuner.inputs.lengths import data_profile
     from tuner.search import _warm
 
     assert o.trainer is not None and o.model is not None  # prepare resolved both before this
-    here = _warm.identity(o.trainer, o.model, o.dataset, o.gpus_per_trial, o.ray_address, cannot, o.reward_funcs)
+    here = _warm.identity(o.trainer, o.model, o.dataset, o.gpus_per_trial, o.ray_address, cannot, o.reward_funcs,
+                          data_profile(o.entry, o.dataset, model_path))
     sources = _warm.read_sources(uri, Path(o.store), here, o.warm_start)
     # a --from file's precision and batch size run as written
     keep = (source.params["precision"], source.params.get(_warm.BATCH)) if source is not None else ()

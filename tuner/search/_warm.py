@@ -28,10 +28,12 @@ What is reused, each rule also in docs/how-a-search-works.md ("Warm start"):
 - priors: the trials of sources of this model on this hardware are told to the sampler (Optuna) before this
   search's own, with their objective and constraint as they were told then, on the same data or on other data of
   the same task (the line says how many ran on other data); learning knobs keep their full range.
-- speeds: with the tpe sampler, the tokens/s of those of them on the same data count as measured here (the model,
-  data and hardware match: ``WarmStart.measured_here``): with at least three stable ones the search has no speed
-  stage of its own, and its learning stage runs on the fastest system configs among theirs and its own
-  (tuner.search._staging). Other data's lengths and batches are other rows: its speeds are measured again.
+- speeds: with the tpe sampler, the tokens/s of those of them on the same data, or on other data whose rows' token
+  lengths are alike (the 10th, 50th and 90th percentiles within 10% or a token: tuner.inputs.lengths.alike, the
+  profile kept as the search run's tag), count as measured here (the model, hardware and the lengths of the rows
+  batched match: ``WarmStart.measured_here``): with at least three stable ones the search has no speed stage of its
+  own, and its learning stage runs on the fastest system configs among theirs and its own (tuner.search._staging).
+  Other data of other lengths pads and batches otherwise: its speeds are measured again.
 - trust: nothing is recommended from them. The picks are trials of this search, on this data and these seeds, and
   confirmed as any candidate is; the first pick's confirmation runs go beside its own trial, ahead of the search's
   other trials (``to_confirm_first``); a pick that fails here is said (``told_line``) and the search goes on
@@ -57,7 +59,15 @@ from typing import Any
 from tuner.config.space import SearchSpace
 from tuner.errors import TunerError
 from tuner.records import Status, TrialRecord
-from tuner.stores.tags import DATA_TAG, HARDWARE_TAG, KIND_TAG, PRECISIONS_TAG, WARM_BUDGET_TAG, WARM_START_TAG
+from tuner.stores.tags import (
+    DATA_TAG,
+    HARDWARE_TAG,
+    KIND_TAG,
+    LENGTHS_TAG,
+    PRECISIONS_TAG,
+    WARM_BUDGET_TAG,
+    WARM_START_TAG,
+)
 
 __all__ = ["BATCH", "Here", "Source", "WarmStart", "batches_left_out", "build", "family", "fell_back", "fingerprint", "hardware", "identity", "left_out",
            "pick_of", "read_sources", "to_confirm_first", "told_line"]
@@ -83,9 +93,11 @@ class Here:
     hardware: str  # "cpu", the GPU's name, or "Ray cluster ADDRESS"
     precisions: tuple[str, ...]  # those this hardware can run
     data: str  # the dataset's fingerprint
+    lengths: str = ""  # its rows' token lengths (tuner.inputs.lengths.profile); "" where not measured
 
     def tags(self) -> dict[str, str]:
-        return {HARDWARE_TAG: self.hardware, PRECISIONS_TAG: ",".join(self.precisions), DATA_TAG: self.data}
+        lengths = {LENGTHS_TAG: self.lengths} if self.lengths else {}
+        return {HARDWARE_TAG: self.hardware, PRECISIONS_TAG: ",".join(self.precisions), DATA_TAG: self.data, **lengths}
 
 
 @dataclass
@@ -126,6 +138,7 @@ class WarmStart:
     trials: tuple[int, int] | None = None  # (this search's trials, the default it replaces): the budget rule
     speeds_reused: bool = False  # the priors' speeds count as measured here: no speed stage (tuner.search._staging)
     data: str = ""  # this search's data fingerprint (Here.data): which priors ran on the same data
+    lengths: str = ""  # its rows' token lengths (Here.lengths): which priors on other data ran rows of these lengths
 
     def budget(self, n_trials: int) -> int:
         """The trials a search of ``n_trials`` by default runs warm: WARM_BUDGET of them when earlier trials of this
@@ -141,10 +154,17 @@ class WarmStart:
         return bool(self.sources)
 
     def measured_here(self) -> list[TrialRecord]:
-        """The priors that ran on this search's data: their tokens/s are speeds measured here (tuner.search._staging:
-        the same model and hardware, and lengths and batches drawn from the same rows)."""
-        same = {s.run_id for s in self.sources if s.was.data == self.data}
+        """The priors that ran on this search's data, or on other data whose rows' token lengths are alike
+        (tuner.inputs.lengths.alike): their tokens/s are speeds measured here (tuner.search._staging: the same model
+        and hardware, and batches of rows of the same lengths)."""
+        same = {s.run_id for s in self.speed_sources()}
         return [r for r in self.priors if r.get("source") in same]
+
+    def speed_sources(self) -> list[Source]:
+        """The sources whose speeds are this search's: on the same data, or on other data of alike lengths."""
+        from tuner.inputs.lengths import alike
+
+        return [s for s in self.sources if s.was.data == self.data or alike(s.was.lengths, self.lengths)]
 
     def tags(self) -> dict[str, str]:
         if not self.sources:
@@ -210,12 +230,14 @@ def _hash_file(digest, file: Path) -> None:
 
 
 def identity(trainer: str, model: str, dataset: str | None, gpus_per_trial: float | None, ray_address: str | None,
-             cannot: dict[str, str], reward_funcs: list[str] | None = None) -> Here:
-    """This search as a warm start matches it (``cannot``: the precisions this hardware cannot run)."""
+             cannot: dict[str, str], reward_funcs: list[str] | None = None, lengths: str = "") -> Here:
+    """This search as a warm start matches it (``cannot``: the precisions this hardware cannot run; ``lengths``: its
+    rows' token lengths, tuner.inputs.lengths.data_profile)."""
     from tuner.config import precision
 
     return Here(trainer, model, hardware(gpus_per_trial, ray_address),
-                tuple(p for p in precision.NAMES if p not in cannot), fingerprint(dataset, trainer, reward_funcs))
+                tuple(p for p in precision.NAMES if p not in cannot), fingerprint(dataset, trainer, reward_funcs),
+                lengths)
 
 
 # -- the MLflow reading ----------------------------------------------------------------------------------------------
@@ -316,7 +338,7 @@ def _source(client, run, experiment: str, with_summary: bool) -> Source:
     params, tags = run.data.params, run.data.tags
     precisions = tuple(p for p in tags.get(PRECISIONS_TAG, "").split(",") if p)
     was = Here(params.get("trainer", ""), params.get("model", ""), tags.get(HARDWARE_TAG, ""), precisions,
-               tags.get(DATA_TAG, ""))
+               tags.get(DATA_TAG, ""), tags.get(LENGTHS_TAG, ""))
     summary = _summary(client, run.info.run_id) if with_summary else {}
     return Source(run.info.run_id, run.info.run_name or run.info.run_id, experiment, was, summary)
 
@@ -405,7 +427,8 @@ def build(sources: list[Source], here: Here, space: SearchSpace, n_trials: int, 
           after_first: bool = False) -> WarmStart:
     """What this search reuses of ``sources`` (newest first); ``keep``: a precision and a batch size never left out
     (a --from file's); ``after_first``: a --from trial 0 runs before the picks."""
-    warm = WarmStart(sources=list(sources), first_pick=1 if after_first else 0, data=here.data)
+    warm = WarmStart(sources=list(sources), first_pick=1 if after_first else 0, data=here.data,
+                     lengths=here.lengths)
     if not sources:
         return warm
     warm.left_out = left_out(sources, here, space.precisions() if "precision" in space.params else [], keep)
@@ -463,7 +486,7 @@ def describe(warm: WarmStart, here: Here) -> str:
                  else "their outcomes not told to the sampler (another model size)" if others
                  else "their outcomes not told to the sampler (none fits this space)")
     if warm.speeds_reused:
-        parts.append("their speeds reused (no speed stage)")
+        parts.append(f"their speeds reused (no speed stage{_alike_lengths(warm, here)})")
     parts += [f"{precision} left out ({evidence})" for precision, evidence in warm.left_out.items()]
     if warm.batches_left_out:
         sizes = sorted(warm.batches_left_out)
@@ -472,6 +495,20 @@ def describe(warm: WarmStart, here: Here) -> str:
         parts.append(f"{warm.trials[0]} trials instead of {warm.trials[1]}: the earlier ones count (--trials N to "
                      "run more)")
     return f"warm start from {searches} of {here.trainer} on {model} ({where}; {data}): {'; '.join(parts)}"
+
+
+def _alike_lengths(warm: WarmStart, here: Here) -> str:
+    """Why other data's speeds count here: its rows' token lengths are this data's (tuner.inputs.lengths.alike)."""
+    from tuner.inputs.lengths import QUANTILES, parse
+
+    other = [s for s in warm.speed_sources() if s.was.data != here.data]
+    if not other:
+        return ""
+    mine, theirs = parse(here.lengths), parse(other[0].was.lengths)
+    quantiles = "/".join(f"p{q}" for q in QUANTILES)
+    return (f"; other data, its rows' token lengths alike: {quantiles} "
+            f"{'/'.join(str(mine[f'p{q}']) for q in QUANTILES)} here, "
+            f"{'/'.join(str(theirs[f'p{q}']) for q in QUANTILES)} there")
 
 
 def told_line(record: dict[str, Any], warm: WarmStart) -> str | None:

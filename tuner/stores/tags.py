@@ -35,6 +35,7 @@ COUNT_TAG_PREFIX = "tuner.count."  # tuner.count.<status>: how many trials ended
 HARDWARE_TAG = "tuner.hardware"  # where its trials ran: "cpu", the GPU's name, or "Ray cluster ADDRESS"
 PRECISIONS_TAG = "tuner.precisions"  # the precisions that hardware can run, comma-joined in the table's order
 DATA_TAG = "tuner.data"  # the dataset's fingerprint: builtin:TRAINER, sha256:DIGEST of a local file, hub:ID
+LENGTHS_TAG = "tuner.data_lengths"  # its rows' token lengths: "p10=6,p50=7,p90=8,n=256" (tuner.inputs.lengths)
 WARM_START_TAG = "tuner.warm_start"  # the search runs it warm-started from, comma-joined ("" or absent: none)
 WARM_FALLBACK_TAG = "tuner.warm_fallback"  # the trials a warm search runs after its earlier picks failed here
 WARM_BUDGET_TAG = "tuner.warm_budget"  # "4/12": a warm search's trials and the default they replaced (its budget cut)
