@@ -52,6 +52,10 @@ time and taking turns (warm first on even turns), each on the same N seeds that 
 search's seed + JUDGE_SEEDS + i), as ``tuner trial`` runs them (its own process, one thread), on the data of their
 arm; the picks are then judged on those readings (``side_by_side`` in each pair, and in the tables). The arm where
 the earlier pick fails is not run again: its target is trials and wall time alone.
+
+A pair's 4 runs a side cannot resolve the issue's own bar, a warm pick within 5% of the cold one (a run of one
+config moves 0.7-1.3x here). ``pooled`` judges it over all of an arm's pairs: the warm picks' mean readings summed
+over the cold picks', with a bootstrap interval that draws the pairs and their runs again.
 """
 
 from __future__ import annotations
@@ -78,6 +82,8 @@ TARGET = 0.5  # warm / cold, trials to a confirmed pick
 FAILS_TARGET = 1.1  # the same where the earlier pick fails here
 PICK_FAILS = "pick fails"  # the data set label of that arm
 AS_GOOD = 0.9  # the warm pick's learning speed / the cold pick's, at least
+WITHIN = 0.95  # the issue's bar, "learning speed within 5%": judged pooled over an arm's pairs (``pooled``)
+DRAWS = 2000  # bootstrap draws of ``pooled``
 JUDGE_SEEDS = 200  # --side-by-side: the picks' runs on seeds first seed + JUDGE_SEEDS + i, run by neither search
 SECOND = 100  # the second search's seed: s + SECOND
 
@@ -245,7 +251,8 @@ def summarize(pairs: list[dict[str, Any]]) -> dict[str, Any]:
             "quality": {v: verdicts.count(v) for v in ("good", "worse", "not resolvable", "no pick")},
             "warm_confirmed": sum(p["warm"]["confirmed_pick"] for p in pairs),
             "cold_confirmed": sum(p["cold"]["confirmed_pick"] for p in pairs),
-            "trial_0_is_first_pick": sum(bool(c.get("trial_0_is_first_pick")) for c in comparisons)}
+            "trial_0_is_first_pick": sum(bool(c.get("trial_0_is_first_pick")) for c in comparisons),
+            "pooled": pooled(pairs)}
 
 
 def judge(summary: dict[str, Any], label: str = "same data") -> tuple[str, str]:
@@ -385,6 +392,44 @@ def run(seeds: list[int], trainer: str, trials: int, max_steps: int, confirm_see
             "seconds": round(time.perf_counter() - started), "pairs": pairs, "summary": by_data}
 
 
+def pooled(pairs: list[dict[str, Any]], draws: int = DRAWS, seed: int = 0) -> dict[str, Any] | None:
+    """The warm picks' learning speed against the cold picks' over all of an arm's pairs, where one pair's few runs
+    cannot resolve the issue's 5%: the sum over the pairs of the mean side-by-side reading of the warm pick, over the
+    same of the cold pick (a pair whose two picks are one config adds its own confirmation readings to both sides),
+    with a 95% bootstrap interval (the pairs drawn again, then each pair's runs; ``draws`` times, seeded). "within
+    5%" when the interval's low end is at least WITHIN, "worse by over 5%" when its high end is below it, "not
+    resolvable at 5%" otherwise. None when a pair of two configs was not run side by side (the arm where the
+    earlier pick fails), or for no pair with picks."""
+    import random
+
+    sides: list[tuple[list[float], list[float]]] = []
+    for pair in pairs:
+        warm, cold = pair["warm"]["pick"], pair["cold"]["pick"]
+        if warm is None or cold is None:
+            continue
+        if warm["params"] == cold["params"]:
+            readings = cold["objectives"][1:] or cold["objectives"]
+            sides.append((readings, readings))
+        elif pair.get("side_by_side"):
+            sides.append((pair["side_by_side"]["warm"], pair["side_by_side"]["cold"]))
+        else:
+            return None
+    if not sides:
+        return None
+
+    def ratio(sample: list[tuple[list[float], list[float]]]) -> float:
+        cold = sum(statistics.fmean(c) for _, c in sample)
+        return sum(statistics.fmean(w) for w, _ in sample) / cold if cold > 0 else math.inf
+
+    rng = random.Random(seed)
+    drawn = sorted(ratio([(rng.choices(w, k=len(w)), rng.choices(c, k=len(c)))
+                          for w, c in rng.choices(sides, k=len(sides))]) for _ in range(draws))
+    low, high = drawn[int(0.025 * draws)], drawn[int(0.975 * draws) - 1]
+    verdict = "within 5%" if low >= WITHIN else "worse by over 5%" if high < WITHIN else "not resolvable at 5%"
+    return {"pairs": len(sides), "ratio": _round(ratio(sides)), "interval": [_round(low), _round(high)],
+            "verdict": verdict, "draws": draws}
+
+
 def side_by_side(data: dict[str, Any], runs: int, echo=print) -> dict[str, Any]:
     """Each pair's two picks run again, one run at a time and taking turns, on ``runs`` seeds neither search ran
     (module docstring); the readings kept in the pair as ``side_by_side`` and the run judged again on them."""
@@ -514,6 +559,15 @@ def lines(data: dict[str, Any]) -> list[str]:
                    f" {_fmt(s['wall_ratio'])} | {_fmt(s.get('runs_ratio'))} | {q['good']} good, {q['worse']} worse, {q['not resolvable']} not"
                    f" resolvable, {q['no pick']} no pick (median ratio {_fmt(s['quality_ratio'])}) |"
                    f" {s['warm_confirmed']} / {s['cold_confirmed']} | {verdict}{': ' + why if why else ''} |")
+    judged = [(label, s["pooled"]) for label, s in data["summary"].items() if s.get("pooled")]
+    if judged and data.get("side_by_side"):
+        out += ["", "The issue's bar, the warm pick's learning speed within 5% of the cold pick's, pooled over each arm's"
+                " pairs (one pair's runs cannot resolve 5% here): the warm picks' mean side-by-side readings summed,"
+                " over the cold picks' (a pair whose picks are one config adds its confirmation readings to both"
+                f" sides); a 95% bootstrap interval, the pairs and then each pair's runs drawn again"
+                f" ({judged[0][1]['draws']} draws): " + "; ".join(
+                    f"{label} {_fmt(p['ratio'])}x ({_fmt(p['interval'][0])}-{_fmt(p['interval'][1])}, {p['pairs']} pairs):"
+                    f" {p['verdict']}" for label, p in judged) + "."]
     if data.get("quick"):
         out += ["", "A `--quick` run: one seed at the smallest sizes checks the harness; its figures are not the"
                 " measurement."]

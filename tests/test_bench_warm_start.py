@@ -130,3 +130,36 @@ def test_the_picks_run_again_side_by_side_are_judged_on_those_runs_alone():
     text = "\n".join(ws.lines(judged))
     assert "**The picks judged side by side** (`python -m bench.warm_start --side-by-side x.json`, 33 s)" in text
     assert "| 95, 100, 105, 98 / 100, 97, 103, 101 | 0.98 (0.92-1.08) | good |" in text
+
+
+def _judged_pairs(warm_runs, cold_runs, n=8):
+    """``n`` pairs of two configs, each judged on its picks' side-by-side runs."""
+    pairs = []
+    for seed in range(n):
+        warm, cold = side(0, [100.0] * 3), side(3, [100.0] * 3, params={"learning_rate": 2e-3})
+        runs = {"seeds": [200, 201, 202, 203], "warm": list(warm_runs), "cold": list(cold_runs),
+                "statuses": {"warm": ["ok"] * 4, "cold": ["ok"] * 4}}
+        pairs.append({**pair(seed, warm, cold), "side_by_side": runs})
+    return pairs
+
+
+def test_the_issues_5_percent_is_judged_pooled_over_the_pairs_with_a_bootstrap_interval():
+    """The pooled bar: as fast (runs a few % apart) is within 5%; 0.8x is worse; runs 0.5-1.5x apart cannot tell.
+    Each case sits far from the bar, so no draw of the bootstrap moves it across."""
+    same = ws.pooled(_judged_pairs([99.0, 101.0, 100.0, 100.0], [100.0, 100.0, 101.0, 99.0]))
+    assert same["verdict"] == "within 5%" and same["ratio"] == pytest.approx(1.0, abs=1e-3) and same["pairs"] == 8
+    assert 0.95 <= same["interval"][0] <= 1.0 <= same["interval"][1] <= 1.05
+    slower = ws.pooled(_judged_pairs([80.0, 81.0, 79.0, 80.0], [100.0, 101.0, 99.0, 100.0]))
+    assert slower["verdict"] == "worse by over 5%" and slower["interval"][1] < ws.WITHIN
+    noisy = ws.pooled(_judged_pairs([50.0, 150.0, 60.0, 140.0], [100.0, 100.0, 101.0, 99.0], n=3))
+    assert noisy["verdict"] == "not resolvable at 5%" and noisy["interval"][0] < ws.WITHIN < noisy["interval"][1]
+    # a pair whose two picks are one config counts as equal, on its own readings; one not run side by side: no verdict
+    one = side(0, [100.0, 90.0, 110.0])
+    assert ws.pooled([pair(0, one, one)])["ratio"] == 1.0
+    assert ws.pooled([pair(0, side(0, [100.0] * 3), side(3, [100.0] * 3, params={"learning_rate": 2e-3}))]) is None
+    assert ws.pooled([pair(0, side(None, []), side(None, []))]) is None
+    # the tables say it, once the picks were run side by side
+    data = made_up(_judged_pairs([80.0, 81.0, 79.0, 80.0], [100.0, 101.0, 99.0, 100.0]))
+    data["side_by_side"] = {"runs": 4, "seconds": 33, "command": "python -m bench.warm_start --side-by-side x.json"}
+    text = "\n".join(ws.lines(ws.rejudge(data)))
+    assert "same data 0.80x (" in text and "8 pairs): worse by over 5%." in text
