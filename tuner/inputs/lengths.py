@@ -23,7 +23,7 @@ from typing import Any
 from tuner.config.trainers import Adapter
 
 __all__ = ["ALIKE", "MEASURE_ROWS", "QUANTILES", "alike", "data_profile", "nearest_rank", "parse", "profile",
-           "sequences", "token_lengths"]
+           "sequences", "text_of", "token_lengths"]
 
 MEASURE_ROWS = 256  # enough rows for a stable high percentile; tokenizing them takes well under a second
 QUANTILES = (10, 50, 90)
