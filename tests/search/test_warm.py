@@ -207,6 +207,12 @@ def test_the_earlier_recommendation_is_confirmed_beside_its_own_trial_until_it_f
     assert warm.to_confirm_first([{**held, "learned": False}], {}, built) is None
     assert warm.to_confirm_first([{**held, "confirms": 0}], {}, built) is None  # a confirmation run is not the pick's
     assert warm.to_confirm_first([held], {0: params}, warm.WarmStart(sources=[source([])])) is None  # no pick
+    # its confirmation run failed while its trial still runs (or ran on): no second confirmation run
+    diverged_beside = {**held, "status": "diverged", "seed": 1, "confirms": 0}
+    assert warm.to_confirm_first([], {0: params}, built, [diverged_beside]) is None
+    assert warm.to_confirm_first([held], {}, built, [diverged_beside]) is None
+    assert warm.to_confirm_first([], {0: params}, built, [{**diverged_beside, "status": "ok"}]) is not None
+    assert warm.to_confirm_first([], {0: params}, built, [{**diverged_beside, "confirms": 5}]) is not None  # another's
     said: list[str] = []
     schedule = confirm.Schedule({"seed": 0, "max_steps": 8}, seeds=2, top=2, timeout=60, announce=said.append)
     jobs = [schedule.first({"number": 0, "params": params}, "the earlier recommendation") for _ in range(3)]

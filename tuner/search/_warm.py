@@ -530,18 +530,25 @@ def told_line(record: dict[str, Any], warm: WarmStart) -> str | None:
             "the search goes on exploring")
 
 
-def to_confirm_first(told: list[TrialRecord], running: dict[int, dict[str, Any]], warm: WarmStart
-                     ) -> TrialRecord | None:
+def to_confirm_first(told: list[TrialRecord], running: dict[int, dict[str, Any]], warm: WarmStart,
+                     confirmations: Collection[TrialRecord] = ()) -> TrialRecord | None:
     """The earlier recommendation to confirm beside its own trial, ahead of this search's other trials: the first
     pick while its trial runs (``running``: search trial number -> params), or once it has ended here stable and
     learning; None before it starts, or once it failed here. Whether the last answer holds on this data and on other
     seeds is the first thing a second search finds out: when it does, the search has a confirmed config after its
     first two rounds, and its other trials look for a better one (on the bench the earlier recommendation stayed the
     pick on 5 of 8 seeds). A trial that beats it is confirmed at the end, as in any search
-    (tuner.search._confirm.Schedule); a pick that fails on this search's seed stops getting confirmation runs."""
+    (tuner.search._confirm.Schedule); a pick that fails on this search's seed stops getting confirmation runs, and
+    so does one whose confirmation run (``confirmations``: those that have ended) failed: it cannot be confirmed
+    (on the bench its trial and the run beside it diverged at the same step, and the slot the run freed went to a
+    second confirmation run while its trial's end was still on its way; 6 of 15 searches ran it)."""
     if not warm.picks:
         return None
     number = warm.first_pick
+    from tuner.records import UNSTABLE
+
+    if any(c.get("confirms") == number and c.get("status") in UNSTABLE for c in confirmations):
+        return None
     if number in running:
         return {"number": number, "params": running[number]}
     from tuner.verdicts import recommend as rec

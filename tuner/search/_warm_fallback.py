@@ -26,7 +26,7 @@ def confirm_first(warm, schedule, progress, confirmations=(), fallback_of=lambda
     from tuner.search import _warm
 
     def ahead(finished, running):
-        pick = _warm.to_confirm_first(finished, running, warm)
+        pick = _warm.to_confirm_first(finished, running, warm, confirmations)
         fallback = fallback_of()
         if pick is not None and pick.get("status") is not None and fallback is not None and not fallback.done:
             runs = [r for r in confirmations if r.get("confirms") == pick["number"]]
