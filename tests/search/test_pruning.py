@@ -176,3 +176,44 @@ def test_a_rung_holds_the_trials_figures_at_the_rung_never_a_run_at_its_end():
     slow = SimpleNamespace(trial_id="slow", config={"keep": True, "number": 3})
     halving.on_trial_add(None, slow)
     assert halving.on_trial_result(None, slow, at(-1e9)) == execution.TrialScheduler.CONTINUE
+
+
+def test_a_warm_searchs_first_trials_are_held_to_the_earlier_trials_figures_at_the_rung():
+    """Without them the first trial at a rung has nothing to beat and runs on, however slow; with the earlier
+    search's figures there (tuner.search._warm.WarmStart.rung_bar) it must reach their top third from the start."""
+    at = lambda value, step: {execution.SO_FAR: value, "step": step, execution.LIVE: True}  # noqa: E731
+    cold = execution.Halving(max_steps=20)
+    rung = cold.grace
+    warm = execution.Halving(max_steps=20, earlier={rung: [100.0, 200.0, 300.0, 400.0, 500.0, 600.0]})
+    for halving in (cold, warm):
+        for i in range(2):
+            halving.on_trial_add(None, SimpleNamespace(trial_id=f"t{i}", config={"number": i}))
+    first, second = (SimpleNamespace(trial_id=f"t{i}", config={"number": i}) for i in range(2))
+    assert cold.on_trial_result(None, first, at(150.0, rung)) == execution.TrialScheduler.CONTINUE  # nothing to beat
+    assert warm.on_trial_result(None, first, at(150.0, rung)) == execution.TrialScheduler.STOP  # behind theirs
+    assert warm.on_trial_result(None, second, at(550.0, rung)) == execution.TrialScheduler.CONTINUE  # in their top third
+    # figures at a step that is no rung of this search set nothing
+    other = execution.Halving(max_steps=20, earlier={rung + 1: [1e9] * 6})
+    other.on_trial_add(None, first)
+    assert other.on_trial_result(None, first, at(150.0, rung)) == execution.TrialScheduler.CONTINUE
+
+
+def test_a_trial_keeps_its_learning_speed_at_each_rung_it_reached_from_its_rows_or_its_last_live_result():
+    from ray.tune.utils import flatten_dict
+
+    from tuner.trial import TrialSpec
+    from tuner.trial.measure import so_far
+    from tuner.verdicts.recommend import speed_so_far
+
+    spec = TrialSpec(trainer="sft", params={"learning_rate": 1e-3}, max_steps=20, seed=0)
+    rows = [{"step": s, "loss": 3.0 - 0.1 * s + 0.02 * (s % 2), "train_seconds": 0.1 * s + 0.001 * s * s,
+             "num_tokens": 100 * s} for s in range(1, 13)]
+    rungs = execution.at_rungs_of(spec, rows, [6, 18])
+    assert set(rungs) == {"6"}  # step 18 was never reached
+    assert rungs["6"] == pytest.approx(speed_so_far(so_far(spec.entry, rows[:6], spec.params, spec.warmup_steps)))
+    assert rungs["6"] != pytest.approx(speed_so_far(so_far(spec.entry, rows, spec.params, spec.warmup_steps)))
+    live = {**LIVE, execution.AT_RUNGS: {"9": 60.0}}
+    for given in (live, flatten_dict(live)):  # as the callbacks and the searcher get it
+        record = new_record(execution.pruned_result(given, 40), number=1, params={}, max_steps=40, seed=0)
+        assert record["at_rungs"] == {"9": 60.0}
+    assert "at_rungs" not in new_record(execution.pruned_result(LIVE, 40), number=1, params={}, max_steps=40, seed=0)
