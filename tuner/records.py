@@ -100,8 +100,6 @@ class TrialRecord(TypedDict, total=False):
     remeasures: int  # set on a --from search's speed re-runs (tuner.search._remeasure): the trial measured again
     pair: int  # ... and which pair of runs side by side it belongs to
     confirmation: dict[str, Any]  # set on the recommended record only: its confirmation verdict (tuner.search._confirm)
-    at_rungs: dict[str, float]  # a search trial's learning speed so far at each halving rung it reached ({"6": ...}):
-    #                             a later warm search's bar there (tuner.search._execution.AT_RUNGS)
     # TrialResult's summary fields:
     status: Status
     reason: str
@@ -171,9 +169,8 @@ def new_record(result: Mapping[str, Any], *, number: int, params: dict[str, Any]
     summary = {k: result.get(k) for k in SUMMARY_FIELDS}
     summary["status"] = Status(summary["status"] or Status.CRASHED)
     # The summary's keys are SUMMARY_FIELDS, TrialResult's fields: declared in TrialRecord one by one.
-    rungs = {"at_rungs": dict(result["at_rungs"])} if result.get("at_rungs") else {}
     return cast(TrialRecord, {"number": number, "params": params, **summary, "run_id": run_id, "node_id": node_id,
-                              "max_steps": max_steps, "seed": seed, **rungs, **extra})
+                              "max_steps": max_steps, "seed": seed, **extra})
 
 
 def is_ok(record: Mapping[str, Any] | TrialResult) -> bool:

@@ -176,25 +176,6 @@ def test_other_data_whose_rows_are_of_alike_lengths_has_its_speeds_reused_and_th
     assert warm.build([source(trials, data="sha256:abc", lengths=here.lengths)], HERE, space(), 12).measured_here() == []
 
 
-def test_halvings_bar_is_the_earlier_trials_figures_at_its_rungs_on_the_same_data_and_steps_only():
-    figures = [trial(0, "fp32", at_rungs={"6": 300.0}), trial(1, "fp32", lr=2e-3, at_rungs={"6": 100.0}),
-               trial(2, "fp32", lr=4e-3, status="diverged"),  # never reached the rung: no figure
-               trial(3, "fp32", lr=5e-3, max_steps=40, at_rungs={"10": 900.0}),  # other steps: other rungs, schedule
-               trial(4, "fp32", lr=6e-3, at_rungs={"6": float("nan")})]
-    same = warm.build([source(figures, recommended=figures[0])], HERE, space(), n_trials=12)
-    assert same.rung_bar(20) == {6: [300.0, 100.0]} and same.rung_bar(40) == {10: [900.0]}
-    same.bar = same.rung_bar(20)  # as tuner.search._prepare sets it where the search halves
-    assert "halving holds this search's trials to their learning speed at step 6 (2 of them, same data)" in \
-        warm.describe(same, HERE)
-    # other data, even of alike lengths: its progress is not this data's
-    here = dataclasses.replace(HERE, lengths="p10=11,p50=13,p90=13,n=256")
-    other = warm.build([source(figures, recommended=figures[0], data="sha256:abc", lengths=here.lengths)], here,
-                       space(), n_trials=12)
-    assert other.measured_here() and other.rung_bar(20) == {}
-    # a search from before the figures were kept
-    assert warm.build([source([trial(0, "fp32")])], HERE, space(), 12).rung_bar(20) == {}
-
-
 def test_a_recommendation_outside_the_space_is_not_run_and_the_search_says_why():
     outside = trial(0, "fp32", lr=0.3)
     built = warm.build([source([outside], recommended=outside)], HERE, space(), n_trials=12)
@@ -297,10 +278,6 @@ def test_a_second_search_runs_the_first_ones_recommendation_as_trial_0_and_says_
     line = next(line for line in second.echoed if line.startswith("warm start from"))
     assert line.startswith(f"warm start from search {run_name} of reward on tiny (cpu; same data): trial 0 = its "
                            "recommendation; 2 earlier trials told to the sampler")
-    # each trial keeps its learning speed at the rung (step 6 of 8) it reached: halving's bar in the second search
-    reached = [r for r in first.outcome.records if (r.get("steps_run") or 0) >= 6]
-    assert reached and all(set(r.get("at_rungs") or {}) == {"6"} for r in reached), first.outcome.records
-    assert f"halving holds this search's trials to their learning speed at step 6 ({len(reached)} of them" in line
     trial0 = next(r for r in second.outcome.records if r["number"] == 0)
     assert trial0["params"]["learning_rate"] == best["params"]["learning_rate"]
     # it runs to its end here: successive halving never stops the earlier recommendation on a few noisy steps

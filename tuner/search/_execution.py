@@ -50,8 +50,6 @@ LIVE = "tuner_live"
 # What successive halving compares trials by at the same step: the objective without its gate
 # (tuner.verdicts.recommend.speed_so_far), in live results and final ones alike.
 SO_FAR = "learning_speed_so_far"
-# A trial's SO_FAR at each rung step it reached ({"6": ...}), in its results and on its record.
-AT_RUNGS = "at_rungs"
 
 
 def is_live(result: dict[str, Any] | None) -> bool:
@@ -81,7 +79,6 @@ def _trainable(config: dict[str, Any]) -> None:
     workdir = tempfile.mkdtemp(prefix=f"tuner-trial-{config['number']:03d}-")
     seen: list[dict[str, Any]] = []  # every row so far: the figures so far that successive halving judges
     rungs = set(halving_rungs(spec.max_steps))
-    at_rungs: dict[str, float] = {}  # its learning speed so far at each rung it reached: kept on its record
 
     def live(rows: list[dict[str, Any]]) -> None:
         # One report ends at each rung's step: successive halving judges every trial by its figures at that step,
@@ -91,11 +88,9 @@ def _trainable(config: dict[str, Any]) -> None:
             first = len(seen)
             seen.extend(batch)
             figures = so_far(spec.entry, seen, spec.params, spec.warmup_steps)
-            if batch[-1].get("step") in rungs:
-                at_rungs[str(batch[-1]["step"])] = speed_so_far(figures)
             tune.report({LIVE: True, SEARCH_METRIC: 0.0, SO_FAR: speed_so_far(figures), "so_far": figures,
                          "number": config["number"], "first": first, "rows": batch,
-                         "step": batch[-1].get("step"), AT_RUNGS: dict(at_rungs)})
+                         "step": batch[-1].get("step")})
 
     try:
         slow = config.get("prune_after")
@@ -106,34 +101,8 @@ def _trainable(config: dict[str, Any]) -> None:
     node = ray.get_runtime_context().get_node_id()
     summary = result.summary()
     # Ray Tune requires the searcher's metric in every result
-    at_rungs = at_rungs_of(spec, result.history, rungs)
     tune.report({**summary, SEARCH_METRIC: objective(summary), SO_FAR: speed_so_far(summary), "step": result.steps_run,
-                 AT_RUNGS: at_rungs,
                  "history": result.history, "output": result.output, "node_id": node, "number": config["number"]})
-
-
-def at_rungs_of(spec: TrialSpec, rows: list[dict[str, Any]], rungs: Collection[int]) -> dict[str, float]:
-    """A trial's learning speed so far (``SO_FAR``) at each rung step its rows reached, from its rows: what
-    successive halving judged it by there, kept on its record (``AT_RUNGS``) for a later search's bar
-    (tuner.search._warm.WarmStart.rung_bar)."""
-    from tuner.trial.measure import so_far
-    from tuner.verdicts.recommend import speed_so_far
-
-    reached = {row.get("step") for row in rows}
-    return {str(step): speed_so_far(so_far(spec.entry, [r for r in rows if (r.get("step") or 0) <= step],
-                                           spec.params, spec.warmup_steps))
-            for step in sorted(rungs) if step in reached}
-
-
-def rungs_of(result: dict[str, Any]) -> dict[str, float] | None:
-    """A result's figures at the rungs (``AT_RUNGS``), as the trainable reported them or as Ray Tune flattened
-    them for the searcher ("at_rungs/6")."""
-    nested = result.get(AT_RUNGS)
-    if isinstance(nested, dict):
-        return {str(k): float(v) for k, v in nested.items()} or None
-    prefix = f"{AT_RUNGS}/"
-    flat = {k.removeprefix(prefix): float(v) for k, v in result.items() if k.startswith(prefix) and v is not None}
-    return flat or None
 
 
 def pruned_result(live: dict[str, Any], max_steps: int) -> dict[str, Any]:
@@ -147,11 +116,9 @@ def pruned_result(live: dict[str, Any], max_steps: int) -> dict[str, Any]:
                 else "not yet measured")
     reason = (f"{PRUNED_REASON} at step {step} of {max_steps}: its learning speed so far ({measured}) was below "
               f"the top 1/{HALVING_RATE} of the trials that reached that step (Ray Tune's ASHA)")
-    summary = TrialResult(status=Status.PRUNED, reason=reason, stopped_at_step=step,
-                          **{k: v for k, v in figures.items() if k != "steps_run"},
-                          steps_run=int(figures.get("steps_run") or step)).summary()
-    rungs = rungs_of(live)
-    return {**summary, AT_RUNGS: rungs} if rungs else summary
+    return TrialResult(status=Status.PRUNED, reason=reason, stopped_at_step=step,
+                       **{k: v for k, v in figures.items() if k != "steps_run"},
+                       steps_run=int(figures.get("steps_run") or step)).summary()
 
 
 HALVING_RATE = 3  # successive halving keeps the top 1/3 of trials at each rung
@@ -221,22 +188,12 @@ class Halving(ASHAScheduler):
     A trial's rows reach the driver in batches cut at every rung's step (``halving_rungs``, ``cut_at``): each trial
     is judged by its figures at the rung itself, never by later ones, and one that ran on (even to its end)
     before the decision came back is pruned at the rung all the same: a verdict that does not depend on the
-    machine's speed or the rows' latency.
+    machine's speed or the rows' latency."""
 
-    ``earlier``: rung step -> the figures there of a warm search's earlier trials (``WarmStart.rung_bar``): they
-    set the bar from this search's first trial on, as if they had reached the rung in it. Without them the first
-    trials at a rung pass for want of others to beat."""
-
-    def __init__(self, max_steps: int, earlier: dict[int, list[float]] | None = None):
+    def __init__(self, max_steps: int):
         self.grace, max_t = _grace_and_max(max_steps)
         super().__init__(time_attr="step", metric=SO_FAR, mode="max", max_t=max_t, grace_period=self.grace,
                          reduction_factor=HALVING_RATE, stop_last_trials=False)
-        # A warm search's bar (tuner.search._warm.WarmStart.rung_bar): the earlier trials' figures at each rung, on
-        # this data and hardware, recorded there as trials of this search that reached it before its first one
-        for bracket in self._brackets:
-            for milestone, recorded in bracket._rungs:
-                for i, value in enumerate((earlier or {}).get(int(milestone), ())):
-                    recorded[f"earlier-{i}"] = value
 
     def on_trial_result(self, tune_controller, trial, result):
         if _outside(trial):

@@ -271,8 +271,6 @@ def prepare(options: SearchOptions) -> Prepared:
         from tuner.search._staging import speed_known
 
         warm.speeds_reused = speed_known(warm.measured_here())
-    if warm and halves(o):  # successive halving's bar: the earlier trials' figures at its rungs, on this data
-        warm.bar = warm.rung_bar(o.max_steps)
     warm.line = _warm_line(warm, here)  # what it reuses, as the rules above left it
 
     experiment = o.experiment or f"{o.trainer}-{model_label(inputs.model)}"

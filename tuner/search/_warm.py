@@ -34,10 +34,6 @@ What is reused, each rule also in docs/how-a-search-works.md ("Warm start"):
   batched match: ``WarmStart.measured_here``): with at least three stable ones the search has no speed stage of its
   own, and its learning stage runs on the fastest system configs among theirs and its own (tuner.search._staging).
   Other data of other lengths pads and batches otherwise: its speeds are measured again.
-- halving's bar: where successive halving runs (tuner.search._prepare.halves), the learning speed so far of those of
-  them on the same data and of the same --max-steps, at each rung step (kept on their records: ``at_rungs``),
-  counts at that rung as if they were this search's trials (``WarmStart.rung_bar``): its first trials are held to
-  the earlier search's top third, not passed for want of others to beat. Other data's progress is not this data's.
 - trust: nothing is recommended from them. The picks are trials of this search, on this data and these seeds, and
   confirmed as any candidate is; the first pick's confirmation runs go beside its own trial, ahead of the search's
   other trials (``to_confirm_first``); a pick that fails here is said (``told_line``) and the search goes on
@@ -143,7 +139,6 @@ class WarmStart:
     speeds_reused: bool = False  # the priors' speeds count as measured here: no speed stage (tuner.search._staging)
     data: str = ""  # this search's data fingerprint (Here.data): which priors ran on the same data
     lengths: str = ""  # its rows' token lengths (Here.lengths): which priors on other data ran rows of these lengths
-    bar: dict[int, list[float]] = field(default_factory=dict)  # halving's bar from the priors (``rung_bar``), if it halves
 
     def budget(self, n_trials: int) -> int:
         """The trials a search of ``n_trials`` by default runs warm: WARM_BUDGET of them when earlier trials of this
@@ -164,21 +159,6 @@ class WarmStart:
         and hardware, and batches of rows of the same lengths)."""
         same = {s.run_id for s in self.speed_sources()}
         return [r for r in self.priors if r.get("source") in same]
-
-    def rung_bar(self, max_steps: int) -> dict[int, list[float]]:
-        """Successive halving's bar here (tuner.search._execution.Halving): rung step -> the learning speed so far
-        there of each prior on this search's data that ran ``max_steps`` steps (the steps set the rungs and the
-        learning-rate schedule) and recorded it (``at_rungs``). Only the same data: on other data the progress is
-        another data's, whatever its lengths."""
-        same = {s.run_id for s in self.sources if s.was.data == self.data}
-        bar: dict[int, list[float]] = {}
-        for record in self.priors:
-            if record.get("source") not in same or record.get("max_steps") != max_steps:
-                continue
-            for step, value in (record.get("at_rungs") or {}).items():
-                if value is not None and math.isfinite(float(value)):
-                    bar.setdefault(int(step), []).append(float(value))
-        return bar
 
     def speed_sources(self) -> list[Source]:
         """The sources whose speeds are this search's: on the same data, or on other data of alike lengths."""
@@ -507,10 +487,6 @@ def describe(warm: WarmStart, here: Here) -> str:
                  else "their outcomes not told to the sampler (none fits this space)")
     if warm.speeds_reused:
         parts.append(f"their speeds reused (no speed stage{_alike_lengths(warm, here)})")
-    if warm.bar:
-        steps = sorted(warm.bar)
-        parts.append(f"halving holds this search's trials to their learning speed at step "
-                     f"{', '.join(map(str, steps))} ({len(warm.bar[steps[0]])} of them, same data)")
     parts += [f"{precision} left out ({evidence})" for precision, evidence in warm.left_out.items()]
     if warm.batches_left_out:
         sizes = sorted(warm.batches_left_out)

@@ -383,8 +383,7 @@ def _search(prepared, tracker, study, run_name, records, placement, progress, st
                              callback=execution.DriverCallback(tracker, progress, records, confirmations, extensions,
                                                                remeasures),
                              searcher=searcher, num_samples=at_most,
-                             scheduler=execution.Halving(o.max_steps, warm.bar if warm else None)
-                             if halves(o) else None)
+                             scheduler=execution.Halving(o.max_steps) if halves(o) else None)
     records.sort(key=lambda r: r["number"])
     if searcher.stopped_because:
         echo(f"search stopped: {searcher.stopped_because}")
