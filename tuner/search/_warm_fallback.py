@@ -26,7 +26,7 @@ def confirm_first(warm, schedule, progress, confirmations=(), fallback_of=lambda
     from tuner.search import _warm
 
     def ahead(finished, running):
-        pick = _warm.to_confirm_first(finished, running, warm, confirmations)
+        pick = _warm.to_confirm_first(finished, running, warm)  # held on this search's seed, or running
         fallback = fallback_of()
         if pick is not None and pick.get("status") is not None and fallback is not None and not fallback.done:
             runs = [r for r in confirmations if r.get("confirms") == pick["number"]]
@@ -35,6 +35,8 @@ def confirm_first(warm, schedule, progress, confirmations=(), fallback_of=lambda
                 if not verdict["confirmed"] and _warm.fell_back(finished, warm, {pick["number"]}) is not None:
                     fallback.now(f"trial {pick['number']}, the earlier recommendation, held on this search's seed and "
                                  f"was demoted on its confirmation seeds ({verdict['demoted_because']})")
+        if _warm.to_confirm_first(finished, running, warm, confirmations) is None:
+            pick = None  # a confirmation run of it failed: no more of them
         job = schedule.first(pick, "the earlier recommendation") if pick else None
         if job is not None:
             progress.total += 1
