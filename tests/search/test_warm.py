@@ -376,12 +376,40 @@ def test_a_warm_search_falls_back_to_the_default_trials_only_when_every_pick_fai
     assert warm.fell_back([{**pick, "confirms": 0}], built) is None  # a confirmation re-run is not the pick's trial
     held = {**pick, "status": "ok", "learned": True}
     assert warm.fell_back([held], built, demoted={0}) == 12  # held here, demoted on its confirmation seeds
+    # where the earlier speeds count as measured here, it goes back to a cold search's learning stage: the default
+    # less the speed stage it need not run (tuner.search._prepare sets ``fallback``)
+    built.fallback = 7
+    assert warm.fell_back([pick], built) == 7 and built.fallback_trials() == 7
+    assert ("the earlier recommendation failed here; the search runs 7 trials, as a cold search explores the learning "
+            "knobs (its default 12 less the 5 of its speed stage: the speeds are known here) (the 4 it planned kept)"
+            ) in warm.fallback_line(7, built)
     # a search whose budget the earlier trials did not cut (none of them told: here, none fits the space) has
     # nothing to go back to
     outside = [trial(0, "fp32", lr=0.3), trial(1, "fp32", lr=0.5)]
     uncut = warm.build([source(outside, recommended=trials[0])], HERE, space(), n_trials=12)
     assert uncut.picks and not uncut.priors and uncut.budget(12) == 12 and warm.fell_back([pick], uncut) is None
     assert "their outcomes not told to the sampler (none fits this space)" in uncut.line
+
+
+@pytest.mark.parametrize("trainer", ["grpo", "dpo", "kto", "reward", "sft"])
+def test_a_warm_search_whose_speeds_are_known_falls_back_to_a_cold_searchs_learning_stage(trainer):
+    """The shipped spaces: a cold search of 12 spends its first trials timing system configs with the learning knobs
+    pinned (tuner.search._staging); a warm one that knows the speeds goes back to the other trials' count."""
+    from tuner.config.space import load_space
+    from tuner.search import _prepare
+    from tuner.search._staging import Stages
+
+    shipped = load_space(trainer=trainer)
+    speed = Stages.for_space(shipped, 12).speed_trials
+    assert 3 <= speed < 8  # MIN_SPEED_TRIALS, 40% of 12
+    found = warm.WarmStart(sources=[source([])], picks=[{}], trials=(4, 12), speeds_reused=True)
+    assert _prepare._fallback(found, shipped) == 12 - speed
+    assert _prepare._fallback(dataclasses.replace(found, speeds_reused=False), shipped) == 0  # speeds measured again
+    assert _prepare._fallback(dataclasses.replace(found, trials=None), shipped) == 0  # budget not cut
+    assert _prepare._fallback(dataclasses.replace(found, trials=(8, 12)), shipped) == 0  # not more than it planned
+    assert _prepare._fallback(found, parse_space(load_yaml(SPACE.replace("fixed: {", "fixed: {precision: fp32, ")
+                                                          .replace("  precision: {type: categorical, choices: [fp32, bf16-pure, fp16-pure]}\n", "")),
+                                                "space.yaml")) == 0  # no speed knob searched: no speed stage
 
 
 FLOAT_SPACE = CONFIRM_SPACE.replace("{type: categorical, choices: [1.0e-3, 2.0e-3]}",

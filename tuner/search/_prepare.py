@@ -271,11 +271,25 @@ def prepare(options: SearchOptions) -> Prepared:
         from tuner.search._staging import speed_known
 
         warm.speeds_reused = speed_known(warm.measured_here())
+        warm.fallback = _fallback(warm, space)
     warm.line = _warm_line(warm, here)  # what it reuses, as the rules above left it
 
     experiment = o.experiment or f"{o.trainer}-{model_label(inputs.model)}"
     return Prepared(o, space, model_path, uri, experiment, n_trials, grid, dropped, warnings, source=source,
                     first=first if grid is None else None, origins=origins, here=here, warm=warm)
+
+
+def _fallback(warm: WarmStart, space: SearchSpace) -> int:
+    """The trials a warm search with a cut budget runs if it falls back (tuner.search._warm.WarmStart.fallback_trials),
+    where that is not the default: a cold search's learning stage (its default less its speed stage,
+    tuner.search._staging.Stages) when the earlier speeds count as measured here, and more than it planned; else 0."""
+    from tuner.search._staging import Stages
+
+    if not (warm.trials and warm.speeds_reused):
+        return 0
+    cold = Stages.for_space(space, warm.trials[1])
+    learning = warm.trials[1] - (cold.speed_trials if cold is not None else 0)
+    return learning if cold is not None and cold.speed_trials and learning > warm.trials[0] else 0
 
 
 def _warm_line(warm: WarmStart, here: Here) -> str:

@@ -139,6 +139,9 @@ class WarmStart:
     speeds_reused: bool = False  # the priors' speeds count as measured here: no speed stage (tuner.search._staging)
     data: str = ""  # this search's data fingerprint (Here.data): which priors ran on the same data
     lengths: str = ""  # its rows' token lengths (Here.lengths): which priors on other data ran rows of these lengths
+    # the trials it runs when it falls back, where that is not the default: a cold search's learning stage, when the
+    # speeds are known here (tuner.search._prepare sets it; ``fallback_trials``)
+    fallback: int = 0
 
     def budget(self, n_trials: int) -> int:
         """The trials a search of ``n_trials`` by default runs warm: WARM_BUDGET of them when earlier trials of this
@@ -149,6 +152,13 @@ class WarmStart:
         trials = min(n_trials, max(len(self.picks) + 2, math.ceil(n_trials * WARM_BUDGET)))
         self.trials = (trials, n_trials) if trials < n_trials else None
         return trials
+
+    def fallback_trials(self) -> int:
+        """The trials a warm search whose budget was cut runs once it falls back (``fell_back``): a cold search's
+        exploration. That is the default (``trials[1]``), less the speed stage a cold search would open with when the
+        earlier trials' speeds count as measured here (``speeds_reused``, ``fallback``): the cold search's trials
+        with the learning knobs searched, on the system configs already timed."""
+        return self.fallback or (self.trials[1] if self.trials else 0)
 
     def __bool__(self) -> bool:
         return bool(self.sources)
@@ -576,11 +586,16 @@ def fell_back(told: list[dict[str, Any]], warm: WarmStart, demoted: Collection[i
     if any(r.get("status") == Status.PRUNED or (rec.is_ok(r) and rec.learned(r) and n not in demoted)
            for n, r in picks.items()):
         return None
-    return warm.trials[1]
+    return warm.fallback_trials()
 
 
 def fallback_line(trials: int, warm: WarmStart, why: str | None = None) -> str:
     """What the search says when it falls back: its earlier picks failed here (``fell_back``), or ``why``."""
     whose = "the earlier recommendations" if len(warm.picks) > 1 else "the earlier recommendation"
-    return (f"warm start: {why or whose + ' failed here'}; the search runs the default {trials} trials, as a cold "
-            f"search explores (the {warm.trials[0] if warm.trials else trials} it planned kept)")
+    planned = warm.trials[0] if warm.trials else trials
+    if warm.fallback and warm.trials and trials == warm.fallback:
+        how = (f"the search runs {trials} trials, as a cold search explores the learning knobs (its default "
+               f"{warm.trials[1]} less the {warm.trials[1] - trials} of its speed stage: the speeds are known here)")
+    else:
+        how = f"the search runs the default {trials} trials, as a cold search explores"
+    return f"warm start: {why or whose + ' failed here'}; {how} (the {planned} it planned kept)"

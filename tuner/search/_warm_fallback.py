@@ -73,7 +73,7 @@ class WarmFallback:
     def now(self, why: str | None) -> None:
         from tuner.search import _warm
 
-        trials = self.warm.trials[1]
+        trials = self.warm.fallback_trials()
         if self.done or trials <= self.n_trials:
             return
         self.done = True

@@ -375,7 +375,7 @@ def _search(prepared, tracker, study, run_name, records, placement, progress, st
     fallback = WarmFallback(warm, echo, searcher, tracker, progress, prepared.n_trials) if warm and warm.trials \
         else None
     proposer.on_told = warm_news(warm, echo, proposer, fallback)
-    spare = warm.trials[1] - prepared.n_trials if warm and warm.trials else 0
+    spare = max(0, warm.fallback_trials() - prepared.n_trials) if warm and warm.trials else 0
     at_most = remaining + spare + anchor.most_runs + longer.most_runs + schedule.most_runs + speed.most_runs  # FINISHED when it has fewer
     if at_most:
         execution.run_trials(name=f"{run_name}-{len(records)}", storage=ray_storage, per_trial=placement.resources,
