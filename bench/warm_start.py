@@ -23,8 +23,9 @@ are measured again (other rows: tuner.search._warm.WarmStart.measured_here).
 With ``--pick-fails`` it also runs, warm and cold, where the first search's pick fails: on the same data, with the
 pick made to diverge by tuner's fault hook (``TUNER_FAULT=nan@2`` limited to its learning rate: its weights are
 poisoned after step 2 whenever it runs, a real NaN the guard stops; on both sides, so that the cold search meets
-the same "data"). The warm search runs it first, sees it fail and falls back to the default trials
-(tuner.search._warm.fell_back); the target there: at most FAILS_TARGET x the cold search's trials and wall time.
+the same "data"). The warm search runs it first, sees it fail and falls back to a cold search's trials, less the
+speed stage where the earlier speeds count here (tuner.search._warm.fell_back, WarmStart.fallback_trials); the
+target there: at most FAILS_TARGET x the cold search's trials and wall time.
 
 Measured for each second search (from its ``SearchOutcome`` and search.json, tuner.search.driver):
 

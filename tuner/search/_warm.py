@@ -40,7 +40,8 @@ What is reused, each rule also in docs/how-a-search-works.md ("Warm start"):
   exploring.
   When every pick failed here (``fell_back``), or its trials and confirmations are done with nothing confirmed
   (tuner.search.driver), a search whose budget the earlier trials had cut runs the default trials again: a cold
-  search's exploration, the trials already run kept.
+  search's exploration, the trials already run kept. Where the earlier speeds count here it runs a cold search's
+  learning stage, the default less the speed stage it need not run (``WarmStart.fallback_trials``).
 """
 
 from __future__ import annotations
