@@ -51,8 +51,9 @@ different trials: on this 2-core machine the same config's tokens/s moved 0.6-1.
 0.46-0.67 from seed to seed. ``--side-by-side JSON --runs N`` runs a recorded run's two picks again, one run at a
 time and taking turns (warm first on even turns), each on the same N seeds that neither search ran (the first
 search's seed + JUDGE_SEEDS + i), as ``tuner trial`` runs them (its own process, one thread), on the data of their
-arm; the picks are then judged on those readings (``side_by_side`` in each pair, and in the tables). The arm where
-the earlier pick fails is not run again: its target is trials and wall time alone.
+arm; the picks are then judged on those readings (``side_by_side`` in each pair, and in the tables). Where the
+earlier pick fails, they run under the same fault as their searches (``judging_env``): the target there is trials
+and wall time, but a fallback that runs fewer trials must still find a pick as good.
 
 A pair's 4 runs a side cannot resolve the issue's own bar, a warm pick within 5% of the cold one (a run of one
 config moves 0.7-1.3x here). ``pooled`` judges it over all of an arm's pairs: the warm picks' mean readings summed
@@ -444,7 +445,7 @@ def side_by_side(data: dict[str, Any], runs: int, echo=print) -> dict[str, Any]:
     try:
         for pair in data["pairs"]:
             picks = {side: pair[side]["pick"] for side in ("warm", "cold")}
-            if pair["data"] == PICK_FAILS or None in picks.values() or picks["warm"]["params"] == picks["cold"]["params"]:
+            if None in picks.values() or picks["warm"]["params"] == picks["cold"]["params"]:
                 continue
             dataset, reward_funcs = other if pair["data"] == "other data" else (None, None)
             seeds = [pair["seed"] + JUDGE_SEEDS + i for i in range(runs)]
@@ -455,7 +456,8 @@ def side_by_side(data: dict[str, Any], runs: int, echo=print) -> dict[str, Any]:
                     pick = picks[side]
                     spec = TrialSpec(trainer=data["trainer"], params=pick["params"], seed=seed, dataset=dataset,
                                      reward_funcs=reward_funcs, max_steps=pick.get("max_steps") or data["max_steps"])
-                    summary = run_trial_isolated(spec, folder / f"{pair['seed']}-{side}-{seed}", timeout=600).summary()
+                    summary = _with_env(judging_env(pair), lambda: run_trial_isolated(
+                        spec, folder / f"{pair['seed']}-{side}-{seed}", timeout=600).summary())
                     readings[side].append(round(objective(summary), 3))
                     statuses[side].append(str(getattr(summary["status"], "value", summary["status"])))
             pair["side_by_side"] = {"seeds": seeds, **readings, "statuses": statuses}
@@ -465,6 +467,13 @@ def side_by_side(data: dict[str, Any], runs: int, echo=print) -> dict[str, Any]:
         shutil.rmtree(folder, ignore_errors=True)
     data["side_by_side"] = {"runs": runs, "seconds": round(time.perf_counter() - started)}
     return rejudge(data)
+
+
+def judging_env(pair: dict[str, Any]) -> dict[str, str] | None:
+    """The environment a pair's picks run in side by side: their searches' own. Where the earlier pick fails, the
+    fault that made it diverge (``_failing``: at its learning rate alone, which neither final pick has, or it would
+    have diverged in its search), so that the picks meet the same "data" as there."""
+    return _failing(pair["first"]["recommended"]) if pair["data"] == PICK_FAILS else None
 
 
 def rejudge(data: dict[str, Any]) -> dict[str, Any]:
@@ -530,8 +539,8 @@ def lines(data: dict[str, Any]) -> list[str]:
               " times each, one run at a time and taking turns, on seeds neither search ran (the first search's seed"
               f" + {JUDGE_SEEDS} + i), on their arm's data; the column \"side by side\" holds those readings, and"
               " \"pick ratio\" and \"as good\" are judged on them (the searches' own readings are in \"warm pick\" and"
-              " \"cold pick\"). The arm where the earlier pick fails, and a pair whose picks are the same config, are"
-              " not run again.", ""] if data.get("side_by_side") else []),
+              " \"cold pick\"). A pair whose picks are the same config is not run again; where the earlier pick"
+              " fails, the picks run under the same fault as their searches.", ""] if data.get("side_by_side") else []),
            "| seed | data | order | first pick | warm trial 0 = it | trials to a pick, warm / cold | ratio |"
            " wall s, warm / cold (to the pick) | ratio (to the pick) | warm pick | cold pick | side by side, warm /"
            " cold | pick ratio (band) | as good |",

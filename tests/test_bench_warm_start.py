@@ -163,3 +163,11 @@ def test_the_issues_5_percent_is_judged_pooled_over_the_pairs_with_a_bootstrap_i
     data["side_by_side"] = {"runs": 4, "seconds": 33, "command": "python -m bench.warm_start --side-by-side x.json"}
     text = "\n".join(ws.lines(ws.rejudge(data)))
     assert "same data 0.80x (" in text and "8 pairs): worse by over 5%." in text
+
+
+def test_where_the_earlier_pick_fails_its_picks_are_judged_side_by_side_under_the_same_fault():
+    first = {"recommended": {"number": 0, "params": {"learning_rate": 0.0387}}}
+    fails = {**pair(0, side(0, [100.0] * 3), side(3, [100.0] * 3)), "data": ws.PICK_FAILS, "first": first}
+    assert ws.judging_env(fails) == {"TUNER_FAULT": "nan@2", "TUNER_FAULT_WHEN": "learning_rate=0.0387"}
+    assert ws.judging_env({**fails, "data": "same data"}) is None
+    assert ws.judging_env({**fails, "data": "other data"}) is None
