@@ -202,7 +202,8 @@ class SearchOptions:
                   "every trial there are left out, their trials (of this model) are told to the sampler and a "
                   "third of the trials run, and on the same data their speeds are reused; the pick is still "
                   "confirmed on this data, and if their pick fails here, or nothing is confirmed, the search runs "
-                  "the default trials (docs/how-a-search-works.md, Warm start). "
+                  "a cold search's trials, less its speed stage where their speeds are reused "
+                  "(docs/how-a-search-works.md, Warm start). "
                   "auto: when a finished search matches; none: start cold; or a search's run id",
                   "metavar": "auto|none|RUN_ID"},
     )
