@@ -63,8 +63,9 @@ def warm_news(warm, echo, proposer, fallback: WarmFallback | None):
 
 class WarmFallback:
     """A warm search whose budget its earlier searches cut (tuner.search._warm.WarmStart.budget) goes back to the
-    default trials (less the speed stage where the earlier speeds count here: WarmStart.fallback_trials), once: when every earlier pick has failed here (``_warm.fell_back``), or when its trials and
-    confirmations are done and nothing was confirmed. Said, and tagged for --resume; the trials already run kept."""
+    default trials (less the speed stage where the earlier speeds count here: WarmStart.fallback_trials), once: when
+    every earlier pick has failed here (``_warm.fell_back``), or when its trials and confirmations are done and
+    nothing was confirmed. Said, and tagged for --resume; the trials already run kept."""
 
     def __init__(self, warm, echo, searcher, tracker, progress, n_trials: int):
         self.warm, self.echo, self.searcher, self.tracker, self.progress = warm, echo, searcher, tracker, progress
