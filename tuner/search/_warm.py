@@ -70,7 +70,7 @@ from tuner.stores.tags import (
     WARM_START_TAG,
 )
 
-__all__ = ["BATCH", "Here", "Source", "WarmStart", "batches_left_out", "build", "family", "fell_back", "fingerprint", "hardware", "identity", "left_out",
+__all__ = ["BATCH", "Here", "Source", "WarmStart", "batches_left_out", "build", "confirmation_failed", "family", "fell_back", "fingerprint", "hardware", "identity", "left_out",
            "pick_of", "read_sources", "to_confirm_first", "told_line"]
 
 MAX_SOURCES = 3  # the newest matching searches used
@@ -556,9 +556,7 @@ def to_confirm_first(told: list[TrialRecord], running: dict[int, dict[str, Any]]
     if not warm.picks:
         return None
     number = warm.first_pick
-    from tuner.records import UNSTABLE
-
-    if any(c.get("confirms") == number and c.get("status") in UNSTABLE for c in confirmations):
+    if confirmation_failed(warm, confirmations):
         return None
     if number in running:
         return {"number": number, "params": running[number]}
@@ -567,6 +565,13 @@ def to_confirm_first(told: list[TrialRecord], running: dict[int, dict[str, Any]]
     ended = [r for r in told if r.get("number") == number and "confirms" not in r and "extends" not in r
              and "remeasures" not in r]
     return ended[0] if ended and rec.is_ok(ended[0]) and rec.learned(ended[0]) else None
+
+
+def confirmation_failed(warm: WarmStart, confirmations: Collection[TrialRecord]) -> bool:
+    """Whether a confirmation run of the first earlier pick has ended unstable: it cannot be confirmed here."""
+    from tuner.records import UNSTABLE
+
+    return any(c.get("confirms") == warm.first_pick and c.get("status") in UNSTABLE for c in confirmations)
 
 
 def fell_back(told: list[dict[str, Any]], warm: WarmStart, demoted: Collection[int] = ()) -> int | None:

@@ -35,7 +35,7 @@ def confirm_first(warm, schedule, progress, confirmations=(), fallback_of=lambda
                 if not verdict["confirmed"] and _warm.fell_back(finished, warm, {pick["number"]}) is not None:
                     fallback.now(f"trial {pick['number']}, the earlier recommendation, held on this search's seed and "
                                  f"was demoted on its confirmation seeds ({verdict['demoted_because']})")
-        if _warm.to_confirm_first(finished, running, warm, confirmations) is None:
+        if _warm.confirmation_failed(warm, confirmations):
             pick = None  # a confirmation run of it failed: no more of them
         job = schedule.first(pick, "the earlier recommendation") if pick else None
         if job is not None:
