@@ -229,6 +229,39 @@ def test_the_earlier_recommendation_is_confirmed_beside_its_own_trial_until_it_f
     assert schedule.next([held, other], final=True)["number"] == 1
 
 
+def test_a_trial_that_beats_the_earlier_recommendation_here_is_confirmed_next_ahead_of_the_other_trials():
+    from tuner.search import _confirm as confirm
+
+    built = warm.WarmStart(sources=[source([])], picks=[{"learning_rate": 1e-3}])
+    held = {**trial(0, "fp32", progress_p_value=1e-6), "seed": 0}  # 1000 tokens/s x 0.2
+    better = {**trial(2, "fp32", lr=2e-3, progress_p_value=1e-6), "seed": 0, "tokens_per_second": 1500.0}
+    worse = {**trial(1, "fp32", lr=5e-4, progress_p_value=1e-6), "seed": 0, "tokens_per_second": 500.0}
+    assert warm.challenger([held, worse], built) is None  # the earlier recommendation is still the best
+    assert warm.challenger([held, worse, better], built) is better
+    assert warm.challenger([worse, better], built) is None  # the earlier recommendation still runs
+    assert warm.challenger([{**held, "status": "diverged"}, better], built) is None  # it failed here: a cold search's way
+    assert warm.challenger([{**held, "learned": False}, better], built) is None
+    failed_run = {**held, "status": "diverged", "seed": 1, "confirms": 0}
+    assert warm.challenger([held, better], built, [failed_run]) is None
+    assert warm.challenger([held, better, {**better, "number": 3, "confirms": 0}], built) is better  # runs aren't trials
+    assert warm.challenger([held, better], warm.WarmStart(sources=[source([])])) is None  # no pick
+    # a warm search's schedule hands out the earlier recommendation's runs, then the challenger's, then no third's
+    said: list[str] = []
+    schedule = confirm.Schedule({"seed": 0, "max_steps": 8}, seeds=2, top=2, timeout=60, announce=said.append, ahead=2)
+    assert schedule.most_runs == 8
+    runs = [schedule.first(held, "the earlier recommendation") for _ in range(2)]
+    runs += [schedule.first(better, "which beats the earlier recommendation here") for _ in range(3)]
+    assert [(j["number"], j["spec"]["seed"]) for j in runs[:4]] == [(0, 1), (0, 2), (2, 1), (2, 2)] and runs[4] is None
+    assert schedule.first({**worse, "tokens_per_second": 9000.0}, "another") is None
+    assert said == ["confirming trial 0, the earlier recommendation, on 2 more seeds, ahead of the other trials",
+                    "confirming trial 2, which beats the earlier recommendation here, on 2 more seeds, ahead of the "
+                    "other trials"]
+    # at the end its runs count: confirmed, it is the recommendation and nothing more runs
+    ran = [{**better, "seed": s, "confirms": 2} for s in (1, 2)] + [{**held, "seed": s, "confirms": 0} for s in (1, 2)]
+    assert schedule.next([held, worse, better], final=True, confirmations=ran) is None
+    assert confirm.judge(confirm.candidates([held, worse, better], 2, ran), ran)[0]["number"] == 2
+
+
 def test_priors_come_first_in_the_study_and_this_search_still_numbers_from_0():
     import optuna
 

@@ -82,41 +82,49 @@ class Schedule:
     holds ends with its runs, not with every candidate's (bench/warm_start.py: a tiny-model search's last
     confirmation round, a tenth of its wall time). Before that, while the last search trials run, a slot that would
     idle confirms the best trial so far (at most one candidate's runs in all): it is the likeliest to stay a
-    candidate, and its runs then count for it; if it does not, they were run in time that was idle anyway.
+    candidate, and its runs then count for it; if it does not, they were run in time that was idle anyway. A warm
+    search hands out its earlier recommendation's runs, then those of a trial that beats it here, ahead of its other
+    trials (``first``, ``ahead`` = 2).
     """
 
-    def __init__(self, base_spec: dict[str, Any], seeds: int, top: int, timeout: float, announce=print):
+    def __init__(self, base_spec: dict[str, Any], seeds: int, top: int, timeout: float, announce=print,
+                 ahead: int = 1):
         self.base_spec, self.seeds, self.top, self.timeout, self.announce = base_spec, seeds, top, timeout, announce
+        self.ahead = ahead  # the most candidates whose runs are handed out early (a warm search's: 2, ``first``)
         self.handed: set[tuple[int, int]] = set()  # (trial, seed) of the runs handed out
         self.early = 0  # of those, handed out before every search trial had finished
+        self.early_of: set[int] = set()  # the trials those were of
         self.announced: set[tuple[bool, tuple[int, ...]]] = set()
 
     def first(self, candidate: TrialRecord, why: str) -> TrialJob | None:
-        """``candidate``'s next confirmation run (its number and params: it may still be running), handed out ahead
-        of the search's next trials (a warm search's earlier recommendation: tuner.search._warm.to_confirm_first), or
-        None once they are all out. They are this schedule's early runs (at most one candidate's): no other trial is
-        confirmed before every search trial has finished; ``why`` is said once."""
+        """``candidate``'s next confirmation run (its number and params: it may still be running, and then its runs
+        go beside it), handed out ahead of the search's next trials, or None once they are all out or ``ahead``
+        other candidates had early runs: a warm search's earlier recommendation (tuner.search._warm.to_confirm_first),
+        then the trial that beats it here (``_warm.challenger``). No other trial is confirmed before every search
+        trial has finished; ``why`` is said once."""
         if self.seeds <= 0:
             return None
         for job in confirmation_jobs([candidate], self.base_spec, self.seeds, self.timeout):
             key = (job["number"], job["spec"]["seed"])
             if key in self.handed:
                 continue
-            if self.early >= self.seeds:
-                return None  # another trial's early runs were handed out first
+            if candidate["number"] not in self.early_of and len(self.early_of) >= self.ahead:
+                return None  # other trials' early runs were handed out first
             if (False, (candidate["number"],)) not in self.announced:
                 self.announced.add((False, (candidate["number"],)))
-                self.announce(f"confirming trial {candidate['number']}, {why}, on {self.seeds} more seeds beside it, "
+                beside = " beside it" if candidate.get("status") is None else ""  # still running
+                self.announce(f"confirming trial {candidate['number']}, {why}, on {self.seeds} more seeds{beside}, "
                               "ahead of the other trials")
             self.handed.add(key)
             self.early += 1
+            self.early_of.add(candidate["number"])
             return job
         return None
 
     @property
     def most_runs(self) -> int:
-        """The most runs next() can hand out: every candidate's, and one more candidate's early."""
-        return (self.top + 1) * self.seeds if self.seeds > 0 else 0
+        """The most runs next() and first() can hand out: every candidate's, and ``ahead`` more candidates' early."""
+        return (self.top + self.ahead) * self.seeds if self.seeds > 0 else 0
 
     def next(self, finished: list[TrialRecord], final: bool,
              confirmations: list[TrialRecord] | tuple = ()) -> TrialJob | str | None:
@@ -144,6 +152,7 @@ class Schedule:
                     self.handed.add(key)
                     if not final:
                         self.early += 1
+                        self.early_of.add(c["number"])
                     return job
             if not final:
                 return None

@@ -16,7 +16,8 @@ __all__ = ["WarmFallback", "confirm_first", "warm_news"]
 
 def confirm_first(warm, schedule, progress, confirmations=(), fallback_of=lambda: None):
     """(finished records, running search trials' params by number) -> the next confirmation run of the earlier
-    recommendation, beside its own trial and ahead of the search's other trials (``_warm.to_confirm_first``), or None;
+    recommendation, beside its own trial and ahead of the search's other trials (``_warm.to_confirm_first``), then
+    of the trial that beats it here (``_warm.challenger``: its runs go ahead of the trials left too), or None;
     None for a search with no pick to confirm. Once its confirmation runs have ended and demoted it, it failed here:
     a search whose budget it had cut goes back to the default trials then (``fallback_of()``, a WarmFallback), not
     only once every trial has ended with nothing confirmed. ``confirmations``: the search's, as they end."""
@@ -38,6 +39,8 @@ def confirm_first(warm, schedule, progress, confirmations=(), fallback_of=lambda
         if _warm.confirmation_failed(warm, confirmations):
             pick = None  # a confirmation run of it failed: no more of them
         job = schedule.first(pick, "the earlier recommendation") if pick else None
+        if job is None and (rival := _warm.challenger(finished, warm, confirmations)) is not None:
+            job = schedule.first(rival, "which beats the earlier recommendation here")
         if job is not None:
             progress.total += 1
         return job

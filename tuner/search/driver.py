@@ -318,7 +318,9 @@ def _search(prepared, tracker, study, run_name, records, placement, progress, st
     extensions: list[TrialRecord] = []  # longer re-runs of the best stable trials, when none learned
     remeasures: list[TrialRecord] = []  # a --from search's speed re-runs, side by side with trial 0
 
-    schedule = confirm.Schedule(base_spec, o.confirm_seeds, o.confirm_top, o.trial_timeout, announce=echo)
+    # a warm search confirms its earlier recommendation, then a trial that beats it here, ahead of its other trials
+    schedule = confirm.Schedule(base_spec, o.confirm_seeds, o.confirm_top, o.trial_timeout, announce=echo,
+                                ahead=2 if warm and warm.picks else 1)
     budget = extend.default_budget(prepared.n_trials, o.max_steps) if o.budget is None else o.budget
     longer = extend.Extension(base_spec, budget, o.trial_timeout, announce=echo)
     speed = remeasure.Remeasure(base_spec, o.trial_timeout, wanted=prepared.first is not None, announce=echo)
