@@ -36,8 +36,8 @@ What is reused, each rule also in docs/how-a-search-works.md ("Warm start"):
   Other data of other lengths pads and batches otherwise: its speeds are measured again.
 - trust: nothing is recommended from them. The picks are trials of this search, on this data and these seeds, and
   confirmed as any candidate is; the first pick's confirmation runs go beside its own trial, ahead of the search's
-  other trials (``to_confirm_first``); a pick that fails here is said (``told_line``) and the search goes on
-  exploring.
+  other trials (``to_confirm_first``), then those of a trial that beats it here (``challenger``); a pick that fails
+  here is said (``told_line``) and the search goes on exploring.
   When every pick failed here (``fell_back``), or its trials and confirmations are done with nothing confirmed
   (tuner.search.driver), a search whose budget the earlier trials had cut runs the default trials again: a cold
   search's exploration, the trials already run kept. Where the earlier speeds count here it runs a cold search's
@@ -548,8 +548,7 @@ def to_confirm_first(told: list[TrialRecord], running: dict[int, dict[str, Any]]
     learning; None before it starts, or once it failed here. Whether the last answer holds on this data and on other
     seeds is the first thing a second search finds out: when it does, the search has a confirmed config after its
     first two rounds, and its other trials look for a better one (on the bench the earlier recommendation stayed the
-    pick on 5 of 8 seeds). A trial that beats it is confirmed at the end, as in any search
-    (tuner.search._confirm.Schedule); a pick that fails on this search's seed stops getting confirmation runs, and
+    pick on 5 of 8 seeds). A trial that beats it is confirmed next (``challenger``); a pick that fails on this search's seed stops getting confirmation runs, and
     so does one whose confirmation run (``confirmations``: those that have ended) failed: it cannot be confirmed
     (on the bench its trial and the run beside it diverged at the same step, and the slot the run freed went to a
     second confirmation run while its trial's end was still on its way; 6 of 15 searches ran it)."""
