@@ -144,6 +144,18 @@ def test_build_runs_the_recommendation_first_and_tells_same_data_trials():
     assert built.tags() == {WARM_START_TAG: "r1"}
 
 
+def test_earlier_trials_none_of_which_learned_are_not_told_to_the_sampler_but_their_speeds_count():
+    unlearned = [trial(0, "fp32", learned=False), trial(1, "fp32", lr=2e-3, learned=False),
+                 trial(2, "bf16-pure", "diverged", lr=5e-3), trial(3, "fp32", "pruned", lr=4e-3)]
+    built = warm.build([source(unlearned)], HERE, space(), n_trials=12)
+    assert len(built.priors) == 4 and built.to_tell() == [] and len(built.measured_here()) == 4
+    assert ("no recommendation of theirs to run first; their 4 trials not told to the sampler (none of them learned: "
+            "tied at 0, they rank nothing)") in built.line, built.line
+    # one that learned gives them a ranking: all of them are told
+    some = warm.build([source([*unlearned, trial(4, "fp32", lr=3e-3)])], HERE, space(), n_trials=12)
+    assert len(some.to_tell()) == 5 and "5 earlier trials told to the sampler" in some.line
+
+
 def test_other_data_runs_the_pick_and_tells_the_sampler_but_its_speeds_are_not_measured_here():
     trials = [trial(0, "fp32", lr=2e-3), trial(1, "fp32", lr=4e-3), trial(2, "fp32", lr=1e-3)]
     built = warm.build([source(trials, recommended=trials[0], data="sha256:abc")], HERE, space(), n_trials=12,

@@ -27,7 +27,8 @@ What is reused, each rule also in docs/how-a-search-works.md ("Warm start"):
   choice leave the space (memory grows with the batch). Never the smallest choice, nor a ``--from`` file's.
 - priors: the trials of sources of this model on this hardware are told to the sampler (Optuna) before this
   search's own, with their objective and constraint as they were told then, on the same data or on other data of
-  the same task (the line says how many ran on other data); learning knobs keep their full range.
+  the same task (the line says how many ran on other data); learning knobs keep their full range. None are told
+  when none of them learned (``WarmStart.to_tell``): tied at 0, they rank nothing.
 - speeds: with the tpe sampler, the tokens/s of those of them on the same data, or on other data whose rows' token
   lengths are alike (the 10th, 50th and 90th percentiles within 10% or a token: tuner.inputs.lengths.alike, the
   profile kept as the search run's tag), count as measured here (the model, hardware and the lengths of the rows
@@ -131,7 +132,7 @@ class WarmStart:
     picks: list[dict[str, Any]] = field(default_factory=list)  # searched params to run first, in order
     left_out: dict[str, str] = field(default_factory=dict)  # precision -> the evidence ("crashed 4 of 4 there")
     batches_left_out: dict[int, str] = field(default_factory=dict)  # batch size -> the evidence ("out of memory ...")
-    priors: list[TrialRecord] = field(default_factory=list)  # earlier trial records told to the sampler
+    priors: list[TrialRecord] = field(default_factory=list)  # earlier trial records (told to the sampler: to_tell)
     other_data: int = 0  # how many of the priors ran on other data (their speeds are not this data's)
     notes: list[str] = field(default_factory=list)  # what was found but not reused, and why
     line: str = ""  # what the search says at its start
@@ -163,6 +164,16 @@ class WarmStart:
 
     def __bool__(self) -> bool:
         return bool(self.sources)
+
+    def to_tell(self) -> list[TrialRecord]:
+        """The priors told to the sampler: all of them, or none when none of them learned. Tied at an objective of 0,
+        such trials rank nothing, and the sampler would take an arbitrary few of them for its good ones: on the
+        bench, a first search whose trials all stopped short of learning (its lr-0.039 trial 0 cut at step 6) sent
+        the warm search after it into the low learning rates it had tried last (0.005-0.02), where its best learned
+        0.41x as fast as the cold search's pick beside it. Their speeds still count (``measured_here``)."""
+        from tuner.verdicts import recommend as rec
+
+        return self.priors if any(rec.objective(r) > 0 for r in self.priors) else []
 
     def measured_here(self) -> list[TrialRecord]:
         """The priors that ran on this search's data, or on other data whose rows' token lengths are alike
@@ -493,7 +504,9 @@ def describe(warm: WarmStart, here: Here) -> str:
     told = len(warm.priors)
     other = (f" ({'all' if warm.other_data == told else warm.other_data} on other data)"
              if warm.other_data else "")
-    parts.append(f"{told} earlier trial{'s' if told != 1 else ''} told to the sampler{other}" if told
+    parts.append(f"{told} earlier trial{'s' if told != 1 else ''} told to the sampler{other}" if warm.to_tell()
+                 else f"their {told} trial{'s' if told != 1 else ''} not told to the sampler (none of them learned: "
+                      "tied at 0, they rank nothing)" if told
                  else "their outcomes not told to the sampler (another model size)" if others
                  else "their outcomes not told to the sampler (none fits this space)")
     if warm.speeds_reused:
