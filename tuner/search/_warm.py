@@ -561,10 +561,11 @@ def to_confirm_first(told: list[TrialRecord], running: dict[int, dict[str, Any]]
     learning; None before it starts, or once it failed here. Whether the last answer holds on this data and on other
     seeds is the first thing a second search finds out: when it does, the search has a confirmed config after its
     first two rounds, and its other trials look for a better one (on the bench the earlier recommendation stayed the
-    pick on 5 of 8 seeds). A trial that beats it is confirmed next (``challenger``); a pick that fails on this search's seed stops getting confirmation runs, and
-    so does one whose confirmation run (``confirmations``: those that have ended) failed: it cannot be confirmed
-    (on the bench its trial and the run beside it diverged at the same step, and the slot the run freed went to a
-    second confirmation run while its trial's end was still on its way; 6 of 15 searches ran it)."""
+    pick on 5 of 8 seeds). A trial that beats it is confirmed next (``challenger``); a pick that fails on this
+    search's seed stops getting confirmation runs, and so does one whose confirmation run (``confirmations``: those
+    that have ended) failed: it cannot be confirmed (on the bench its trial and the run beside it diverged at the same
+    step, and the slot the run freed went to a second confirmation run while its trial's end was still on its way; 6
+    of 15 searches ran it)."""
     if not warm.picks:
         return None
     number = warm.first_pick
@@ -574,8 +575,7 @@ def to_confirm_first(told: list[TrialRecord], running: dict[int, dict[str, Any]]
         return {"number": number, "params": running[number]}
     from tuner.verdicts import recommend as rec
 
-    ended = [r for r in told if r.get("number") == number and "confirms" not in r and "extends" not in r
-             and "remeasures" not in r]
+    ended = [r for r in _own(told) if r.get("number") == number]
     return ended[0] if ended and rec.is_ok(ended[0]) and rec.learned(ended[0]) else None
 
 
@@ -587,19 +587,19 @@ def challenger(told: list[TrialRecord], warm: WarmStart, confirmations: Collecti
     earlier recommendation runs, once it failed here (on its trial or a confirmation run: the search goes on as a
     cold one, whose best trial is confirmed at the end), or while it is still the best. Such a trial is the likeliest
     pick from then on: on the bench, a warm search whose later trial beat the earlier recommendation confirmed that
-    trial only after every trial had ended, 0.71-0.79x a cold search's wall time to its pick against 0.32-0.48x where
+    trial only after every trial had ended, 0.59-0.84x a cold search's wall time to its pick against 0.32-0.48x where
     the earlier recommendation stayed the pick."""
-    if not warm.picks or confirmation_failed(warm, confirmations):
+    if to_confirm_first(told, {}, warm, confirmations) is None:  # no pick, still running, or failed here
         return None
     from tuner.search import _confirm as confirm
-    from tuner.verdicts import recommend as rec
 
-    own = [r for r in told if "confirms" not in r and "extends" not in r and "remeasures" not in r]
-    pick = next((r for r in own if r.get("number") == warm.first_pick), None)
-    if pick is None or not (rec.is_ok(pick) and rec.learned(pick)):
-        return None
-    best = confirm.candidates(own, 1, list(confirmations))
+    best = confirm.candidates(_own(told), 1, list(confirmations))
     return best[0] if best and best[0].get("number") != warm.first_pick else None
+
+
+def _own(told: list) -> list:
+    """The records of this search's own trials: not its confirmation runs, longer runs or speed re-runs."""
+    return [r for r in told if "confirms" not in r and "extends" not in r and "remeasures" not in r]
 
 
 def confirmation_failed(warm: WarmStart, confirmations: Collection[TrialRecord]) -> bool:
@@ -620,8 +620,7 @@ def fell_back(told: list[dict[str, Any]], warm: WarmStart, demoted: Collection[i
         return None
     from tuner.verdicts import recommend as rec
 
-    picks = {r.get("number"): r for r in told if r.get("number") in warm.pick_numbers() and "confirms" not in r
-             and "extends" not in r and "remeasures" not in r}
+    picks = {r.get("number"): r for r in _own(told) if r.get("number") in warm.pick_numbers()}
     if len(picks) < len(warm.picks):
         return None
     if any(r.get("status") == Status.PRUNED or (rec.is_ok(r) and rec.learned(r) and n not in demoted)

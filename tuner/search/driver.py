@@ -187,7 +187,8 @@ def _open_stores(prepared: Prepared) -> _Stores:
     warm = prepared.warm
     # a warm start's picks run next (a grid holds them already), its earlier trials told first (tuner.search._warm)
     first = [*([prepared.first] if prepared.first else []), *(warm.picks if warm and prepared.grid is None else [])]
-    priors = [(prepared.space, warm.to_tell())] if warm and warm.to_tell() else None
+    told = warm.to_tell() if warm else []
+    priors = [(prepared.space, told)] if told else None
 
     def study_named(name: str):
         return make_study(o.sampler, o.seed, prepared.n_trials, storage, name, prepared.grid, first or None, priors)
