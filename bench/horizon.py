@@ -228,6 +228,64 @@ def _risks(run: dict[str, Any]) -> list:
                     run["params"].get("precision", "fp32"), horizon_steps(short["steps_run"] or 1))
 
 
+def on_the_long_schedule(data: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each recorded config as if its trial had been the long run's first ``short`` steps, on the long run's
+    learning-rate schedule (TrialSpec.schedule_steps: step for step the same run, tests/trial/test_trial.py), read
+    off the record: ``caught`` when the long run stopped within those steps (the trial would not have been ok),
+    else the forecast on those steps. Configs not ok at the trial length as recorded have no long run and are left
+    out (on their own shorter schedule they failed already; the long one keeps the learning rate higher)."""
+    from tuner.verdicts.forecast import forecast
+
+    rows = []
+    for r in data["runs"]:
+        long = r["long"]
+        if long is None:
+            continue
+        stopped = long.get("stopped_at_step") or long["steps_run"]
+        history = [row for row in long["history"] if row.get("step", 0) <= data["short"]]
+        peak = max((row.get("learning_rate") or 0.0 for row in long["history"]), default=0.0)
+        at_end = history[-1].get("learning_rate") if history else None
+        caught = long["status"] != "ok" and stopped <= data["short"]
+        risks = [] if caught else forecast(with_fp16_share(history, r["params"]), r["trainer"],
+                                           r["params"].get("precision", "fp32"), data["long"])
+        rows.append({"trainer": r["trainer"], "config": r["config"], "seed": r["seed"], "outcome": r["outcome"],
+                     "failed": r["outcome"] in FAILED, "caught": caught, "risk": str(risks[0]) if risks else "",
+                     "lr_share": (at_end / peak) if at_end is not None and peak else None,
+                     "recorded_risk": _risk_again(r)})
+    return rows
+
+
+def long_schedule_lines(sets: list[dict[str, Any]], title: str) -> list[str]:
+    """The held-out recall and precision as recorded (the trial on a schedule of its own) beside the same configs
+    with the trial as the long run's first steps (``on_the_long_schedule``)."""
+    rows = [row for data in sets for row in on_the_long_schedule(data)]
+    late = [r for r in rows if r["failed"]]
+
+    def figures(flag, among):
+        flagged = [r for r in among if flag(r)]
+        hits = [r for r in flagged if r["failed"]]
+        failed = [r for r in among if r["failed"]]
+        return (f"{len(failed)} | {len(flagged)} | {_ratio(len(hits) / len(failed) if failed else None)} | "
+                f"{_ratio(len(hits) / len(flagged) if flagged else None)}")
+
+    uncaught = [r for r in rows if not r["caught"]]
+    warming = [r for r in uncaught if r["lr_share"] is not None and r["lr_share"] < 0.5]
+    short = sets[0]["short"]
+    return [f"**{title}** (config seeds {', '.join(str(d.get('config_seed')) for d in sets)}):", "",
+            "| the trial | ok at the trial length | failed in the long run | flagged at risk | recall | precision |",
+            "| --- | --- | --- | --- | --- | --- |",
+            f"| its own {short}-step schedule (as recorded) | {len(rows)} | "
+            + figures(lambda r: bool(r["recorded_risk"]), rows) + " |",
+            f"| the long run's first {short} steps | {len(uncaught)} | "
+            + figures(lambda r: bool(r["risk"]), uncaught) + " |", "",
+            f"On the long schedule, {sum(r['caught'] for r in rows)} of the {len(late)} failures stop within the "
+            f"trial. At step {short}, {len(warming)} of the other {len(uncaught)} configs are below half the long "
+            f"run's peak learning rate, still in a warmup given as a share of the run (a tenth of {sets[0]['long']} "
+            f"steps is {sets[0]['long'] // 10}); {sum(r['failed'] for r in warming)} of them failed, "
+            f"{sum(r['failed'] and bool(r['recorded_risk']) and not r['risk'] for r in warming)} flagged as recorded "
+            "and not on the long schedule."]
+
+
 def with_fp16_share(history: list[dict[str, Any]], params: dict[str, Any]) -> list[dict[str, Any]]:
     """Runs recorded before tuner.trial.signals read ``weights_fp16`` get it from their config, as the reading gives
     it on the tiny model: 1.0 for an fp16-pure full fine-tune, 0 otherwise (PEFT keeps its adapters in float32; a
@@ -328,7 +386,19 @@ def main(argv: list[str] | None = None) -> int:
                         "forecast re-run offline on their short histories, with today's rules) and stop")
     parser.add_argument("--results", metavar="MD", help="with --render: also put it into this RESULTS.md as the "
                                                          "section " + SECTION.removeprefix("## "))
+    parser.add_argument("--long-schedule", action="store_true", help="with --render: the held-out sets' recall "
+                        "and precision with each trial read as the long run's first steps (on_the_long_schedule), "
+                        "beside the recorded trials'; printed only")
     args = parser.parse_args(argv)
+    if args.render and args.long_schedule:
+        loaded = [load(path) for path in args.render]
+        for model, where in dict.fromkeys((data["model"], _where(data)) for data in loaded):
+            held_out = [d for d in loaded if (d["model"], _where(d)) == (model, where) and d.get("held_out")]
+            if held_out:
+                print("\n".join(long_schedule_lines(held_out, f"Held-out sets, {model} model"
+                                                     + (" on a GPU" if where == "cuda" else "")
+                                                     + ", the trial on its own schedule and on the long run's")), "")
+        return 0
     if args.render:
         out: list[str] = []
         for path in args.render:

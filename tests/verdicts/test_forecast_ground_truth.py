@@ -273,3 +273,20 @@ def test_on_the_tiny_pretrained_model_every_flag_came_true_and_no_learning_confi
     assert {_risks(r)[0].signal for r in ok if _risks(r)} == {"fp16_weights"}  # the reward model's: headroom too
     learned = [r for r in ok if r["short"].get("learned")]
     assert len(learned) == 16 and not [r for r in learned if r["outcome"] in FAILED]
+
+
+def test_read_as_the_long_run_s_first_steps_early_failures_are_caught_and_flags_lost_are_in_warmup():
+    # bench.horizon.on_the_long_schedule: each held-out config's trial read as the first 20 steps of its 500-step run
+    # (the same run step for step). A run that stopped within them is caught; the flags lost against the recorded
+    # trials are all on configs still warming up at step 20 (warmup a share of the run, below half the peak there).
+    from bench.horizon import on_the_long_schedule
+
+    rows = [row for path in SETS if load(path).get("held_out") for row in on_the_long_schedule(load(path))]
+    caught = [r for r in rows if r["caught"]]
+    assert caught and all(r["failed"] and r["outcome"] == "failed early" for r in caught)
+    lost = [r for r in rows if r["failed"] and r["recorded_risk"] and not r["caught"] and not r["risk"]]
+    assert lost and all(r["lr_share"] < 0.5 for r in lost)
+    hits = sum(r["failed"] and bool(r["risk"]) for r in rows if not r["caught"])
+    failed = sum(r["failed"] for r in rows if not r["caught"])
+    recorded = sum(r["failed"] and bool(r["recorded_risk"]) for r in rows) / sum(r["failed"] for r in rows)
+    assert hits / failed < recorded  # the reading RESULTS reports: no gain in recall from the long schedule
