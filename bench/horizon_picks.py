@@ -191,6 +191,19 @@ def run(trainers: list[str], seeds: list[int], model: str, factor: int, output: 
 # -- the summary ----------------------------------------------------------------------------------------------
 
 
+def pooled(recordings: list[dict[str, Any]]) -> dict[str, Any]:
+    """Recordings of one model at one factor as one: their invocations in turn, each (trainer, search seed) once,
+    from the last recording that holds it (a re-recording after a change replaces the earlier one)."""
+    first = recordings[0]
+    for data in recordings[1:]:
+        if (data["model"], data["factor"]) != (first["model"], first["factor"]):
+            raise SystemExit(f"--render: recordings of {first['model']} at {first['factor']}x and of "
+                             f"{data['model']} at {data['factor']}x cannot be pooled")
+    searches = {(r["trainer"], r["search_seed"]): r for data in recordings for r in data["searches"]}
+    return {**first, "invocations": [inv for data in recordings for inv in data["invocations"]],
+            "searches": sorted(searches.values(), key=lambda r: (TRAINERS.index(r["trainer"]), r["search_seed"]))}
+
+
 def pick_outcome(row: dict[str, Any]) -> str | None:
     """A search's pick in one word: None (nothing recommended), "held" (every long run held), or the first failure
     of its long runs (bench.horizon.FAILED)."""
@@ -312,13 +325,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--factor", type=int, default=25, help="the long run, in trial lengths (default %(default)s)")
     parser.add_argument("--output", default=str(OUTPUT))
     parser.add_argument("--resume", action="store_true", help="keep the searches --output holds; run the others")
-    parser.add_argument("--render", metavar="JSON", help="print the summary of a recorded run and stop")
+    parser.add_argument("--render", metavar="JSON", nargs="+", help="print the summary of a recorded run and stop; "
+                        "several recordings of one model are pooled (``pooled``: each search once, the newest)")
     parser.add_argument("--results", metavar="MD", help="with --render: also put it into this RESULTS.md, as the "
                         "subsection " + SUBSECTION.removeprefix("### ") + " (another model's: its own) of "
                         + SECTION.removeprefix("## "))
     args = parser.parse_args(argv)
     if args.render:
-        data = load(args.render)
+        if args.results and len(args.render) > 1:
+            parser.error("--results takes one recording: a pooled one is printed, for a section written by hand")
+        data = pooled([load(path) for path in args.render])
         out = lines(data)
         print("\n".join(out))
         if args.results:

@@ -3,7 +3,7 @@ outcome, the bound on the failure share, and its RESULTS subsection kept when be
 
 import pytest
 
-from bench.horizon_picks import Pick, pick_of, pick_outcome, replace_subsection, summarize, upper_bound
+from bench.horizon_picks import Pick, pick_of, pick_outcome, pooled, replace_subsection, summarize, upper_bound
 from bench.report import replace_section
 
 
@@ -71,3 +71,18 @@ def test_the_subsection_is_replaced_in_place_and_survives_its_section_being_writ
     # bench/horizon.py writes its section again: the subsection another run wrote stays at its end
     replace_section(path, "## A", ["new a"])
     assert path.read_text() == "# R\n\n## A\n\nnew a\n\n### picks\n\nsecond\n\n## B\n\nb\n"
+
+
+def test_recordings_pooled_hold_each_search_once_the_newest_and_every_invocation():
+    def recording(model, searches, command):
+        return {"model": model, "factor": 25, "fresh_seeds_per_pick": 2, "invocations": [{"command": command}],
+                "searches": [{"trainer": t, "search_seed": s, "pick": None, "from": command} for t, s in searches]}
+
+    old = recording("tiny-pretrained", [("grpo", 0), ("dpo", 0), ("grpo", 1)], "before")
+    new = recording("tiny-pretrained", [("grpo", 1), ("sft", 2)], "after")
+    data = pooled([old, new])
+    assert [c["command"] for c in data["invocations"]] == ["before", "after"]
+    assert [(r["trainer"], r["search_seed"], r["from"]) for r in data["searches"]] == [
+        ("grpo", 0, "before"), ("grpo", 1, "after"), ("dpo", 0, "before"), ("sft", 2, "after")]
+    with pytest.raises(SystemExit, match="cannot be pooled"):
+        pooled([old, recording("tiny", [("dpo", 3)], "elsewhere")])
