@@ -4,6 +4,7 @@ trial length and at 25x it on seeds the search never saw.
     python -m bench.horizon_picks --seeds 0,1,2,3                 # 5 trainers x 4 searches on the tiny model
     python -m bench.horizon_picks --seeds 0,1,2,3 --resume        # go on where a stopped run left off
     python -m bench.horizon_picks --render bench/horizon-picks.json.gz --results bench/RESULTS.md
+    python -m bench.horizon_picks --render A.json.gz B.json.gz     # recordings of one model, pooled
     python -m bench.horizon_picks --model tiny-pretrained --seeds 0,1 --output bench/horizon-picks-pretrained.json.gz
 
 For each trainer and search seed S, ``tuner search --trainer T --model tiny --seed S`` runs in a fresh store (so no
