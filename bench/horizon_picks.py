@@ -278,10 +278,14 @@ def lines(data: dict[str, Any]) -> list[str]:
     pooled = summary["all"]
     if pooled["picks"]:
         met = "met" if pooled["failed"] / pooled["picks"] <= TARGET else "not met"
+        bound = pooled["upper_95"]
+        holds = (f"rules out a failure share above {bound:.3f} (one-sided 95%, Clopper-Pearson): the target holds at "
+                 "that confidence" if bound <= TARGET else
+                 f"rules out only a failure share above {bound:.2f} (one-sided 95%, Clopper-Pearson), not one above "
+                 f"{TARGET:.2f}")
         out += ["", f"**{pooled['failed']} of {pooled['picks']} picks failed by {data['factor']}x the trial length** "
                     f"(share {pooled['share']:.2f}; the issue's target, at most 1 in 20: {met} on these picks). "
-                    f"{pooled['failed']} of {pooled['picks']} rules out only a failure share above "
-                    f"{pooled['upper_95']:.2f} (one-sided 95%, Clopper-Pearson), not one above {TARGET:.2f}."]
+                    f"{pooled['failed']} of {pooled['picks']} {holds}."]
     for r in searches:
         if r["pick"] is None:
             out.append(f"- {r['trainer']} seed {r['search_seed']}: recommended nothing (exit {r['exit_code']}"

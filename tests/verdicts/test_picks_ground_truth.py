@@ -21,9 +21,9 @@ def recorded():
 
 def test_every_search_of_the_recording_is_there_and_each_pick_ran_on_seeds_its_search_never_used(recorded):
     searches = recorded["searches"]
-    # 5 trainers x 10 search seeds, each once
+    # 5 trainers x 12 search seeds, each once
     assert sorted((r["trainer"], r["search_seed"]) for r in searches) == sorted(
-        (t, s) for t in ("dpo", "grpo", "kto", "reward", "sft") for s in range(10))
+        (t, s) for t in ("dpo", "grpo", "kto", "reward", "sft") for s in range(12))
     for row in searches:
         if row["pick"] is None:
             assert not row["runs"]
@@ -38,17 +38,17 @@ def test_every_search_of_the_recording_is_there_and_each_pick_ran_on_seeds_its_s
 
 
 def test_the_picks_and_their_failures_are_the_figures_results_states(recorded):
-    # 50 default searches (10 seeds x 5 trainers; seeds 6-9 recorded at 7f61310), each recommended a config; none of
-    # the 50 picks failed by step 500 on either fresh seed (0 of 100 runs), none was recommended at risk, all 100 long
-    # runs held and learned. The issue's at most 1 in 20 is met on them; 0 of 50 rules out only a failure share above
-    # 0.058 (Clopper-Pearson).
+    # 60 default searches (12 seeds x 5 trainers; seeds 6-9 recorded at 7f61310, 10-11 at f1a9ac7), each recommended a
+    # config; none of the 60 picks failed by step 500 on either fresh seed (0 of 120 runs), none was recommended at
+    # risk, all 120 long runs held and learned. 0 of 60 rules out a failure share above 0.049 (Clopper-Pearson): the
+    # issue's at most 1 in 20 holds at 95% on them.
     summary = summarize(recorded["searches"])["all"]
-    assert (summary["searches"], summary["picks"], summary["failed"]) == (50, 50, 0)
-    assert (summary["runs"], summary["runs_failed"], summary["at_risk"]) == (100, 0, 0)
+    assert (summary["searches"], summary["picks"], summary["failed"]) == (60, 60, 0)
+    assert (summary["runs"], summary["runs_failed"], summary["at_risk"]) == (120, 0, 0)
     assert summary["failed"] / summary["picks"] <= TARGET
-    assert summary["upper_95"] == 0.058
+    assert summary["upper_95"] == 0.049 and summary["upper_95"] <= TARGET
     assert all(run["long"]["learned"] for row in recorded["searches"] for run in row["runs"])
-    assert "0 of 50 picks failed by step" in " ".join((ROOT / "docs" / "horizon.md").read_text().split())  # the docs' figure
+    assert "0 of 60 picks failed by step" in " ".join((ROOT / "docs" / "horizon.md").read_text().split())  # the docs' figure
 
 
 def test_results_md_carries_this_recording_s_rendering(recorded):
@@ -133,3 +133,23 @@ def test_with_the_anchored_twin_both_pretrained_grpo_searches_pick_a_config_with
     text = (ROOT / "bench" / "RESULTS.md").read_text()
     body = text.partition(subsection("tiny-pretrained", ("grpo",)))[2]
     assert body and all(line in body for line in lines(data))
+
+
+def test_the_tiny_pretrained_model_s_picks_with_today_s_rules_pooled_none_failed():
+    # RESULTS' pooled subsection: the recording of seeds 0-1 (cb3ee45), its GRPO searches again with the anchored
+    # twin (44f4619), and seeds 2-3 of DPO, KTO, reward and SFT and seed 2 of GRPO (f1a9ac7, 2026-11-28), each search
+    # once and the newest: 19 searches, 19 picks, none failed by 25x on either fresh seed; 0 of 19 rules out only a
+    # failure share above 0.15.
+    from bench.horizon_picks import pooled
+
+    names = ["horizon-picks-pretrained.json.gz", "horizon-picks-pretrained-grpo.json.gz",
+             "horizon-picks-pretrained-2-3.json.gz", "horizon-picks-pretrained-grpo-2.json.gz"]
+    data = pooled([load(ROOT / "bench" / name) for name in names])
+    summary = summarize(data["searches"])
+    assert (summary["all"]["searches"], summary["all"]["picks"], summary["all"]["failed"]) == (19, 19, 0)
+    assert summary["all"]["runs"] == 38 and summary["all"]["upper_95"] == 0.146
+    grpo = [row for row in data["searches"] if row["trainer"] == "grpo"]
+    assert len(grpo) == 3 and all(row["pick"]["params"]["beta"] == 0.04 for row in grpo)  # the anchored ones only
+    assert all(run["long"]["steps_run"] == 4500 for row in grpo for run in row["runs"])
+    text = " ".join((ROOT / "bench" / "RESULTS.md").read_text().split())
+    assert "| all | 19 | 19 | 0 | **0** | 0 of 38 | 0.00 (0.15) |" in text
