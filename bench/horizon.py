@@ -279,7 +279,7 @@ def long_schedule_lines(sets: list[dict[str, Any]], title: str) -> list[str]:
             f"| the long run's first {short} steps | {len(uncaught)} | "
             + figures(lambda r: bool(r["risk"]), uncaught) + " |", "",
             f"On the long schedule, {sum(r['caught'] for r in rows)} of the {len(late)} failures stop within the "
-            f"trial. At step {short}, {len(warming)} of the other {len(uncaught)} configs are below half the long "
+            f"trial. At step {short}, {len(warming)} of the other {len(uncaught)} runs are below half the long "
             f"run's peak learning rate, still in a warmup given as a share of the run (a tenth of {sets[0]['long']} "
             f"steps is {sets[0]['long'] // 10}); {sum(r['failed'] for r in warming)} of them failed, "
             f"{sum(r['failed'] and bool(r['recorded_risk']) and not r['risk'] for r in warming)} flagged as recorded "

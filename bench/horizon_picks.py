@@ -192,7 +192,7 @@ def run(trainers: list[str], seeds: list[int], model: str, factor: int, output: 
 # -- the summary ----------------------------------------------------------------------------------------------
 
 
-def pooled(recordings: list[dict[str, Any]]) -> dict[str, Any]:
+def pooled_recordings(recordings: list[dict[str, Any]]) -> dict[str, Any]:
     """Recordings of one model at one factor as one: their invocations in turn, each (trainer, search seed) once,
     from the last recording that holds it (a re-recording after a change replaces the earlier one)."""
     first = recordings[0]
@@ -331,7 +331,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", default=str(OUTPUT))
     parser.add_argument("--resume", action="store_true", help="keep the searches --output holds; run the others")
     parser.add_argument("--render", metavar="JSON", nargs="+", help="print the summary of a recorded run and stop; "
-                        "several recordings of one model are pooled (``pooled``: each search once, the newest)")
+                        "several recordings of one model are pooled (``pooled_recordings``: each search once, the newest)")
     parser.add_argument("--results", metavar="MD", help="with --render: also put it into this RESULTS.md, as the "
                         "subsection " + SUBSECTION.removeprefix("### ") + " (another model's: its own) of "
                         + SECTION.removeprefix("## "))
@@ -339,7 +339,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.render:
         if args.results and len(args.render) > 1:
             parser.error("--results takes one recording: a pooled one is printed, for a section written by hand")
-        data = pooled([load(path) for path in args.render])
+        data = pooled_recordings([load(path) for path in args.render])
         out = lines(data)
         print("\n".join(out))
         if args.results:

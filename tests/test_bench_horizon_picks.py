@@ -3,7 +3,15 @@ outcome, the bound on the failure share, and its RESULTS subsection kept when be
 
 import pytest
 
-from bench.horizon_picks import Pick, pick_of, pick_outcome, pooled, replace_subsection, summarize, upper_bound
+from bench.horizon_picks import (
+    Pick,
+    pick_of,
+    pick_outcome,
+    pooled_recordings,
+    replace_subsection,
+    summarize,
+    upper_bound,
+)
 from bench.report import replace_section
 
 
@@ -80,9 +88,9 @@ def test_recordings_pooled_hold_each_search_once_the_newest_and_every_invocation
 
     old = recording("tiny-pretrained", [("grpo", 0), ("dpo", 0), ("grpo", 1)], "before")
     new = recording("tiny-pretrained", [("grpo", 1), ("sft", 2)], "after")
-    data = pooled([old, new])
+    data = pooled_recordings([old, new])
     assert [c["command"] for c in data["invocations"]] == ["before", "after"]
     assert [(r["trainer"], r["search_seed"], r["from"]) for r in data["searches"]] == [
         ("grpo", 0, "before"), ("grpo", 1, "after"), ("dpo", 0, "before"), ("sft", 2, "after")]
     with pytest.raises(SystemExit, match="cannot be pooled"):
-        pooled([old, recording("tiny", [("dpo", 3)], "elsewhere")])
+        pooled_recordings([old, recording("tiny", [("dpo", 3)], "elsewhere")])

@@ -140,11 +140,11 @@ def test_the_tiny_pretrained_model_s_picks_with_today_s_rules_pooled_none_failed
     # twin (44f4619), and seeds 2-3 of DPO, KTO, reward and SFT and seed 2 of GRPO (f1a9ac7, 2026-11-28), each search
     # once and the newest: 19 searches, 19 picks, none failed by 25x on either fresh seed; 0 of 19 rules out only a
     # failure share above 0.15.
-    from bench.horizon_picks import pooled
+    from bench.horizon_picks import pooled_recordings
 
     names = ["horizon-picks-pretrained.json.gz", "horizon-picks-pretrained-grpo.json.gz",
              "horizon-picks-pretrained-2-3.json.gz", "horizon-picks-pretrained-grpo-2.json.gz"]
-    data = pooled([load(ROOT / "bench" / name) for name in names])
+    data = pooled_recordings([load(ROOT / "bench" / name) for name in names])
     summary = summarize(data["searches"])
     assert (summary["all"]["searches"], summary["all"]["picks"], summary["all"]["failed"]) == (19, 19, 0)
     assert summary["all"]["runs"] == 38 and summary["all"]["upper_95"] == 0.146
