@@ -356,6 +356,14 @@ def pooled(sets: list[dict[str, Any]], title: str = "Held-out sets together") ->
     return out
 
 
+def _by_model(loaded: list[dict[str, Any]]) -> list[tuple[str, list[dict[str, Any]]]]:
+    """Recorded sets grouped by model and kind of device, in the order given, each with its name ("tiny model",
+    "tiny model on a GPU"): sets are pooled only within a group (a GPU's kernels are not a CPU's)."""
+    keys = dict.fromkeys((data["model"], _where(data)) for data in loaded)
+    return [(f"{model} model" + (" on a GPU" if where == "cuda" else ""),
+             [data for data in loaded if (data["model"], _where(data)) == (model, where)]) for model, where in keys]
+
+
 def _where(data: dict[str, Any]) -> str:
     """"cuda" for a set whose trials ran on a GPU, else "cpu" (sets recorded before devices were kept: the CPU)."""
     return "cuda" if any(str(d).startswith("cuda") for d in data.get("devices") or []) else "cpu"
@@ -390,27 +398,23 @@ def main(argv: list[str] | None = None) -> int:
                         "and precision with each trial read as the long run's first steps (on_the_long_schedule), "
                         "beside the recorded trials'; printed only")
     args = parser.parse_args(argv)
-    if args.render and args.long_schedule:
+    if args.render:
         loaded = [load(path) for path in args.render]
-        for model, where in dict.fromkeys((data["model"], _where(data)) for data in loaded):
-            held_out = [d for d in loaded if (d["model"], _where(d)) == (model, where) and d.get("held_out")]
+        groups = _by_model(loaded)
+    if args.render and args.long_schedule:
+        for name, every in groups:
+            held_out = [data for data in every if data.get("held_out")]
             if held_out:
-                print("\n".join(long_schedule_lines(held_out, f"Held-out sets, {model} model"
-                                                     + (" on a GPU" if where == "cuda" else "")
-                                                     + ", the trial on its own schedule and on the long run's")), "")
+                print("\n".join(long_schedule_lines(
+                    held_out, f"Held-out sets, {name}, the trial on its own schedule and on the long run's")), "")
         return 0
     if args.render:
         out: list[str] = []
-        for path in args.render:
-            data = load(path)
+        for path, data in zip(args.render, loaded):
             data["summary"] = forecast_again(data)
             out += [f"**`{Path(path).name}`**: " + lines(data)[0], *lines(data)[1:], ""]
-        loaded = [load(path) for path in args.render]
-        # sets of one model on one kind of device pooled together (a GPU's kernels are not a CPU's)
-        for model, where in dict.fromkeys((data["model"], _where(data)) for data in loaded):
-            every = [data for data in loaded if (data["model"], _where(data)) == (model, where)]
+        for name, every in groups:
             held_out = [data for data in every if data.get("held_out")]
-            name = f"{model} model" + (" on a GPU" if where == "cuda" else "")
             if held_out:
                 out += [*pooled(held_out, f"Held-out sets together, {name}"), ""]
             if len(every) > 1:

@@ -281,7 +281,7 @@ def test_read_as_the_long_run_s_first_steps_early_failures_are_caught_and_flags_
     # trials are all on configs still warming up at step 20 (warmup a share of the run, below half the peak there).
     from bench.horizon import on_the_long_schedule
 
-    rows = [row for path in SETS if load(path).get("held_out") for row in on_the_long_schedule(load(path))]
+    rows = [row for data in map(load, SETS) if data.get("held_out") for row in on_the_long_schedule(data)]
     caught = [r for r in rows if r["caught"]]
     assert caught and all(r["failed"] and r["outcome"] == "failed early" for r in caught)
     lost = [r for r in rows if r["failed"] and r["recorded_risk"] and not r["caught"] and not r["risk"]]
