@@ -5,6 +5,7 @@
     python -m bench.warm_start --other-data          # also the second search on other data of the same task
     python -m bench.warm_start --render bench/warm_start.json --results bench/RESULTS.md
     python -m bench.warm_start --side-by-side bench/warm_start.json --runs 4   # the picks again, taking turns
+    python -m bench.warm_start --render bench/warm_start-a.json bench/warm_start-b.json   # runs pooled
 
 For each seed s, in a fresh store: a first search (cold, seed s, the trainer's shipped space on the tiny model,
 tuner's default options: trials, steps, confirmation on 2 more seeds). Then a copy of that store is taken, and a
@@ -584,6 +585,43 @@ def lines(data: dict[str, Any]) -> list[str]:
     return out
 
 
+def pooled_lines(runs: list[dict[str, Any]]) -> list[str]:
+    """Several recorded runs (each judged again, ``rejudge``) pooled arm by arm: every pair of every run counts once,
+    a seed run twice counting twice (two runs of one seed are two independent readings: which trial beats which on
+    one reading is the run's chance). The wall time to the pick has two modes on this bench (the earlier
+    recommendation kept: ~0.4x; a trial that beats it confirmed after the last round: ~0.7x), so one run's median
+    moves with how many of its pairs fell in each: the table gives the median, the mean and the pairs at or under
+    the target. The issue's 5% bar is judged over the pooled pairs (``pooled``), where every run's picks were run
+    side by side."""
+    out = ["Runs pooled:", ""]
+    for data in runs:
+        m, n = data["machine"], len(data["pairs"])
+        side = " (picks run side by side)" if data.get("side_by_side") else ""
+        out.append(f"- `{data.get('command')}`, {m.get('date')}, tuner {data.get('versions', {}).get('tuner', '?')}:"
+                   f" {n} pair{'s' * (n != 1)}{side}")
+    out += ["", "| data | pairs | trials to a pick, warm / cold (median) | wall to the pick: median | mean |"
+            f" pairs at or under {TARGET} | wall to the end | every run to the end | warm pick as good (>= {AS_GOOD}x) |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    labels = dict.fromkeys(p["data"] for data in runs for p in data["pairs"])
+    summaries = {}
+    for label in labels:
+        pairs = [p for data in runs for p in data["pairs"] if p["data"] == label]
+        s = summaries[label] = summarize(pairs)
+        walls = [math.inf if p["comparison"]["wall_to_pick_ratio"] is None else p["comparison"]["wall_to_pick_ratio"]
+                 for p in pairs]
+        q = s["quality"]
+        out.append(f"| {label} | {len(pairs)} | {_fmt(s['trials_ratio'])} | {_fmt(s['wall_to_pick_ratio'])} |"
+                   f" {_fmt(statistics.fmean(walls))} | {sum(w <= TARGET for w in walls)} of {len(walls)} |"
+                   f" {_fmt(s['wall_ratio'])} | {_fmt(s.get('runs_ratio'))} | {q['good']} good, {q['worse']} worse,"
+                   f" {q['not resolvable']} not resolvable, {q['no pick']} no pick |")
+    judged = [(label, s["pooled"]) for label, s in summaries.items() if s.get("pooled")]
+    if judged:
+        out += ["", "The issue's 5% bar over the pooled pairs (as in each run's tables): " + "; ".join(
+            f"{label} {_fmt(p['ratio'])}x ({_fmt(p['interval'][0])}-{_fmt(p['interval'][1])}, {p['pairs']} pairs):"
+            f" {p['verdict']}" for label, p in judged) + "."]
+    return out
+
+
 def _yes(value: bool | None) -> str:
     return "-" if value is None else "yes" if value else "no"
 
@@ -610,7 +648,7 @@ def _json_default(value):
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.warm_start", description=__doc__.splitlines()[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     epilog="\n".join(__doc__.splitlines()[2:6]))
+                                     epilog="\n".join(__doc__.splitlines()[2:8]))
     parser.add_argument("--seeds", default="0,1,2", help="comma-separated first-search seeds (default %(default)s)")
     parser.add_argument("--quick", action="store_true", help="1 seed, the smallest sizes: checks the harness")
     parser.add_argument("--trainer", default=None, help=f"default {DEFAULT[0]} ({QUICK[0]} with --quick)")
@@ -626,7 +664,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", default=None, help="the stores (default: a temp dir, removed)")
     parser.add_argument("--output", default=None, help=f"default {OUTPUT.relative_to(REPO)} (--quick: "
                         "warm_start-quick.json in the temp folder: a harness check is not the measurement)")
-    parser.add_argument("--render", metavar="JSON", help="print the tables of a recorded run and stop")
+    parser.add_argument("--render", metavar="JSON", nargs="+", help="print the tables of a recorded run and stop;"
+                        " of several runs, their pairs pooled (pooled_lines)")
     parser.add_argument("--side-by-side", metavar="JSON", help="run a recorded run's two picks again, taking turns, "
                         "judge them on those runs, and write the run back (module docstring)")
     parser.add_argument("--runs", type=int, default=4, help="--side-by-side: runs of each pick (default %(default)s)")
@@ -642,8 +681,13 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(lines(data)))
         print(f"wrote {path}")
         return 0
+    if args.render and len(args.render) > 1:
+        if args.results:
+            parser.error("--results takes one run: several are pooled and printed only")
+        print("\n".join(pooled_lines([rejudge(json.loads(Path(path).read_text())) for path in args.render])))
+        return 0
     if args.render:
-        out = lines(rejudge(json.loads(Path(args.render).read_text())))
+        out = lines(rejudge(json.loads(Path(args.render[0]).read_text())))
         print("\n".join(out))
         if args.results:
             from bench.report import replace_section

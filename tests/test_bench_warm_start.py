@@ -171,3 +171,25 @@ def test_where_the_earlier_pick_fails_its_picks_are_judged_side_by_side_under_th
     assert ws.judging_env(fails) == {"TUNER_FAULT": "nan@2", "TUNER_FAULT_WHEN": "learning_rate=0.0387"}
     assert ws.judging_env({**fails, "data": "same data"}) is None
     assert ws.judging_env({**fails, "data": "other data"}) is None
+
+
+def test_several_runs_render_pooled_with_the_median_the_mean_and_the_pairs_under_the_target(tmp_path, capsys):
+    """--render A B: every pair of both runs once; the wall time's two modes (0.4x, 0.7x) told by the median, the
+    mean and the count at or under 0.5, which one run's median alone hides."""
+    fast = [pair(s, side(0, [100.0] * 3, to_pick=8.0), side(5, [100.0] * 3, to_pick=20.0)) for s in range(3)]
+    slow = [pair(s, side(2, [100.0] * 3, to_pick=14.0), side(5, [100.0] * 3, to_pick=20.0)) for s in range(2)]
+    paths = []
+    for name, pairs in (("a", fast), ("b", slow)):
+        paths.append(tmp_path / f"{name}.json")
+        paths[-1].write_text(json.dumps(made_up(pairs, command=f"python -m bench.warm_start --output {name}")))
+    assert ws.main(["--render", *map(str, paths)]) == 0
+    out = capsys.readouterr().out
+    assert "- `python -m bench.warm_start --output a`, 2026-01-01, tuner ?: 3 pairs" in out
+    assert "- `python -m bench.warm_start --output b`, 2026-01-01, tuner ?: 2 pairs" in out
+    # trials 1/6 (x3) and 3/6 (x2); wall to the pick 0.4 (x3) and 0.7 (x2): median 0.4, mean 0.52
+    assert "| same data | 5 | 0.17 | 0.40 | 0.52 | 3 of 5 |" in out
+    # one config on both sides of every pair: as good, and the pooled bar judged on their own readings
+    assert "5 good, 0 worse, 0 not resolvable, 0 no pick |" in out and "same data 1.00x (1.00-1.00, 5 pairs)" in out
+    with pytest.raises(SystemExit) as stop:
+        ws.main(["--render", *map(str, paths), "--results", str(tmp_path / "RESULTS.md")])
+    assert stop.value.code == 2 and not (tmp_path / "RESULTS.md").exists()
