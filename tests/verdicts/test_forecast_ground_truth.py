@@ -263,7 +263,7 @@ def test_on_the_tiny_pretrained_model_every_flag_came_true_and_no_learning_confi
     # and 27 of 1,000, and 320 and 465 of 500). The miss: GRPO in bf16-pure at lr 6.2e-5, its reward up from 0.05 to
     # 0.78, collapsed at step 327 (groups without reward spread: the seeds 11-13 pattern), with no trend at 20
     # steps. The 30 configs that learned within 20 steps all held.
-    sets = {load(path)["config_seed"]: load(path) for path in PRETRAINED}
+    sets = {data["config_seed"]: data for data in map(load, PRETRAINED)}
     assert sorted(sets) == [71, 73, 113]
     runs = []
     for seed, data in sets.items():
