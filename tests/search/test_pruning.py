@@ -119,6 +119,7 @@ params:
     rung = execution.Halving(40).grace
     assert behind["stopped_at_step"] == behind["steps_run"] == rung, behind  # judged at the rung itself
     assert f"stopped by successive halving at step {rung} of 40" in behind["reason"]
+    assert behind["node_id"] and behind["node_id"] == good["node_id"]  # the record says where it ran, as any trial's
     assert finished.outcome.recommended["number"] == good["number"]
     # its MLflow run is closed with the verdict (KILLED: stopped by the search, not failed)
     (run,) = [r for r in runs_of(finished, "trial") if r.data.params.get("learning_rate") == "1e-07"]

@@ -76,6 +76,7 @@ def _trainable(config: dict[str, Any]) -> None:
     # first round) imported it at the trial's first rows, while the trial trained on the cores beside it; on a
     # 2-core machine that round read 0.5-0.9x the tokens/s of the same config later (docs/how-a-search-works.md).
     preload()
+    node = ray.get_runtime_context().get_node_id()  # in every report: a trial halving stops ends on a live one
     workdir = tempfile.mkdtemp(prefix=f"tuner-trial-{config['number']:03d}-")
     seen: list[dict[str, Any]] = []  # every row so far: the figures so far that successive halving judges
     rungs = set(halving_rungs(spec.max_steps))
@@ -90,7 +91,7 @@ def _trainable(config: dict[str, Any]) -> None:
             figures = so_far(spec.entry, seen, spec.params, spec.warmup_steps)
             tune.report({LIVE: True, SEARCH_METRIC: 0.0, SO_FAR: speed_so_far(figures), "so_far": figures,
                          "number": config["number"], "first": first, "rows": batch,
-                         "step": batch[-1].get("step")})
+                         "step": batch[-1].get("step"), "node_id": node})
 
     try:
         slow = config.get("prune_after")
@@ -98,7 +99,6 @@ def _trainable(config: dict[str, Any]) -> None:
                                     prune_after=(float(slow[0]), str(slow[1])) if slow else None)
     finally:  # all it holds is in the result now (its rows, a dead process's last output): nothing left behind
         shutil.rmtree(workdir, ignore_errors=True)
-    node = ray.get_runtime_context().get_node_id()
     summary = result.summary()
     # Ray Tune requires the searcher's metric in every result
     tune.report({**summary, SEARCH_METRIC: objective(summary), SO_FAR: speed_so_far(summary), "step": result.steps_run,
@@ -260,7 +260,7 @@ class DriverCallback(Callback):
     def on_trial_complete(self, iteration, trials, trial, **info):
         result = dict(trial.last_result or {})
         if is_live(result):  # stopped between its live reports: successive halving pruned it
-            result = pruned_result(result, trial.config["spec"]["max_steps"])
+            result = {**pruned_result(result, trial.config["spec"]["max_steps"]), "node_id": result.get("node_id")}
             state = self.running.get(trial.trial_id)
             if state is not None:  # its process reported no wall time: the driver's view, start to stop
                 result["wall_seconds"] = time.perf_counter() - state["started"]
