@@ -424,14 +424,19 @@ def load_warm_start(path: Path | None = None) -> dict[str, Any] | None:
 
 
 def warm_start_row(path: Path | None = None) -> str:
-    """The warm / cold target line: from bench/warm_start.json (met, not met, not resolvable here), or not run yet."""
+    """The warm / cold target line (met, not met, not resolvable here): judged over the recorded runs pooled
+    (bench.warm_start.RECORDED, beside bench/warm_start.json), else from bench/warm_start.json alone, or not run yet."""
+    from bench import warm_start as ws
+
+    path = Path(path or WARM_START_JSON)
+    arms = ws.recorded(path.parent)
+    if arms is not None:
+        return ws.pooled_target_row(arms)
     data = load_warm_start(path)
     if data is None:
         return ("| time to a pick, warm start / cold start <= 0.5 | - | not built: `python -m bench.warm_start` has"
                 " not been run (bench/warm_start.json) |")
-    from bench.warm_start import target_row
-
-    return target_row(data)
+    return ws.target_row(data)
 
 
 def _targets(results: dict[str, Any], summary: dict[str, Any], trainers: list[str]) -> list[str]:

@@ -89,6 +89,17 @@ WITHIN = 0.95  # the issue's bar, "learning speed within 5%": judged pooled over
 DRAWS = 2000  # bootstrap draws of ``pooled``
 JUDGE_SEEDS = 200  # --side-by-side: the picks' runs on seeds first seed + JUDGE_SEEDS + i, run by neither search
 SECOND = 100  # the second search's seed: s + SECOND
+# The recorded runs (in bench/) the project's target line is judged on (``pooled_target_row``; bench/report.py's
+# Targets table), arm by arm: one run's median moves with how many of its pairs fell in the wall time's slow mode,
+# and one run's pairs cannot resolve the 5% bar. Each run of the product code as of its commit, its picks run side
+# by side; a new run is added here when it is recorded. warm_start.json's pairs are daf8322's, before the challenger
+# rule (a trial that beats the earlier pick confirmed next), which changed only the same-data arm's wall time.
+RECORDED = {
+    "same data": ("warm_start-challenger.json", "warm_start-challenger-8-15.json", "warm_start-same16.json",
+                  "warm_start-same24.json"),
+    "other data": ("warm_start.json", "warm_start-other16.json", "warm_start-other24.json"),
+    PICK_FAILS: ("warm_start.json",),
+}
 
 # (trainer, trials, max_steps, confirm_seeds): tuner's defaults for the default trainer; --quick the smallest that
 # still confirms a pick (a warm start runs at least one pick first, whatever the trials)
@@ -521,6 +532,49 @@ def target_row(data: dict[str, Any]) -> str:
             f" {_fmt(s['trials_ratio'])} (wall to the confirmed pick {_fmt(s['wall_to_pick_ratio'])}, to the end"
             f" {_fmt(s['wall_ratio'])}); pick as good on {q['good']}, worse on {q['worse']}, not resolvable on"
             f" {q['not resolvable']} of {s['seeds']} (`{data.get('command')}`, {data['machine'].get('date')}) | {mark} |")
+
+
+def recorded(folder: Path, runs: dict[str, tuple[str, ...]] = RECORDED) -> dict[str, list[dict[str, Any]]] | None:
+    """Each arm's pairs over its recorded runs (``RECORDED``, files in ``folder``), each run judged again
+    (``rejudge``); None when a file is missing."""
+    paths = {name: folder / name for names in runs.values() for name in names}
+    if not all(path.exists() for path in paths.values()):
+        return None
+    loaded = {name: rejudge(json.loads(path.read_text())) for name, path in paths.items()}
+    return {arm: [p for name in names for p in loaded[name]["pairs"] if p["data"] == arm] for arm, names in runs.items()}
+
+
+def pooled_target_row(arms: dict[str, list[dict[str, Any]]]) -> str:
+    """bench/report.py's target line judged over the recorded runs pooled (``recorded``): per arm the median over its
+    pairs (``judge``) and, on the same and other data, the warm picks' 5% pooled over the pairs (``pooled``). Met when
+    every arm is; not resolvable here when an arm's 5% is not resolvable and nothing is not met."""
+    parts, verdicts = [], []
+    for arm, pairs in arms.items():
+        s = summarize(pairs)
+        verdict, why = judge(s, arm)
+        walls = [math.inf if p["comparison"]["wall_to_pick_ratio"] is None else p["comparison"]["wall_to_pick_ratio"]
+                 for p in pairs]
+        if arm == PICK_FAILS:
+            parts.append(f"{arm} ({FAILS_TARGET}), {len(pairs)} pairs: trials {_fmt(s['trials_ratio'])}, wall to the"
+                         f" end {_fmt(s['wall_ratio'])}")
+        else:
+            p = s["pooled"]
+            bar = "not run side by side" if p is None else (
+                f"{_fmt(p['ratio'])}x ({_fmt(p['interval'][0])}-{_fmt(p['interval'][1])}): {p['verdict']}")
+            if verdict == "met" and (p is None or p["verdict"] != "within 5%"):
+                verdict = "not met" if p and p["verdict"] == "worse by over 5%" else "not resolvable here"
+                why = f"{arm}: the warm picks {bar}"
+            parts.append(f"{arm}, {len(pairs)} pairs: trials {_fmt(s['trials_ratio'])}, wall to the pick"
+                         f" {_fmt(s['wall_to_pick_ratio'])} (mean {_fmt(statistics.fmean(walls))}), the warm picks {bar}")
+        verdicts.append((verdict, why))
+    worst = next((v for v in ("not met", "not resolvable here") if any(x == v for x, _ in verdicts)), "met")
+    whys = "; ".join(why for v, why in verdicts if v == worst and why)
+    mark = f"**{worst}**" + (f" ({whys})" if whys else "")
+    files = ", ".join(dict.fromkeys(name for names in RECORDED.values() for name in names))
+    return (f"| time to a pick, warm start / cold start <= {TARGET} (trials and wall time to a confirmed pick, median"
+            f" over the pairs of the recorded runs pooled; the warm picks' learning speed within 5% of the cold ones',"
+            f" pooled over the pairs run side by side; where the earlier pick fails <= {FAILS_TARGET}) |"
+            f" {'; '.join(parts)} (`python -m bench.warm_start --render` of {files} in bench/) | {mark} |")
 
 
 def lines(data: dict[str, Any]) -> list[str]:

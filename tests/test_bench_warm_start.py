@@ -196,28 +196,44 @@ def test_several_runs_render_pooled_with_the_median_the_mean_and_the_pairs_under
     assert stop.value.code == 2 and not (tmp_path / "RESULTS.md").exists()
 
 
-BENCH = Path(__file__).resolve().parents[1] / "bench"
+
+def test_the_recorded_runs_meet_the_issues_target_as_the_readme_says():
+    # The README's row, bench/RESULTS.md's Targets line and its subsections ("The same data over 56 pairs", "Other
+    # data over 48 pairs") from the recorded runs (bench.warm_start.RECORDED), pooled as `--render A B ...` pools
+    # them: trials and wall time to a confirmed pick at most 0.5x cold by the median over the pairs, every warm search
+    # with a confirmed pick, and the warm picks within 5% of the cold ones pooled over the pairs run side by side (the
+    # bootstrap is seeded: the same interval every time); where the earlier pick fails, at most 1.1x.
+    arms = ws.recorded(Path(__file__).resolve().parents[1] / "bench")
+    assert arms is not None and {arm: len(pairs) for arm, pairs in arms.items()} == {
+        "same data": 56, "other data": 48, ws.PICK_FAILS: 8}
+    for arm in ("same data", "other data"):
+        summary = ws.summarize(arms[arm])
+        assert all(p["warm"]["confirmed_pick"] for p in arms[arm])
+        assert summary["trials_ratio"] <= ws.TARGET and summary["wall_to_pick_ratio"] <= ws.TARGET
+        assert summary["pooled"]["verdict"] == "within 5%" and summary["pooled"]["interval"][0] >= ws.WITHIN
+    assert ws.judge(ws.summarize(arms[ws.PICK_FAILS]), ws.PICK_FAILS) == ("met", "")
+    row = ws.pooled_target_row(arms)
+    assert row.endswith("| **met** |") and "same data, 56 pairs: trials 0.25, wall to the pick 0.45 (mean 0.53)" in row
 
 
-def _recorded(*names):
-    pairs = [p for name in names for p in ws.rejudge(json.loads((BENCH / name).read_text()))["pairs"]]
-    return {label: [p for p in pairs if p["data"] == label] for label in dict.fromkeys(p["data"] for p in pairs)}
+def test_the_pooled_target_line_is_not_met_or_not_resolvable_by_its_worst_arm():
+    # Three made-up arms: every pair fast (0.4x to the pick) with one config on both sides (as good, 1.00x pooled);
+    # then the other data's picks two configs read in overlapping runs (not resolvable pooled), then slow (0.7x).
+    same = [pair(s, side(0, [100.0] * 3, to_pick=8.0), side(5, [100.0] * 3, to_pick=20.0)) for s in range(3)]
+    fails = [{**p, "data": ws.PICK_FAILS} for p in same]
 
+    def other(to_pick):
+        out = []
+        for s in range(3):
+            p = pair(s, side(0, [100.0] * 3, {"learning_rate": 1e-3}, to_pick=to_pick),
+                     side(5, [100.0] * 3, {"learning_rate": 2e-3}, to_pick=20.0))
+            p["side_by_side"] = {"warm": [60.0, 140.0, 80.0, 120.0], "cold": [100.0, 100.0, 100.0, 100.0]}
+            p["comparison"] = ws.compare(p["warm"], p["cold"], p["side_by_side"])
+            out.append({**p, "data": "other data"})
+        return out
 
-@pytest.mark.parametrize("arm, names, count", [
-    ("same data", ["warm_start-challenger.json", "warm_start-challenger-8-15.json", "warm_start-same16.json",
-                   "warm_start-same24.json"], 56),
-    ("other data", ["warm_start.json", "warm_start-other16.json", "warm_start-other24.json"], 48)])
-def test_the_recorded_runs_meet_the_issues_target_as_the_readme_says(arm, names, count):
-    # The README's row and bench/RESULTS.md ("The same data over 56 pairs", "Other data over 48 pairs") from the
-    # recorded runs, pooled as `--render A B ...` pools them: trials and wall time to a confirmed pick at most 0.5x
-    # cold by the median over the pairs, every warm search with a confirmed pick, and the warm picks within 5% of
-    # the cold ones pooled over the pairs run side by side (the bootstrap is seeded: the same interval every time).
-    pairs = _recorded(*names)[arm]
-    assert len(pairs) == count and all(p["warm"]["confirmed_pick"] for p in pairs)
-    summary = ws.summarize(pairs)
-    walls = [p["comparison"]["wall_to_pick_ratio"] for p in pairs]
-    assert summary["trials_ratio"] <= ws.TARGET and summary["wall_to_pick_ratio"] <= ws.TARGET
-    assert statistics.median(walls) == pytest.approx(summary["wall_to_pick_ratio"], abs=0.01)
-    pooled = summary["pooled"]
-    assert pooled["pairs"] == count and pooled["verdict"] == "within 5%" and pooled["interval"][0] >= ws.WITHIN
+    assert ws.pooled_target_row({"same data": same, ws.PICK_FAILS: fails}).endswith("| **met** |")
+    row = ws.pooled_target_row({"same data": same, "other data": other(8.0), ws.PICK_FAILS: fails})
+    assert "| **not resolvable here** (other data: the warm picks 1.00x (" in row and "not resolvable at 5%" in row
+    row = ws.pooled_target_row({"same data": same, "other data": other(14.0), ws.PICK_FAILS: fails})
+    assert row.endswith("| **not met** (warm / cold to a confirmed pick: wall time 0.70 > 0.5) |")
