@@ -357,11 +357,16 @@ def pooled(sets: list[dict[str, Any]], title: str = "Held-out sets together") ->
 
 
 def _by_model(loaded: list[dict[str, Any]]) -> list[tuple[str, list[dict[str, Any]]]]:
-    """Recorded sets grouped by model and kind of device, in the order given, each with its name ("tiny model",
-    "tiny model on a GPU"): sets are pooled only within a group (a GPU's kernels are not a CPU's)."""
-    keys = dict.fromkeys((data["model"], _where(data)) for data in loaded)
-    return [(f"{model} model" + (" on a GPU" if where == "cuda" else ""),
-             [data for data in loaded if (data["model"], _where(data)) == (model, where)]) for model, where in keys]
+    """Recorded sets grouped by model, kind of device and the precisions drawn, in the order given, each with its
+    name ("tiny model", "tiny model on a GPU", "tiny-pretrained model, drawn only in fp16-pure"): sets are pooled only
+    within a group (a GPU's kernels are not a CPU's; a set drawn in some precisions alone holds more of their failures
+    than the spaces draw)."""
+    def key(data: dict[str, Any]) -> tuple[str, str, str]:
+        return data["model"], _where(data), ", ".join(data.get("precisions") or [])
+
+    keys = dict.fromkeys(key(data) for data in loaded)
+    return [(f"{model} model" + (" on a GPU" if where == "cuda" else "") + (f", drawn only in {drawn}" if drawn else ""),
+             [data for data in loaded if key(data) == (model, where, drawn)]) for model, where, drawn in keys]
 
 
 def _where(data: dict[str, Any]) -> str:
