@@ -98,7 +98,7 @@ RECORDED = {
     "same data": ("warm_start-challenger.json", "warm_start-challenger-8-15.json", "warm_start-same16.json",
                   "warm_start-same24.json"),
     "other data": ("warm_start.json", "warm_start-other16.json", "warm_start-other24.json"),
-    PICK_FAILS: ("warm_start.json",),
+    PICK_FAILS: ("warm_start.json", "warm_start-pick-fails.json"),
 }
 
 # (trainer, trials, max_steps, confirm_seeds): tuner's defaults for the default trainer; --quick the smallest that
@@ -552,12 +552,12 @@ def pooled_target_row(arms: dict[str, list[dict[str, Any]]]) -> str:
     for arm, pairs in arms.items():
         s = summarize(pairs)
         verdict, why = judge(s, arm)
-        walls = [math.inf if p["comparison"]["wall_to_pick_ratio"] is None else p["comparison"]["wall_to_pick_ratio"]
-                 for p in pairs]
         if arm == PICK_FAILS:
             parts.append(f"{arm} ({FAILS_TARGET}), {len(pairs)} pairs: trials {_fmt(s['trials_ratio'])}, wall to the"
                          f" end {_fmt(s['wall_ratio'])}")
         else:
+            walls = [math.inf if p["comparison"]["wall_to_pick_ratio"] is None
+                     else p["comparison"]["wall_to_pick_ratio"] for p in pairs]
             p = s["pooled"]
             bar = "not run side by side" if p is None else (
                 f"{_fmt(p['ratio'])}x ({_fmt(p['interval'][0])}-{_fmt(p['interval'][1])}): {p['verdict']}")
