@@ -544,6 +544,12 @@ def recorded(folder: Path, runs: dict[str, tuple[str, ...]] = RECORDED) -> dict[
     return {arm: [p for name in names for p in loaded[name]["pairs"] if p["data"] == arm] for arm, names in runs.items()}
 
 
+def _walls_to_pick(pairs: list[dict[str, Any]]) -> list[float]:
+    """Each pair's warm / cold wall time to a confirmed pick; a warm search without one counts as never (inf)."""
+    return [math.inf if p["comparison"]["wall_to_pick_ratio"] is None else p["comparison"]["wall_to_pick_ratio"]
+            for p in pairs]
+
+
 def pooled_target_row(arms: dict[str, list[dict[str, Any]]]) -> str:
     """bench/report.py's target line judged over the recorded runs pooled (``recorded``): per arm the median over its
     pairs (``judge``) and, on the same and other data, the warm picks' 5% pooled over the pairs (``pooled``). Met when
@@ -556,8 +562,7 @@ def pooled_target_row(arms: dict[str, list[dict[str, Any]]]) -> str:
             parts.append(f"{arm} ({FAILS_TARGET}), {len(pairs)} pairs: trials {_fmt(s['trials_ratio'])}, wall to the"
                          f" end {_fmt(s['wall_ratio'])}")
         else:
-            walls = [math.inf if p["comparison"]["wall_to_pick_ratio"] is None
-                     else p["comparison"]["wall_to_pick_ratio"] for p in pairs]
+            walls = _walls_to_pick(pairs)
             p = s["pooled"]
             bar = "not run side by side" if p is None else (
                 f"{_fmt(p['ratio'])}x ({_fmt(p['interval'][0])}-{_fmt(p['interval'][1])}): {p['verdict']}")
@@ -661,8 +666,7 @@ def pooled_lines(runs: list[dict[str, Any]]) -> list[str]:
     for label in labels:
         pairs = [p for data in runs for p in data["pairs"] if p["data"] == label]
         s = summaries[label] = summarize(pairs)
-        walls = [math.inf if p["comparison"]["wall_to_pick_ratio"] is None else p["comparison"]["wall_to_pick_ratio"]
-                 for p in pairs]
+        walls = _walls_to_pick(pairs)
         q = s["quality"]
         out.append(f"| {label} | {len(pairs)} | {_fmt(s['trials_ratio'])} | {_fmt(s['wall_to_pick_ratio'])} |"
                    f" {_fmt(statistics.fmean(walls))} | {sum(w <= TARGET for w in walls)} of {len(walls)} |"
