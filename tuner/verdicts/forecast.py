@@ -210,7 +210,7 @@ def _fp16_weights(rows, trainer, precision, horizon) -> Risk | None:
         return None
     return Risk("fp16_weights", f"{max(shares):.0%} of the trainable weights are float16, with no float32 master "
                                 "copy: updates below float16's resolution round away and the optimizer's moments "
-                                "underflow; runs like this diverge late (fp16-mixed or bf16 keep float32 weights)",
+                                "underflow; most runs like this diverge late (fp16-mixed or bf16 keep float32 weights)",
                 None)
 
 
