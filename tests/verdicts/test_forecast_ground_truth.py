@@ -257,32 +257,34 @@ PRETRAINED = sorted((Path(__file__).resolve().parents[2] / "bench").glob("horizo
 
 def test_on_the_tiny_pretrained_model_no_learning_config_failed_late_and_fp16_weights_is_every_flag():
     # bench/horizon.py on the tiny pretrained model, configs from the pretrained ranges, every set held out: config
-    # seeds 71 and 73 run 20 steps and 1,000 (50x), 113 and 127 run 20 and 500 (25x, the forecast's horizon). 181 ok
-    # at 20 steps, 9 failed in their long run, 10 flagged, 7 of them true: recall 0.78, precision 0.70, all by
-    # fp16_weights. Its 3 false flags are set 127's: fp16-pure full fine-tunes at the lowest learning rates (a GRPO
-    # config at 5.3e-7 whose updates rounded away, a reward model at 2.1e-5 cosine on both seeds), as set 59's SFT and
-    # set 103's DPO configs on the tiny model. The misses: GRPO without a KL penalty collapsing as its groups lose
-    # their reward spread (at step 327 of 1,000 in set 73, 454 of 500 in set 127; the issue's seeds 11-13 pattern),
-    # with no trend at 20 steps. The 39 configs that learned within 20 steps all held.
+    # seeds 71 and 73 run 20 steps and 1,000 (50x), 113, 127 and 137 run 20 and 500 (25x, the forecast's horizon).
+    # 235 ok at 20 steps, 9 failed in their long run, 12 flagged, 7 of them true: recall 0.78, precision 0.58, all by
+    # fp16_weights. Its 5 false flags are fp16-pure full fine-tunes at low learning rates: set 127's (a GRPO config
+    # at 5.3e-7 whose updates rounded away, a reward model at 2.1e-5 cosine on both seeds, as set 59's SFT and set
+    # 103's DPO configs on the tiny model) and set 137's reward model at 1.55e-5 constant, which learned and held on
+    # both seeds. The misses: GRPO without a KL penalty collapsing as its groups lose their reward spread (at step 327
+    # of 1,000 in set 73, 454 of 500 in set 127; the issue's seeds 11-13 pattern), with no trend at 20 steps. The 57
+    # configs that learned within 20 steps all held.
     sets = {data["config_seed"]: data for data in map(load, PRETRAINED)}
-    assert sorted(sets) == [71, 73, 113, 127]
+    assert sorted(sets) == [71, 73, 113, 127, 137]
     runs = []
     for seed, data in sets.items():
-        factor = 25 if seed in (113, 127) else 50
+        factor = 25 if seed in (113, 127, 137) else 50
         assert data["model"] == "tiny-pretrained" and data["long"] == factor * data["short"] and data["held_out"]
         runs += data["runs"]
     ok = [r for r in runs if r["long"] is not None]
-    assert len(ok) == 181 and _figures(ok) == (9, 10, 7)
+    assert len(ok) == 235 and _figures(ok) == (9, 12, 7)
     assert {_risks(r)[0].signal for r in ok if _risks(r)} == {"fp16_weights"}  # the reward models': headroom too
     assert _figures(sets[113]["runs"]) == (2, 2, 2)  # both its failures flagged, no false flag
-    assert _figures(sets[127]["runs"]) == (3, 5, 2)  # the set recorded last: 3 false flags, the GRPO collapse missed
+    assert _figures(sets[127]["runs"]) == (3, 5, 2)  # 3 false flags, the GRPO collapse missed
+    assert _figures(sets[137]["runs"]) == (0, 2, 0)  # the set recorded last: no failure, 2 false flags
     false = [(seed, r["trainer"]) for seed, data in sets.items() for r in data["runs"]
              if r["long"] is not None and _risks(r) and r["outcome"] not in FAILED]
-    assert sorted(false) == [(127, "grpo"), (127, "reward"), (127, "reward")]
+    assert sorted(false) == [(127, "grpo"), (127, "reward"), (127, "reward"), (137, "reward"), (137, "reward")]
     missed = [r for r in ok if r["outcome"] in FAILED and not _risks(r)]
     assert {r["trainer"] for r in missed} == {"grpo"} and all(r["params"].get("beta") == 0.0 for r in missed)
     learned = [r for r in ok if r["short"].get("learned")]
-    assert len(learned) == 39 and not [r for r in learned if r["outcome"] in FAILED]
+    assert len(learned) == 57 and not [r for r in learned if r["outcome"] in FAILED]
 
 
 def test_read_as_the_long_run_s_first_steps_early_failures_are_caught_and_flags_lost_are_in_warmup():
