@@ -154,6 +154,22 @@ def judge(loaded: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return out
 
 
+def in_sample(loaded: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Each classifier fitted on every set (the whole spaces on a CPU, both models) and judged on the same runs, its
+    threshold chosen there too: how well the signals separate the runs it has seen, an upper bound."""
+    loaded = sorted(loaded, key=lambda data: (data["model"], data.get("config_seed") or 0))
+    sets = [labelled(data) for name, group in _by_model(loaded) if "GPU" not in name and "drawn only" not in name
+            for data in group]
+    x = [row for s in sets for row in s[0]]
+    y = [label for s in sets for label in s[1]]
+    out = {}
+    for kind in ("logistic", "boosted trees"):
+        scores = list(_model(kind).fit(x, y).predict_proba(x)[:, 1])
+        threshold = _threshold(y, scores)
+        out[kind] = {"runs": len(y), **counts(y, [int(p >= threshold) for p in scores])}
+    return out
+
+
 def _ratio(value) -> str:
     return "-" if value is None else f"{value:.2f}"
 
@@ -185,8 +201,15 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog="\n".join(__doc__.splitlines()[2:3]))
     parser.add_argument("sets", nargs="+", metavar="JSON", help="recorded bench.horizon sets")
+    parser.add_argument("--in-sample", action="store_true", help="also fit on every set and judge the same runs (an "
+                                                                 "upper bound: what the signals separate when seen)")
     args = parser.parse_args(argv)
-    print("\n".join(lines(judge([load(path) for path in args.sets]))))
+    loaded = [load(path) for path in args.sets]
+    print("\n".join(lines(judge(loaded))))
+    if args.in_sample:
+        for kind, c in in_sample(loaded).items():
+            print(f"in sample, {kind}: {c['runs']} runs, {c['failures']} failures, {c['flags']} flags, {c['true']} "
+                  f"true: recall {_ratio(c['recall'])}, precision {_ratio(c['precision'])}")
     return 0
 
 
