@@ -35,7 +35,16 @@ REPO = Path(__file__).resolve().parent.parent
 if __package__ in (None, ""):
     sys.path.insert(0, str(REPO))
 
-from bench.horizon import FAILED, TRAINERS, _by_model, _risks, classify, load, with_fp16_share  # noqa: E402
+from bench.horizon import (  # noqa: E402
+    FAILED,
+    TRAINERS,
+    _by_model,
+    _ratio,
+    _risks,
+    classify,
+    load,
+    with_fp16_share,
+)
 
 PRECISIONS = ("fp32", "bf16-mixed", "bf16-pure", "fp16-pure", "fp16-mixed")
 FLOOR = 1e-30  # log10 of a zero or a missing reading
@@ -134,19 +143,30 @@ def leave_one_set_out(sets: list[tuple[str, Any]], judged: list[str], kind: str,
     return said
 
 
+def _whole_spaces(loaded: list[dict[str, Any]]) -> list[tuple[str, list[dict[str, Any]]]]:
+    """bench.horizon's groups of sets drawn over the whole spaces on a CPU (a GPU's or a precision-only draw left
+    out), each group's sets in a fixed order (the fits' data order)."""
+    loaded = sorted(loaded, key=lambda data: (data["model"], data.get("config_seed") or 0))
+    return [(name, sets) for name, sets in _by_model(loaded) if "GPU" not in name and "drawn only" not in name]
+
+
+def _key(data: dict[str, Any]) -> str:
+    return f"{data['model']}:{data.get('config_seed')}"
+
+
 def judge(loaded: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """Per model (sets over the whole spaces on a CPU), on its held-out sets: today's rules, the logistic regression,
     and the boosted trees once per seed in SEEDS (a list)."""
-    loaded = sorted(loaded, key=lambda data: (data["model"], data.get("config_seed") or 0))  # the fits' data order
-    groups = [(name, sets) for name, sets in _by_model(loaded) if "GPU" not in name and "drawn only" not in name]
-    every = [(f"{data['model']}:{data.get('config_seed')}", labelled(data)) for _, sets in groups for data in sets]
+    groups = _whole_spaces(loaded)
+    every = [(_key(data), labelled(data)) for _, sets in groups for data in sets]
+    by_key = dict(every)
     out = {}
     for name, sets in groups:
-        judged = [f"{data['model']}:{data.get('config_seed')}" for data in sets if data.get("held_out")]
+        judged = [_key(data) for data in sets if data.get("held_out")]
         if not judged:
             continue
-        truth = [label for key in judged for s in [dict(every)[key]] for label in s[1]]
-        rules = [flag for key in judged for s in [dict(every)[key]] for flag in s[2]]
+        truth = [label for key in judged for label in by_key[key][1]]
+        rules = [flag for key in judged for flag in by_key[key][2]]
         out[name] = {"sets": judged, "runs": len(truth), "rules": counts(truth, rules),
                      "logistic": counts(truth, leave_one_set_out(every, judged, "logistic")),
                      "boosted trees": [counts(truth, leave_one_set_out(every, judged, "boosted trees", seed))
@@ -157,9 +177,7 @@ def judge(loaded: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 def in_sample(loaded: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """Each classifier fitted on every set (the whole spaces on a CPU, both models) and judged on the same runs, its
     threshold chosen there too: how well the signals separate the runs it has seen, an upper bound."""
-    loaded = sorted(loaded, key=lambda data: (data["model"], data.get("config_seed") or 0))
-    sets = [labelled(data) for name, group in _by_model(loaded) if "GPU" not in name and "drawn only" not in name
-            for data in group]
+    sets = [labelled(data) for _, group in _whole_spaces(loaded) for data in group]
     x = [row for s in sets for row in s[0]]
     y = [label for s in sets for label in s[1]]
     out = {}
@@ -168,10 +186,6 @@ def in_sample(loaded: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
         threshold = _threshold(y, scores)
         out[kind] = {"runs": len(y), **counts(y, [int(p >= threshold) for p in scores])}
     return out
-
-
-def _ratio(value) -> str:
-    return "-" if value is None else f"{value:.2f}"
 
 
 def _span(values: list) -> str:
