@@ -323,11 +323,13 @@ def test_search_spreads_over_a_two_node_cluster_and_survives_losing_a_node(ray_c
     driver = spawn.start(search_args(grid_space, store, "cluster", trials, 6, "--ray-address", ray_cluster.address),
                          "search", env=ray_cluster.env)
     # Wait for the second trial process on the worker node: one trial has finished there and one is running.
-    seen: set[int] = set()
+    seen: dict[int, str] = {}
 
     def second_trial_running_on_worker() -> bool:
         running = ray_cluster.worker.trial_processes()
-        seen.update(running)
+        for pid in running:
+            with contextlib.suppress(psutil.Error):
+                seen.setdefault(pid, f"{pid} ppid={psutil.Process(pid).ppid()} {' '.join(psutil.Process(pid).cmdline())[:80]}")
         return len(seen) >= 2 and bool(running)
 
     wait_for(second_trial_running_on_worker, "a second trial on the worker node", process=driver, interval=0.2)
@@ -343,7 +345,8 @@ def test_search_spreads_over_a_two_node_cluster_and_survives_losing_a_node(ray_c
     # every trial is accounted for once, the lost one included
     assert sorted(r["number"] for r in records) == list(range(trials)), records
     # trials ran on both nodes, and each record says which
-    assert {head_id, worker_id} <= {r["node_id"] for r in records}, [(r["number"], r["node_id"]) for r in records]
+    assert {head_id, worker_id} <= {r["node_id"] for r in records}, (
+        [(r["number"], r["node_id"], r["status"]) for r in records], head_id, worker_id, list(seen.values()), out[-6000:])
     for record in records:
         if record["status"] != "ok":  # the trial that was on the node when it died, unless Ray re-ran it
             assert record["status"] == "crashed" and "lost" in record["reason"], record

@@ -91,8 +91,10 @@ def test_anchor_recommends_an_ok_trial_never_the_diverged_one(anchor):
     assert (best["params"]["precision"], best["params"]["learning_rate"]) != ("fp16-pure", 0.3)
     # It is the best trial by the objective among those the confirmation kept: every candidate ranked above it
     # was demoted on another seed.
+    # Over the longer rungs too: when load slowed the fp32 trial's tokens/s below 0.9x the fp16-pure one's, the
+    # fp16-pure trial (at risk: float16 weights) ranked first and got a risk rung (tuner.search._extend).
     order = [v["number"] for v in anchor.outcome.candidates]
-    assert order[0] == recommend.recommend(anchor.outcome.records)["number"]
+    assert order[0] == recommend.recommend([*anchor.outcome.records, *anchor.outcome.search["extensions"]])["number"]
     assert all(not v["confirmed"] for v in anchor.outcome.candidates[:order.index(best["number"])])
     assert best["confirmation"]["confirmed"] and best["confirmation"]["statuses"] == ["ok", "ok"]
     assert anchor.outcome.trl_config["learning_rate"] == best["params"]["learning_rate"]
@@ -109,10 +111,18 @@ def test_search_logs_one_parent_run_and_one_nested_run_per_trial(anchor):
     assert parent.info.status == "FINISHED"
     nested = runs_of(anchor, "trial")
     assert all(r.data.tags["mlflow.parentRunId"] == parent.info.run_id for r in nested)
-    trials = [r for r in nested if "tuner.confirmation" not in r.data.tags]
+    trials = [r for r in nested if not {"tuner.confirmation", "tuner.extension"} & set(r.data.tags)]
     confirmations = [r for r in nested if r.data.tags.get("tuner.confirmation") == "true"]
-    assert len(trials) + len(confirmations) == len(nested)
+    # A longer rung: the best trial at risk re-run to confirm or clear it, when it ranked first (it does when load
+    # slows the safe trials' tokens/s); the same trial's number, more steps.
+    extensions = [r for r in nested if r.data.tags.get("tuner.extension") == "true"]
+    assert len(trials) + len(confirmations) + len(extensions) == len(nested)
     assert sorted(int(r.data.tags["tuner.trial_number"]) for r in trials) == sorted(records)
+    assert len(extensions) == len(anchor.outcome.search["extensions"])
+    for run in extensions:
+        assert run.data.tags["tuner.extends"] == run.data.tags["tuner.trial_number"]
+        assert records[int(run.data.tags["tuner.extends"])].get("risk")
+        assert int(run.data.params["tuner.max_steps"]) > 20
     # confirm_seeds=1: one re-run of each top candidate, on seed 1; the recommended trial is among them.
     confirmed = [(r.data.tags["tuner.confirms"], r.data.params["tuner.seed"]) for r in confirmations]
     assert {seed for _, seed in confirmed} == {"1"} and len(confirmed) == len(set(confirmed)) <= 4
@@ -141,7 +151,7 @@ def test_search_logs_one_parent_run_and_one_nested_run_per_trial(anchor):
     assert saved["recommended"]["number"] == anchor.outcome.recommended["number"]
     assert [t["number"] for t in saved["trials"]] == sorted(records)
     results_md = Path(client.download_artifacts(parent.info.run_id, "results.md", str(anchor.root))).read_text()
-    assert len([line for line in results_md.splitlines() if line.startswith("| ") and "status" not in line]) == 6
+    assert len([line for line in results_md.splitlines() if line.startswith("| ") and "status" not in line]) == 6 + len(extensions)
 
 
 # -- same seed, same search; and nothing stable ----------------------------------------------
