@@ -14,6 +14,7 @@ The searches' space, commands and store readers are in tests/helpers.py (``grid_
 from __future__ import annotations
 
 import contextlib
+import re
 import shutil
 import signal
 import socket
@@ -262,13 +263,17 @@ class RayNode:
         flag = next(a for a in self.raylet().cmdline() if a.startswith("--node_id="))
         return flag.removeprefix("--node_id=")
 
-    def trial_processes(self) -> set[int]:
-        """PIDs of the trials running on this node now: the children of a trial forkserver."""
+    def running_trials(self) -> set[int]:
+        """The numbers of the trials running on this node now: the children of a trial forkserver, each known by the
+        metrics file it holds open (in its workdir, tuner-trial-NNN-*). A child not yet that far is left out."""
         running = set()
         for process in session_members(self.process.pid):
             with contextlib.suppress(psutil.Error):
                 if "multiprocessing.forkserver" in " ".join(process.cmdline()):
-                    running.update(child.pid for child in process.children())
+                    for child in process.children():
+                        with contextlib.suppress(psutil.Error):
+                            running.update(int(m.group(1)) for f in child.open_files()
+                                           if (m := re.search(r"/tuner-trial-(\d+)-[^/]*/metrics\.jsonl$", f.path)))
         return running
 
 
@@ -322,14 +327,13 @@ def test_search_spreads_over_a_two_node_cluster_and_survives_losing_a_node(ray_c
     worker_raylet = ray_cluster.worker.raylet()
     driver = spawn.start(search_args(grid_space, store, "cluster", trials, 6, "--ray-address", ray_cluster.address),
                          "search", env=ray_cluster.env)
-    # Wait for the second trial process on the worker node: one trial has finished there and one is running.
-    seen: dict[int, str] = {}
+    # Wait for a second trial on the worker node: one trial has finished there and one is running. Known by their
+    # numbers, not their processes: a trial's process is not all a forkserver's child can be.
+    seen: list[int] = []
 
     def second_trial_running_on_worker() -> bool:
-        running = ray_cluster.worker.trial_processes()
-        for pid in running:
-            with contextlib.suppress(psutil.Error):
-                seen.setdefault(pid, f"{pid} ppid={psutil.Process(pid).ppid()} {' '.join(psutil.Process(pid).cmdline())[:80]}")
+        running = ray_cluster.worker.running_trials()
+        seen.extend(sorted(running - set(seen)))
         return len(seen) >= 2 and bool(running)
 
     wait_for(second_trial_running_on_worker, "a second trial on the worker node", process=driver, interval=0.2)
@@ -346,7 +350,7 @@ def test_search_spreads_over_a_two_node_cluster_and_survives_losing_a_node(ray_c
     assert sorted(r["number"] for r in records) == list(range(trials)), records
     # trials ran on both nodes, and each record says which
     assert {head_id, worker_id} <= {r["node_id"] for r in records}, (
-        [(r["number"], r["node_id"], r["status"]) for r in records], head_id, worker_id, list(seen.values()), out[-6000:])
+        [(r["number"], r["node_id"], r["status"]) for r in records], head_id, worker_id, seen, out[-6000:])
     for record in records:
         if record["status"] != "ok":  # the trial that was on the node when it died, unless Ray re-ran it
             assert record["status"] == "crashed" and "lost" in record["reason"], record
