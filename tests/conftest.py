@@ -104,7 +104,7 @@ def spawn(tmp_path):
 # on one worker (--dist loadfile) and hands the files out in collection order (--no-loadscope-reorder in
 # pyproject.toml). Its default, the files with most tests first, hands few-test files of minutes (test_from_config,
 # test_sigterm_group, test_ranks_search, the two test_reliability files) out near the end, where one of them can leave
-# a worker running it alone; started first, the long files overlap each other and the many short ones fill the
+# a worker running it alone; started first, the long files overlap each other and the many short ones fill both
 # workers to the end. A file not listed keeps its collection order, after these. Only the order changes: every test
 # runs as written.
 LONG_FILES = [

@@ -1,7 +1,7 @@
 """Reliability, end to end with real processes: trials that die inside a real search (and a crash that every config
 hits, and the exit codes that say how a search ended), and a driver killed mid-search and resumed. A tracking server
 that goes away, shared stores and a two-node Ray cluster are in test_reliability_services.py (the two files were one:
-split so that two of the test run's workers can each take one). About 3 minutes on a 2-core machine, most of it Ray
+split so that the test run's two workers can each take one). About 3 minutes on a 2-core machine, most of it Ray
 starting and importing TRL.
 
 Every test starts its processes in their own session (``start_new_session``) and a finalizer kills every
