@@ -151,7 +151,8 @@ def test_search_logs_one_parent_run_and_one_nested_run_per_trial(anchor):
     assert saved["recommended"]["number"] == anchor.outcome.recommended["number"]
     assert [t["number"] for t in saved["trials"]] == sorted(records)
     results_md = Path(client.download_artifacts(parent.info.run_id, "results.md", str(anchor.root))).read_text()
-    assert len([line for line in results_md.splitlines() if line.startswith("| ") and "status" not in line]) == 6 + len(extensions)
+    rows = [line for line in results_md.splitlines() if line.startswith("| ") and "status" not in line]
+    assert len(rows) == 6 + len(extensions)
 
 
 # -- same seed, same search; and nothing stable ----------------------------------------------
