@@ -280,8 +280,9 @@ def test_a_pretrained_models_builtin_data_is_the_task_rows_and_fits_its_trainer(
     assert tasks_rows.to_list() == builtin_dataset(adapter(trainer), size=16, tiny=False).to_list()
 
 
-def test_a_model_other_than_tiny_gets_the_exact_answer_reward(tiny_model, tmp_path):
-    """A copy of the tiny model without its build marker stands for any other local model."""
+def test_a_real_model_gets_the_chat_sums_and_tiny_pretrained_the_exact_answer_reward(tiny_model, tmp_path):
+    """A copy of the tiny model without its build marker stands for any other local model (a real one); with the tiny
+    pretrained model's marker, for that one."""
     import shutil
 
     from tuner.inputs import models, probe
@@ -290,5 +291,11 @@ def test_a_model_other_than_tiny_gets_the_exact_answer_reward(tiny_model, tmp_pa
     shutil.copytree(tiny_model, other, ignore=shutil.ignore_patterns("tuner-tiny-model.complete"))
     assert models.is_tiny(tiny_model) and models.is_tiny("tiny") and not models.is_tiny(other)
     inputs = probe.check_user_inputs(adapter("grpo"), str(other), None, None, missing_reward="unused")
+    assert inputs.reward_funcs == ["tuner.inputs.tasks.bare_sum_reward"]
+    pretrained = tmp_path / "tiny-pretrained-like"
+    shutil.copytree(other, pretrained)
+    (pretrained / "tuner-tiny-pretrained.complete").write_text("test\n")
+    inputs = probe.check_user_inputs(adapter("grpo"), str(pretrained), None, None, missing_reward="unused")
+    # tuner's own pretrained tiny model keeps the questions its ranges and figures were measured on
     assert inputs.reward_funcs == ["tuner.inputs.tasks.exact_answer_reward"]
     assert probe.check_user_inputs(adapter("grpo"), "tiny", None, None, missing_reward="unused").reward_funcs is None

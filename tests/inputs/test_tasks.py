@@ -314,3 +314,45 @@ def test_grpo_trains_on_the_tasks_with_the_reward(conversational, tiny_model, tm
 def test_other_trainers_train_on_their_rows(trainer, conversational, tiny_model, tmp_path):
     logs = _train(trainer, rows(trainer, 16, 0, conversational), tmp_path, learning_rate=1e-3)
     assert len(logs) == 2 and all(math.isfinite(log["loss"]) for log in logs)
+
+
+# ---- the chat sums task: GRPO's built-in task on a real instruct model --------------------------------------------
+
+
+def test_sum_rows_are_chat_prompts_with_their_sums_and_the_same_per_seed():
+    rows = tasks.sum_rows(64, seed=3)
+    assert rows == tasks.sum_rows(64, seed=3) and rows != tasks.sum_rows(64, seed=4)
+    for row in rows:
+        question = row["prompt"][-1]["content"]
+        a, b = map(int, re.fullmatch(r"What is (\d) \+ (\d)\?", question).groups())
+        assert row["answer"] == str(a + b)
+        # the worked turn before it shows the reply wanted: a bare number
+        assert [turn["role"] for turn in row["prompt"]] == ["user", "assistant", "user"]
+    check_columns(builtin_rows_for_grpo(), adapter("grpo"), "the sums")
+
+
+def builtin_rows_for_grpo():
+    from tuner.inputs.data import builtin_dataset
+
+    return builtin_dataset(adapter("grpo"), size=8, tiny=False, real=True)
+
+
+def test_a_real_model_gets_the_sums_for_grpo_only():
+    from tuner.inputs.data import builtin_dataset
+
+    assert builtin_rows_for_grpo().to_list() == tasks.sum_rows(8)
+    # the other trainers keep the questions: their learning shows on them within a rung already
+    assert builtin_dataset(adapter("dpo"), size=8, tiny=False, real=True).to_list() == \
+        builtin_dataset(adapter("dpo"), size=8, tiny=False).to_list()
+
+
+@pytest.mark.parametrize("wrap", [lambda t: t, lambda t: [{"role": "assistant", "content": t}]])
+def test_bare_sum_reward_orders_bare_right_over_wordy_right_over_bare_wrong_over_the_rest(wrap):
+    completions = ["7", "7.", " 7 ", "3 + 4 = 7", "The answer is 7.", "8", "seven", "", "3 + 4 = 8", "7<|im_end|>"]
+    scores = tasks.bare_sum_reward(completions=[wrap(c) for c in completions], answer=["7"] * len(completions))
+    assert scores == [1.0, 1.0, 1.0, 0.5, 0.5, 0.2, 0.0, 0.0, 0.0, 1.0]
+
+
+def test_bare_sum_reward_never_raises_on_junk():
+    assert tasks.bare_sum_reward(completions=None) == []
+    assert tasks.bare_sum_reward(completions=[None, {"content": None}, ["x"], object()], answer="7") == [0.0] * 4

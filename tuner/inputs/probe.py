@@ -220,6 +220,7 @@ class UserInputs:
     model: str  # as given, or its absolute path when it is a local folder
     dataset: str | None  # as given, or its absolute path when it is a local file or folder
     reward_funcs: list[str] | None  # a module in the user's folder as an absolute file path
+    model_line: str = ""  # which model --model resolved to, and from where (models.describe_model)
 
 
 def check_user_inputs(entry: Adapter, model: str, dataset: str | None, reward_funcs: list[str] | None,
@@ -227,20 +228,25 @@ def check_user_inputs(entry: Adapter, model: str, dataset: str | None, reward_fu
     """Resolve and probe the inputs of a search or a trial; ``missing_reward`` is the one-line error for GRPO on
     the user's own data without a reward (worded for the flag or the YAML key the user wrote)."""
     from tuner.inputs import data, models, rewards
+    from tuner.inputs.packaged import PACKAGED
 
     model_path = models.resolve_model(model)
-    tiny = models.is_tiny(model_path)
-    loaded = data.load_dataset_spec(dataset, entry, tiny=tiny)
+    tiny, real = models.is_tiny(model_path), not models.is_built_here(model_path)
+    loaded = data.load_dataset_spec(dataset, entry, tiny=tiny, real=real)
     online = entry.uses_reward_funcs
     builtin = dataset in (None, "builtin")
     if online and not builtin and not reward_funcs:
         raise TunerError(missing_reward)
     reward_paths = rewards.resolve_reward_paths(reward_funcs)  # a module in this folder: the file trials import
     if online and builtin and not reward_funcs and not tiny:
-        reward_paths = [data.builtin_reward(tiny)]  # the built-in questions' exact-answer reward, said in the export
+        reward_paths = [data.builtin_reward(tiny, real)]  # the built-in questions' exact-answer reward, said in the export
     functions = rewards.resolve_reward_funcs(reward_paths) if online else None
     label = dataset if dataset is not None and not builtin else f"the built-in {entry.name} data"
     probe_inputs(entry, loaded, label, model_path, reward_funcs, functions)
+    line = models.describe_model(model, model_path)
     local_model = Path(model).expanduser()
-    return UserInputs(model_path, str(local_model.resolve()) if local_model.is_dir() else model,
-                      data.resolve_dataset_path(dataset), reward_paths)
+    if local_model.is_dir():
+        model = str(local_model.resolve())
+    elif model in PACKAGED and Path(model_path).is_dir():
+        model = model_path  # its converted copy: trials load that folder, and never ask the Hub again
+    return UserInputs(model_path, model, data.resolve_dataset_path(dataset), reward_paths, line)

@@ -49,6 +49,7 @@ class Prepared:
     origins: list[str] = field(default_factory=list)  # --from: where the model, data and rewards came from
     here: Here | None = None  # what a later search's warm start matches this one by (tuner.search._warm)
     warm: WarmStart | None = None  # what it reuses of earlier searches (--warm-start)
+    model_line: str = ""  # which model --model resolved to, and from where: the search's first line
 
 
 
@@ -79,6 +80,22 @@ def hardware_precisions(gpus_per_trial: float | None) -> dict[str, str]:
     gpu = on_gpu(gpus_per_trial)
     bf16 = torch.cuda.is_bf16_supported() if gpu and torch.cuda.is_available() else True
     return precision.unsupported(gpu, bf16_supported=bf16)
+
+
+def _without_slow_precisions(space: SearchSpace, model: str, gpus_per_trial: float | None,
+                             source: SourceConfig | None) -> tuple[SearchSpace, dict[str, str]]:
+    """The space without the precisions this hardware trains ``model`` an order of magnitude slower in
+    (tuner.config.precision.slow_here), and those left out with why. A --from file's own precision stays (trial 0
+    runs the file as written), and so does a space's only precision: the user asked for it."""
+    from tuner.config import precision
+    from tuner.inputs import models
+
+    slow = precision.slow_here(on_gpu(gpus_per_trial), built_here=models.is_built_here(model))
+    mine = source.params["precision"] if source is not None else None
+    left_out = {p: slow[p] for p in space.precisions() if p in slow and p != mine}
+    if not left_out or len(left_out) == len(space.precisions()):
+        return space, {}
+    return space.without_precisions(list(left_out)), left_out
 
 
 def on_gpu(gpus_per_trial: float | None) -> bool:
@@ -191,6 +208,9 @@ def prepare(options: SearchOptions) -> Prepared:
         raise TunerError(f"{o.from_config}: precision: your config runs {source.params['precision']}, which "
                          f"{cannot[source.params['precision']]}; run tuner on such a machine (or change the file)")
     space = space.without_precisions(dropped)
+    space, slow = _without_slow_precisions(space, model, o.gpus_per_trial, source)
+    dropped += slow
+    warnings += [f"precision {p} left out: {why}" for p, why in slow.items()]
     if source is not None:
         from tuner.config import trl_config
 
@@ -276,7 +296,8 @@ def prepare(options: SearchOptions) -> Prepared:
 
     experiment = o.experiment or f"{o.trainer}-{model_label(inputs.model)}"
     return Prepared(o, space, model_path, uri, experiment, n_trials, grid, dropped, warnings, source=source,
-                    first=first if grid is None else None, origins=origins, here=here, warm=warm)
+                    first=first if grid is None else None, origins=origins, here=here, warm=warm,
+                    model_line=inputs.model_line)
 
 
 def _fallback(warm: WarmStart, space: SearchSpace) -> int:
@@ -364,7 +385,8 @@ def _check_assistant_only_loss(o: SearchOptions, space: SearchSpace, model_path:
         raise TunerError(f"{where} needs a chat template that marks the assistant's turns ({{% generation %}}), and "
                          f"{'chat_template_path' if template else f'model {o.model}'}'s has none TRL can patch; "
                          "set chat_template_path to a template that has them, or assistant_only_loss: false") from None
-    rows = data.load_dataset_spec(o.dataset, o.entry, tiny=models.is_tiny(model_path))
+    rows = data.load_dataset_spec(o.dataset, o.entry, tiny=models.is_tiny(model_path),
+                                  real=not models.is_built_here(model_path))
     if len(rows) and not is_conversational(rows[0]):
         label = f"--dataset {o.dataset}" if o.dataset not in (None, "builtin") else f"tuner's built-in {o.trainer} data"
         raise TunerError(f"{where} trains on the assistant's turns of conversational rows (a messages column of "

@@ -90,6 +90,8 @@ def run_search(prepared: Prepared, echo: Callable[[str], None] = print) -> Searc
             if prepared.source is not None:
                 prepared.source.set_env()  # before Ray and the trial launcher start: every trial inherits it
             now.opening = opening = pool.submit(_open_stores, prepared)
+            if prepared.model_line:
+                echo(prepared.model_line)
             for warning in prepared.warnings:
                 echo(f"warning: {warning}")
             # Before Ray, whose local workers inherit its address: this node's trial launcher imports torch and TRL

@@ -46,6 +46,16 @@ def run_trial(spec: TrialSpec, workdir: str | os.PathLike | None = None, metrics
         return _run_in(spec, Path(scratch), metrics_path)
 
 
+def _one_thread() -> None:
+    """One CPU thread for a real model's trial in a process nobody sized (``tuner trial``, ``tuner verify``; a
+    search's trials get Ray's OMP_NUM_THREADS for their slot): on SmolLM2-135M-Instruct, one 2-core CPU, two
+    threads per process were 2-4x slower in wall time than one (issue 60's measurements). OMP_NUM_THREADS=N asks
+    for N."""
+    import torch
+
+    torch.set_num_threads(1)
+
+
 def _run_in(spec: TrialSpec, workdir: Path, metrics_path) -> TrialResult:
     from tuner.config import precision as precisions
     from tuner.config import trainers
@@ -60,12 +70,14 @@ def _run_in(spec: TrialSpec, workdir: Path, metrics_path) -> TrialResult:
         quiet_libraries()
         workdir.mkdir(parents=True, exist_ok=True)
         model_path = models.resolve_model(spec.model)
-        tiny = models.is_tiny(model_path)
+        tiny, real = models.is_tiny(model_path), not models.is_built_here(model_path)
+        if real and "OMP_NUM_THREADS" not in os.environ and not _cuda_available():
+            _one_thread()
         entry = spec.entry
-        dataset = data.load_dataset_spec(spec.dataset, entry, tiny=tiny)
+        dataset = data.load_dataset_spec(spec.dataset, entry, tiny=tiny, real=real)
         if entry.rows_in_order:
             dataset = dataset.shuffle(seed=spec.seed)  # the seed picks the batches, as a random sampler's does
-        reward_funcs = (rewards.resolve_reward_funcs(spec.reward_funcs or [data.builtin_reward(tiny)])
+        reward_funcs = (rewards.resolve_reward_funcs(spec.reward_funcs or [data.builtin_reward(tiny, real)])
                         if entry.uses_reward_funcs else None)
         split = trainers.split_params(spec.params)
     except Exception as error:  # noqa: BLE001 - loading failed: this trial's crash, said in one line with its place
