@@ -114,6 +114,7 @@ LONG_FILES = [
     "tests/search/test_reliability.py",
     "tests/search/test_verdict_stability.py",
     "tests/test_real_model.py",
+    "tests/inputs/test_packaged.py",
     "tests/test_bench_smoke.py",
     "tests/search/test_search.py",
     "tests/search/test_sigterm_group.py",

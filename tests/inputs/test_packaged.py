@@ -142,7 +142,10 @@ def test_a_search_on_the_real_model_says_where_it_came_from_and_leaves_float16_w
     assert search.prepared.space.precisions() == ["fp32"]
     # The trials load the converted folder: nothing asks the Hub again.
     assert search.prepared.options.model == str(converted)
-    assert search.prepared.experiment == "sft-SmolLM2-135M-Instruct"
+    # ... and a search names its experiment after the model, not the cache folder's version
+    from tuner.search._prepare import model_label
+
+    assert model_label(search.prepared.options.model) == "SmolLM2-135M-Instruct"
 
 
 @pytest.mark.slow
