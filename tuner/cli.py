@@ -158,9 +158,12 @@ def build_parser() -> argparse.ArgumentParser:
                             formatter_class=argparse.RawDescriptionHelpFormatter,
                             description="Run a `trl <trainer> --config` file (tuner's export, or your own) for --steps "
                             "steps in this process, under the guard that stops it at the first non-finite or "
-                            "collapsed step; print a line per tenth of the run, then how far it held (or the step "
-                            "and cause it failed at), whether it learned, and what that does not cover. A search's "
-                            "verdicts cover its trials' steps and seeds only: verify the length you will run.",
+                            "collapsed step; print the lengths it runs, a line per tenth of the run (and at least "
+                            "every 30 s) with steps/s and the time left, an estimate after the first steps, then how "
+                            "far it held (or the step and cause it failed at), whether it learned, and what that does "
+                            "not cover. A search's verdicts cover its trials' steps and seeds only: verify the length "
+                            "you will run. A length the file leaves to TRL's default runs as the search's trials ran "
+                            "it, where the file's header (tuner export's) says so.",
                             epilog="examples:\n"
                             "  tuner verify recommended.yaml --steps 500          # the export, 25x a 20-step trial\n"
                             "  tuner verify my_dpo.yaml --steps 200 --model tiny --dataset builtin\n"
@@ -176,6 +179,9 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--dataset", help="replaces the file's dataset_name: a local file, hub id, or builtin")
     v.add_argument("--reward-func", dest="reward_funcs", action="append", metavar="NAME",
                    help="grpo: replaces the file's reward_funcs (repeat for several)")
+    v.add_argument("--trl-default-lengths", action="store_true",
+                   help="lengths the file leaves out run TRL's defaults (e.g. max_completion_length 512), not the "
+                   "search's trials' lengths that an export's header records (e.g. 12)")
 
     e = commands.add_parser("export", help="write a search's recommended config for TRL's CLI",
                             formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -295,12 +301,15 @@ def search_exit_code(records: list[TrialRecord], recommended: TrialRecord | None
 
 def cmd_trial(args) -> int:
     import json
+    import sys
 
-    from tuner.trial import format_result, prepare_trial_spec, run_trial
+    from tuner.trial import format_result, prepare_trial_spec, run_followed
     from tuner.trial.verify import verdict_lines
 
     spec = prepare_trial_spec(args.config)  # names, types, paths, and a probe of model, data and rewards
-    result = run_trial(spec)
+    # progress on stderr: stdout stays the rows and the verdict, for scripts that read them
+    result = run_followed(spec, echo=lambda line: print(line, file=sys.stderr, flush=True),
+                          shorter="lower max_steps in the trial's YAML for a shorter run")
     for row in result.history:
         print(json.dumps(row))
     print(format_result(result))
@@ -315,10 +324,12 @@ def cmd_verify(args) -> int:
     from tuner.trial.verify import prepare_verify, run_verify, verdict_lines
 
     spec, lines = prepare_verify(args.config, args.steps, model=args.model, dataset=args.dataset,
-                                 reward_funcs=args.reward_funcs, seed=args.seed, trainer=args.trainer)
+                                 reward_funcs=args.reward_funcs, seed=args.seed, trainer=args.trainer,
+                                 trl_default_lengths=args.trl_default_lengths)
     for line in lines:
         print(line)
-    result = run_verify(spec, echo=print)
+    # flushed line by line: a run piped to a file or `tee` shows its progress as it comes
+    result = run_verify(spec, echo=lambda line: print(line, flush=True))
     for line in verdict_lines(spec, result):
         print(line)
     return EXIT_OK if result.status == Status.OK else EXIT_NO_TRIAL_OK

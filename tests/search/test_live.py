@@ -81,6 +81,13 @@ def test_status_line_off_a_terminal_is_one_line_per_interval():
     assert not any("\r" in line for line in echoed)
 
 
+def test_status_line_shows_a_trials_steps_per_second_from_its_step_times():
+    progress = Progress(1, [].append, tty=False)
+    progress.started("k", 2, max_steps=200)
+    progress.trials["k"]["row"] = {"step": 40, "loss": 0.5, "train_seconds": 16.0}  # step 40 ended 16 s into training
+    assert progress.status_line().startswith("live: trial 2 step 40/200 loss 0.5 (2.5 steps/s) | 0/1 done")
+
+
 def test_status_line_on_a_terminal_is_redrawn_in_place_and_cleared_for_other_lines():
     screen = io.StringIO()
 

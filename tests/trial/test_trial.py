@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -187,6 +188,9 @@ def test_tuner_trial_command_prints_the_verdict(tiny_model, tmp_path):
     assert "status:            diverged  (loss is nan at step" in done.stdout
     assert '"step": 1' in done.stdout  # the per-step metrics come first
     assert "Traceback" not in done.stderr
+    # its progress on stderr, as tuner verify's: a block of steps with the steps done; stdout keeps rows and verdict
+    assert re.search(r"^  steps? [\d-]+: loss \S+, grad_norm \S+ \| \d+/20 steps", done.stderr, re.M), done.stderr
+    assert "/20 steps" not in done.stdout
 
 
 @pytest.mark.parametrize(

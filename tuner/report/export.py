@@ -23,33 +23,25 @@ comment says, for each length, which value it has and why.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from pathlib import Path
 from typing import Any
 
 from tuner.config.trainers import Adapter, adapter
+from tuner.config.trl_lengths import LENGTH_FIELDS, length_fields, trials_used
 from tuner.errors import TunerError
 from tuner.inputs.lengths import MEASURE_ROWS, nearest_rank, token_lengths
 from tuner.records import SearchSummary
 
 __all__ = ["LENGTH_FIELDS", "MEASURE_ROWS", "PERCENTILE", "build", "harness_lengths", "launch_config",
-           "launch_path", "measure_max_length", "render_export", "render_launch", "with_overrides"]
+           "launch_path", "length_fields", "measure_max_length", "render_export", "render_launch", "with_overrides"]
 
-# The sequence-length settings of TRL's configs (TRL 1.16: max_length for dpo/kto/reward/sft,
-# max_completion_length for grpo); max_prompt_length is listed for TRL versions that have it.
-LENGTH_FIELDS = ("max_length", "max_prompt_length", "max_completion_length")
 PERCENTILE = 99
 ROUND_TO = 8
 
 
 def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
-
-
-def length_fields(entry: Adapter) -> dict[str, Any]:
-    """The trainer's length settings and TRL's default for each."""
-    return {f.name: f.default for f in dataclasses.fields(entry.config_type()) if f.name in LENGTH_FIELDS}
 
 
 def is_shipped(space) -> bool:
@@ -104,8 +96,7 @@ def decide_lengths(entry: Adapter, params: dict[str, Any], *, model_path: str, s
     user_fixed = set(space.fixed) if space is not None else set()
     decided = []
     for name, default in length_fields(entry).items():
-        was = (f"; the search's short trials used {harness[name]}, a setting of tuner's shipped space, not a "
-               "choice for your run") if name in harness else ""
+        was = trials_used(harness[name]) if name in harness else ""  # tuner verify reads it back (search_lengths)
         if name in params and name not in harness:
             source = "your search space's fixed value" if name in user_fixed else "chosen by the search"
             decided.append({"name": name, "value": params[name], "why": f"{source} (every trial ran with it)"})

@@ -7,7 +7,7 @@ and the results table.
     progress.tick()                                  # the status line, when one is due
     progress.finished(record, "a1")                  # its one line, and the counts
 
-On a terminal the status line (``live: trial 3 step 5/20 loss 1.23 | ...``) is one line redrawn in place;
+On a terminal the status line (``live: trial 3 step 5/20 loss 1.23 (2.1 steps/s) | ...``) is one line redrawn in place;
 otherwise (a log file, a CI job) it is printed as its own line at most every ``Progress.live_every`` seconds.
 """
 
@@ -71,7 +71,8 @@ class Progress:
         self.tick()
 
     def status_line(self) -> str | None:
-        """``live: trial 3 step 5/20 loss 1.23 | trial 4 starting | 1/12 done, 45s``; None with nothing running."""
+        """``live: trial 3 step 5/20 loss 1.23 (2.1 steps/s) | trial 4 starting | 1/12 done, 45s``; None with nothing
+        running."""
         if not self.trials:
             return None
         parts = []
@@ -85,6 +86,9 @@ class Progress:
             for name in dict.fromkeys(("loss", trial["metric"])):
                 if isinstance(row.get(name), (int, float)):
                     text += f" {name} {_number(row[name])}"
+            step, seconds = row.get("step"), row.get("train_seconds")  # when the step ended (tuner.trial._monitor)
+            if isinstance(step, (int, float)) and isinstance(seconds, (int, float)) and seconds > 0:
+                text += f" ({step / seconds:.3g} steps/s)"
             parts.append(text)
         done = sum(self.counts.values())
         elapsed = time.perf_counter() - self.started_at

@@ -11,6 +11,7 @@
     weights.py           the base model's weights converted once per node, mapped by every trial
     _faults.py           fault injection (TUNER_FAULT), the test hook for crashes and NaNs
     _isolation.py        run_trial_isolated: the same in a child process, so a dying trial dies alone
+    _follow.py           run_followed: a trial in this process, its progress echoed (steps/s, time left, estimate)
     verify.py            tuner verify: a TRL config file run for N steps as one guarded trial, its whole verdict
     launcher.py          the node's trial launcher (_launcher_server.py): children forked from one import of torch
 
@@ -25,6 +26,7 @@ from tuner._exports import lazy_exports
 # is imported when first used.
 if TYPE_CHECKING:
     from tuner.records import TrialResult as TrialResult
+    from tuner.trial._follow import run_followed as run_followed
     from tuner.trial._isolation import process_context as process_context
     from tuner.trial._isolation import run_trial_isolated as run_trial_isolated
     from tuner.trial._run import format_result as format_result
@@ -43,6 +45,7 @@ __all__, __getattr__ = lazy_exports(__name__, {
     "load_trial_spec": "tuner.trial._spec",
     "prepare_trial_spec": "tuner.trial._spec",
     "process_context": "tuner.trial._isolation",
+    "run_followed": "tuner.trial._follow",
     "run_trial": "tuner.trial._run",
     "run_trial_isolated": "tuner.trial._isolation",
     "prepare_verify": "tuner.trial.verify",

@@ -2,38 +2,38 @@
 trial, in this process, before the long run it stands for.
 
     spec, lines = prepare_verify("recommended.yaml", steps=600)   # checked as `trl <trainer> --config` reads it
-    result = run_verify(spec, echo=print)                          # a line per block of steps while it runs
+    result = run_verify(spec, echo=print)                          # a line per tenth of the run, and every 30 s
     verdict_lines(spec, result)                                    # "held 600 steps ..." or the step it failed at
 
 A search's verdict covers its trials' steps and seeds and nothing beyond them; this is how a user extends that
 horizon to the length they will run, on the seed they will run, with the same guard stopping it at the first
-non-finite or collapsed step.
+non-finite or collapsed step. A length the file leaves to TRL's default runs as the search's trials ran it, where
+the file's header (a ``tuner export``) says what that was (``trl_default_lengths=True``: TRL's default instead);
+the lines before the run say which lengths run.
 """
 
 from __future__ import annotations
 
-import json
-import math
-import tempfile
-import threading
-from pathlib import Path
 from typing import Any, Callable
 
 from tuner.errors import TunerError
 from tuner.inputs.quiet import quiet_libraries
 from tuner.records import Status, TrialResult
+from tuner.trial._follow import BLOCKS, run_followed
 from tuner.trial._spec import TrialSpec
 
-__all__ = ["BLOCKS", "prepare_verify", "run_verify", "verdict_lines"]
+__all__ = ["BLOCKS", "TRL_DEFAULT_LENGTHS_FLAG", "prepare_verify", "run_lengths", "run_verify", "verdict_lines"]
 
-BLOCKS = 10  # the run is reported in this many blocks of steps: enough to see a trend, short enough to read
+TRL_DEFAULT_LENGTHS_FLAG = "--trl-default-lengths"  # tuner verify's flag: lengths the file leaves out run TRL's default
 
 
 def prepare_verify(path: str, steps: int, model: str | None = None, dataset: str | None = None,
                    reward_funcs: list[str] | None = None, seed: int | None = None,
-                   trainer: str | None = None) -> tuple[TrialSpec, list[str]]:
+                   trainer: str | None = None, trl_default_lengths: bool = False) -> tuple[TrialSpec, list[str]]:
     """The config read and checked as `tuner search --from` reads it (flags over the file), its inputs probed; the
-    trial spec of its whole run for ``steps`` steps, and the lines to print before it starts."""
+    trial spec of its whole run for ``steps`` steps, and the lines to print before it starts. A length the file
+    leaves to TRL's default runs as the search's trials ran it where the file's header says (trl_default_lengths:
+    TRL's default)."""
     import torch
 
     from tuner.config import precision, trl_config, values
@@ -53,8 +53,9 @@ def prepare_verify(path: str, steps: int, model: str | None = None, dataset: str
     source.set_env()  # the trial runs in this process
     lines = [f"warning: {line}" for line in trl_config.run_here(source, on_gpu)]
     lines += [f"note: {note}" for note in source.notes]
-    params = values.check_params(dict(source.params), source.entry, f"{path}")
     entry = source.entry
+    lengths, said = run_lengths(source, trl_default_lengths)
+    params = values.check_params({**source.params, **lengths}, entry, f"{path}")
     inputs = probe.check_user_inputs(
         entry, chosen["model"] or models.TINY_MODEL, chosen["dataset"], chosen["reward_funcs"],
         missing_reward=f"{path}: reward_funcs: grpo on your own dataset needs a reward for it; add reward_funcs to "
@@ -66,66 +67,45 @@ def prepare_verify(path: str, steps: int, model: str | None = None, dataset: str
                      ranks=chosen["processes"] or 1)
     seed_from = "--seed" if seed is not None else "the file's seed" if "seed" in source.raw else "TRL's default seed"
     head = [f"verify {path}: {steps} steps of {entry.name}, seed {spec.seed} ({seed_from}), as one guarded trial",
-            *(f"  {line}" for line in origins)]
+            *(f"  {line}" for line in origins), said]
     return spec, head + lines
 
 
+def run_lengths(source, trl_default_lengths: bool = False) -> tuple[dict[str, int], str]:
+    """(the lengths to run that the file leaves to TRL's default: the search's trials', from its header; the line
+    ``lengths: max_completion_length 12 (the search's trials; --trl-default-lengths runs TRL's default 512)``, which
+    says for each length setting of the trainer the value the run has and where it comes from). ``source``: the
+    file, a tuner.config.trl_config.SourceConfig."""
+    from tuner.config.trl_lengths import length_fields, search_lengths
+
+    searched = search_lengths(source.text)
+    run: dict[str, int] = {}
+    said = []
+    for name, default in length_fields(source.entry).items():
+        trials = searched.get(name)
+        if name in source.raw:
+            theirs = f"; the search's trials ran {trials}" if trials is not None and trials != source.raw[name] else ""
+            said.append(f"{name} {_length(source.raw[name])} (the file's{theirs})")
+        elif trials is not None and not trl_default_lengths:
+            run[name] = trials
+            said.append(f"{name} {trials} (the search's trials; {TRL_DEFAULT_LENGTHS_FLAG} runs TRL's default "
+                        f"{_length(default)})")
+        elif trials is not None:
+            said.append(f"{name} {_length(default)} (TRL's default, {TRL_DEFAULT_LENGTHS_FLAG}; the search's trials "
+                        f"ran {trials})")
+        else:
+            said.append(f"{name} {_length(default)} (TRL's default: the file sets none)")
+    return run, "lengths: " + ("; ".join(said) or f"none ({source.entry.name} has no length setting)")
+
+
+def _length(value: Any) -> str:
+    return "unlimited" if value is None else str(value)
+
+
 def run_verify(spec: TrialSpec, echo: Callable[[str], None] = print) -> TrialResult:
-    """The trial, with a line per block of steps as they are logged (the progress metric and grad norm)."""
-    from tuner.trial._run import run_trial
-
-    block = max(1, math.ceil(spec.max_steps / BLOCKS))
-    with tempfile.TemporaryDirectory(prefix="tuner-verify-") as scratch:
-        metrics = Path(scratch) / "metrics.jsonl"
-        metrics.touch()
-        done = threading.Event()
-        follower = threading.Thread(target=_follow, args=(metrics, spec, block, done, echo), daemon=True)
-        follower.start()
-        try:
-            result = run_trial(spec, workdir=Path(scratch) / "trial", metrics_path=metrics)
-        finally:
-            done.set()
-            follower.join(timeout=5)
-    return result
-
-
-def _follow(metrics: Path, spec: TrialSpec, block: int, done: threading.Event, echo) -> None:
-    """Print one line per finished block of the metrics file's rows until the trial ends."""
-    rows: list[dict[str, Any]] = []
-    printed = 0
-    with open(metrics) as stream:
-        while True:
-            line = stream.readline()
-            if line:
-                if line.endswith("\n"):
-                    rows.append(json.loads(line))
-                while len(rows) - printed >= block:
-                    echo(block_line(spec, rows[printed:printed + block]))
-                    printed += block
-                continue
-            if done.is_set():
-                break
-            done.wait(0.2)
-    if len(rows) > printed:
-        echo(block_line(spec, rows[printed:]))
-
-
-def block_line(spec: TrialSpec, rows: list[dict[str, Any]]) -> str:
-    """``steps 61-120: reward 0.512, grad_norm 0.84`` (means of the finite values; "nan" when none was)."""
-    from tuner.verdicts.learning import progress_metric
-
-    metric, _ = progress_metric(spec.entry)
-    first, last = rows[0].get("step", "?"), rows[-1].get("step", "?")
-
-    def mean(key: str) -> str:
-        values = [float(r[key]) for r in rows if isinstance(r.get(key), (int, float))]
-        finite = [v for v in values if math.isfinite(v)]
-        if not values:
-            return "-"
-        return f"{sum(finite) / len(finite):.4g}" if len(finite) == len(values) else "nan"
-
-    steps = f"step {first}" if first == last else f"steps {first}-{last}"
-    return f"  {steps}: {metric} {mean(metric)}, grad_norm {mean('grad_norm')}"
+    """The trial, with a line per tenth of the run as its steps are logged (the progress metric and grad norm, steps
+    per second, time left), one at least every 30 s, and an estimate of the whole run after its first steps."""
+    return run_followed(spec, echo, shorter="pass --steps N for a shorter check")
 
 
 def verdict_lines(spec: TrialSpec, result: TrialResult) -> list[str]:
