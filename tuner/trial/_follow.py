@@ -195,7 +195,8 @@ def _trial_threads(spec: TrialSpec):
     """One CPU thread, as a search's trial has (Ray's OMP_NUM_THREADS for its 1-CPU slot), where nothing set
     OMP_NUM_THREADS and the run is one process on a CPU; torch's own choice is back afterwards. On the tiny model
     on a 2-core CPU, with the other core busy, torch's two threads ran a GRPO step of the default search's pick 15x
-    slower (2.8 s against 0.11 s); tuner.trial._run does the same for a real model in any process."""
+    slower (2.8 s against 0.11 s); on SmolLM2-135M-Instruct two threads per process ran 2-4x slower in wall time
+    than one (docs/inputs.md)."""
     import os
 
     import torch

@@ -46,16 +46,6 @@ def run_trial(spec: TrialSpec, workdir: str | os.PathLike | None = None, metrics
         return _run_in(spec, Path(scratch), metrics_path)
 
 
-def _one_thread() -> None:
-    """One CPU thread for a real model's trial in a process nobody sized (``tuner trial``, ``tuner verify``; a
-    search's trials get Ray's OMP_NUM_THREADS for their slot): on SmolLM2-135M-Instruct, one 2-core CPU, two
-    threads per process were 2-4x slower in wall time than one (issue 60's measurements). OMP_NUM_THREADS=N asks
-    for N."""
-    import torch
-
-    torch.set_num_threads(1)
-
-
 def _run_in(spec: TrialSpec, workdir: Path, metrics_path) -> TrialResult:
     from tuner.config import precision as precisions
     from tuner.config import trainers
@@ -71,8 +61,6 @@ def _run_in(spec: TrialSpec, workdir: Path, metrics_path) -> TrialResult:
         workdir.mkdir(parents=True, exist_ok=True)
         model_path = models.resolve_model(spec.model)
         tiny, real = models.is_tiny(model_path), not models.is_built_here(model_path)
-        if real and "OMP_NUM_THREADS" not in os.environ and not _cuda_available():
-            _one_thread()
         entry = spec.entry
         dataset = data.load_dataset_spec(spec.dataset, entry, tiny=tiny, real=real)
         if entry.rows_in_order:
