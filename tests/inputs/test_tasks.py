@@ -347,10 +347,15 @@ def test_a_real_model_gets_the_sums_for_grpo_only():
 
 
 @pytest.mark.parametrize("wrap", [lambda t: t, lambda t: [{"role": "assistant", "content": t}]])
-def test_bare_sum_reward_orders_bare_right_over_wordy_right_over_bare_wrong_over_the_rest(wrap):
-    completions = ["7", "7.", " 7 ", "3 + 4 = 7", "The answer is 7.", "8", "seven", "", "3 + 4 = 8", "7<|im_end|>"]
+def test_bare_sum_reward_orders_bare_right_over_shorter_wordy_right_over_longer_over_bare_wrong(wrap):
+    completions = ["7", "7.", " 7 ", "7<|im_end|>", "is 7", "3 + 4 = 7", "The sum of 3 and 4 is 7.", "8", "seven", "",
+                   "3 + 4 = 8"]
     scores = tasks.bare_sum_reward(completions=[wrap(c) for c in completions], answer=["7"] * len(completions))
-    assert scores == [1.0, 1.0, 1.0, 0.5, 0.5, 0.2, 0.0, 0.0, 0.0, 1.0]
+    assert scores[:4] == [1.0] * 4 and scores[7:] == [0.2, 0.0, 0.0, 0.0]
+    wordy = scores[4:7]
+    # the right sum in words: above a bare wrong number, below the bare answer, and the shorter the higher, so a
+    # group of four wordy right answers is not a tie
+    assert 0.5 < wordy[2] < wordy[1] < wordy[0] <= 0.5 + tasks.BREVITY_CREDIT
 
 
 def test_bare_sum_reward_never_raises_on_junk():

