@@ -93,11 +93,11 @@ def lr_grid(steps: int, trainers: list[str], rates: dict[str, list[float]], echo
     return {"steps": steps, "runs": runs}
 
 
-def false_learned(steps: int, window: int, trainer: str, echo) -> dict[str, Any]:
+def false_learned(steps: int, window: int, trainer: str, echo, seed: int = 0) -> dict[str, Any]:
     from tuner.config.trainers import adapter
     from tuner.verdicts.learning import judge_learning
 
-    run = _trial(trainer, {**LORA, "learning_rate": 1e-12}, steps)
+    run = _trial(trainer, {**LORA, "learning_rate": 1e-12}, steps, seed)
     metric = "reward" if trainer == "grpo" else "loss"
     rows = [{"step": i + 1, metric: v} for i, v in enumerate(run["curve"]) if v is not None]
     judged = []
@@ -109,7 +109,7 @@ def false_learned(steps: int, window: int, trainer: str, echo) -> dict[str, Any]
     learned = sum(j["learned"] for j in judged)
     echo(f"[false-learned] {trainer} at lr 1e-12, {len(rows)} steps in {len(judged)} windows of {window}: "
          f"{learned} judged learned")
-    return {"trainer": trainer, "steps": len(rows), "window": window, "windows": len(judged), "learned": learned,
+    return {"trainer": trainer, "seed": seed, "steps": len(rows), "window": window, "windows": len(judged), "learned": learned,
             "judged": judged, "seconds_per_step": run["seconds_per_step"], "status": run["status"],
             "curve": [row[metric] for row in rows]}
 
@@ -177,7 +177,8 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--study", choices=["grpo-task", "lr-grid", "false-learned", "vs-defaults"])
     parser.add_argument("--pick", help="vs-defaults: the config tuner exported")
-    parser.add_argument("--seeds", default="0,1,2", help="vs-defaults: the seeds (default: 0,1,2)")
+    parser.add_argument("--seeds", default="0,1,2", help="vs-defaults: the seeds (default: 0,1,2); false-learned: "
+                        "the first is the run's seed (default: 0)")
     parser.add_argument("--steps", type=int, help="steps per trial (grpo-task 40, lr-grid 20, false-learned 400)")
     parser.add_argument("--trainers", default="sft,dpo", help="lr-grid: the trainers (default: sft,dpo)")
     parser.add_argument("--trainer", default="sft", help="false-learned, vs-defaults: the trainer (default: sft)")
@@ -191,8 +192,9 @@ def main(argv: list[str] | None = None) -> int:
         rates = {"lora": [1e-6, 1e-5, 1e-4, 1e-3], "full": [1e-7, 1e-6, 1e-5, 1e-4]}
         _save("lr_grid", lr_grid(args.steps or 20, args.trainers.split(","), rates, echo), args.output)
     elif args.study == "false-learned":
-        _save(f"false_learned_{args.trainer}", false_learned(args.steps or 400, args.window, args.trainer, echo),
-              args.output)
+        seed = int(args.seeds.split(",")[0]) if args.seeds != "0,1,2" else 0
+        _save(f"false_learned_{args.trainer}_seed{seed}",
+              false_learned(args.steps or 400, args.window, args.trainer, echo, seed), args.output)
     elif args.study == "vs-defaults":
         if not args.pick:
             parser.error("vs-defaults needs --pick FILE")
