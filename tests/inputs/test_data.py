@@ -291,7 +291,7 @@ def test_a_real_model_gets_the_chat_sums_and_tiny_pretrained_the_exact_answer_re
     shutil.copytree(tiny_model, other, ignore=shutil.ignore_patterns("tuner-tiny-model.complete"))
     assert models.is_tiny(tiny_model) and models.is_tiny("tiny") and not models.is_tiny(other)
     inputs = probe.check_user_inputs(adapter("grpo"), str(other), None, None, missing_reward="unused")
-    assert inputs.reward_funcs == ["tuner.inputs.tasks.bare_sum_reward"]
+    assert inputs.reward_funcs == ["tuner.inputs.sums.bare_sum_reward"]
     pretrained = tmp_path / "tiny-pretrained-like"
     shutil.copytree(other, pretrained)
     (pretrained / "tuner-tiny-pretrained.complete").write_text("test\n")

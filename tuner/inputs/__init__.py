@@ -2,9 +2,11 @@
 probe that checks them before any trial starts.
 
     models.py     --model: a folder, hub id or alias; the tiny model and tiny-pretrained, built here
+    packaged.py   real pretrained models shipped in a Python package (SmolLM2-135M-Instruct), converted once
     data.py       --dataset: the built-in data of a trainer, or the user's, its columns checked
     lengths.py    the token lengths of its rows: the export's max_length, the profile a warm start compares
     tasks.py      exact-answer questions for a pretrained model, and their reward
+    sums.py       GRPO's chat sums for a real instruct model, and their reward
     rewards.py    --reward-func: the built-in reward, TRL's, or the user's module:function
     probe.py      the user's rows, tokenizer and rewards tried before any trial starts
     quiet.py      transformers' and datasets' progress bars and load reports kept off stderr
@@ -28,11 +30,13 @@ if TYPE_CHECKING:
     from tuner.inputs.probe import check_user_inputs as check_user_inputs
     from tuner.inputs.quiet import quiet_libraries as quiet_libraries
     from tuner.inputs.rewards import resolve_reward_funcs as resolve_reward_funcs
+    from tuner.inputs.sums import bare_sum_reward as bare_sum_reward
     from tuner.inputs.tasks import exact_answer_reward as exact_answer_reward
 
 # Each public name and the module it lives in.
 __all__, __getattr__ = lazy_exports(__name__, {
     "UserInputs": "tuner.inputs.probe",
+    "bare_sum_reward": "tuner.inputs.sums",
     "builtin_dataset": "tuner.inputs.data",
     "check_user_inputs": "tuner.inputs.probe",
     "exact_answer_reward": "tuner.inputs.tasks",

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from tuner.config.trainers import Adapter
 from tuner.errors import TunerError
 from tuner.inputs import _tiny_data as tiny_data
-from tuner.inputs import tasks
+from tuner.inputs import sums, tasks
 
 if TYPE_CHECKING:
     import datasets
@@ -37,7 +37,7 @@ def builtin_dataset(entry: Adapter, size: int = 256, seed: int = 0, tiny: bool =
     """A deterministic dataset of the trainer entry's built-in rows: the tiny model's own task (``tiny``), else
     exact-answer questions a pretrained model can learn (tuner.inputs.tasks, TRL's standard plain-text format); for
     GRPO on a real model (``real``: not one of tuner's tiny models) single-digit sums in chat form, a task a 135M
-    instruct model moves on within tens of steps (tuner.inputs.tasks.sum_rows).
+    instruct model moves on within tens of steps (tuner.inputs.sums.sum_rows).
 
     The same ``(entry, size, seed, tiny, real)`` always gives the same rows.
     """
@@ -49,7 +49,7 @@ def builtin_dataset(entry: Adapter, size: int = 256, seed: int = 0, tiny: bool =
         rng = random.Random(f"{entry.name}:{seed}")  # a string seed is hashed deterministically (not by PYTHONHASHSEED)
         rows = [tiny_data.ROWS[entry.rows](rng, i) for i in range(size)]
     elif real and entry.uses_reward_funcs:
-        rows = tasks.sum_rows(size, seed)
+        rows = sums.sum_rows(size, seed)
     else:
         rows = tasks.ROWS[entry.rows](size, seed)
     return Dataset.from_dict({key: [row[key] for row in rows] for key in rows[0]})
@@ -57,13 +57,13 @@ def builtin_dataset(entry: Adapter, size: int = 256, seed: int = 0, tiny: bool =
 
 def builtin_reward(tiny: bool, real: bool = False) -> str:
     """The reward of the built-in data (for a trainer that learns from rewards), as a --reward-func value: the tiny
-    task's; the chat sums' for a real model (``real``, tuner.inputs.tasks.bare_sum_reward); else the exact answer
+    task's; the chat sums' for a real model (``real``, tuner.inputs.sums.bare_sum_reward); else the exact answer
     of tuner.inputs.tasks."""
-    from tuner.inputs import rewards, tasks
+    from tuner.inputs import rewards, sums, tasks
 
     if tiny:
         return rewards.BUILTIN
-    return rewards.reward_func_spec(tasks.bare_sum_reward if real else tasks.exact_answer_reward)
+    return rewards.reward_func_spec(sums.bare_sum_reward if real else tasks.exact_answer_reward)
 
 
 def check_columns(dataset: datasets.Dataset, entry: Adapter, where: str) -> None:
