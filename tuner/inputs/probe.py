@@ -239,7 +239,7 @@ def check_user_inputs(entry: Adapter, model: str, dataset: str | None, reward_fu
         raise TunerError(missing_reward)
     reward_paths = rewards.resolve_reward_paths(reward_funcs)  # a module in this folder: the file trials import
     if online and builtin and not reward_funcs and not tiny:
-        reward_paths = [data.builtin_reward(tiny, real)]  # the built-in questions' exact-answer reward, said in the export
+        reward_paths = [data.builtin_reward(tiny, real)]  # the built-in task's own reward, said in the export
     functions = rewards.resolve_reward_funcs(reward_paths) if online else None
     label = dataset if dataset is not None and not builtin else f"the built-in {entry.name} data"
     probe_inputs(entry, loaded, label, model_path, reward_funcs, functions)

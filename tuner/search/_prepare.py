@@ -209,7 +209,7 @@ def prepare(options: SearchOptions) -> Prepared:
                          f"{cannot[source.params['precision']]}; run tuner on such a machine (or change the file)")
     space = space.without_precisions(dropped)
     space, slow = _without_slow_precisions(space, model, o.gpus_per_trial, source)
-    dropped += slow
+    dropped += list(slow)
     warnings += [f"precision {p} left out: {why}" for p, why in slow.items()]
     if source is not None:
         from tuner.config import trl_config
