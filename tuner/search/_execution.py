@@ -39,6 +39,7 @@ from tuner.report.progress import Progress
 from tuner.search import _sampling as sampling
 from tuner.search._extend import WAIT
 from tuner.stores import interrupts
+from tuner.stores.tags import OPTUNA_NUMBER_TAG
 from tuner.trial import TrialSpec
 from tuner.verdicts import diagnose
 from tuner.verdicts.learning import MIN_STEPS
@@ -338,7 +339,8 @@ class OptunaSearcher(Searcher):
                 self.asked[trial_id] = (trial, params)
                 self.suggested += 1
             spec = {**self.base_spec, "params": params}
-            job = TrialJob(spec=spec, number=self.proposer.number(trial), timeout=self.timeout)
+            job = TrialJob(spec=spec, number=self.proposer.number(trial), timeout=self.timeout,
+                           tags={OPTUNA_NUMBER_TAG: str(trial.number)})
             slow = slow_limit(self.finished) if self.prune_slow else None
             if self.proposer.number(trial) in self.keep:
                 job["keep"], slow = True, None

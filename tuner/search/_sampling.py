@@ -256,6 +256,32 @@ def _repeats_a_trial(study, trial, grid_size: int | None) -> bool:
     return trial.params in others
 
 
+# The search's own number of a study trial, 0, 1, 2, ... in the order trials were handed out: a study's numbers also
+# count the proposals drawn again (a small categorical space repeats itself), priors and reserved numbers' neighbours,
+# so a search over four points would read 0, 1, 22, 43 by them. Stores written before this attribute existed number
+# their trials by the study (less the priors); their resume goes on after the highest such number.
+NUMBER_ATTR = "tuner.number"
+
+
+def search_number(frozen, offset: int) -> int:
+    """The search's number of a study trial: its own attribute, else (a store written before it) the study's number
+    less the priors before it."""
+    number = frozen.user_attrs.get(NUMBER_ATTR)
+    return int(number) if number is not None else frozen.number - offset
+
+
+def next_number(study) -> int:
+    """The number the next trial handed out takes: after every numbered trial of this search (priors left out)."""
+    import optuna
+
+    own = [t for t in study.get_trials(deepcopy=False) if PRIOR_ATTR not in t.user_attrs]
+    numbered = [int(t.user_attrs[NUMBER_ATTR]) for t in own if NUMBER_ATTR in t.user_attrs]
+    if numbered:
+        return max(numbered) + 1
+    offset = prior_count(study)  # a store numbered by the study: after its highest number handed out (not one queued)
+    return max((t.number - offset for t in own if t.state != optuna.trial.TrialState.WAITING), default=-1) + 1
+
+
 def tell(study, trial, record: TrialRecord) -> None:
     """Report a trial to Optuna: COMPLETE with the recommendation's objective and a constraint value; a trial
     stopped by successive halving as PRUNED."""
@@ -294,7 +320,8 @@ class Proposer:
         self.asked = len(self.finished)  # a resumed search goes on in the stage it had reached
         # record -> params to ask for next: a --from search's single changes, chosen by what trial 0 (their config) did
         self.after_first = after_first
-        self.offset = prior_count(study)  # a warm start's earlier trials come first in the study
+        self.numbers: dict[int, int] = {}  # study trial id -> the search's number (NUMBER_ATTR)
+        self.next_number = next_number(study)
         self.on_told = on_told  # record -> None: called with each trial's record once told (a warm start's news)
 
     def reserve(self, why: str) -> int:
@@ -305,12 +332,21 @@ class Proposer:
 
         trial = self.study.ask()
         trial.set_user_attr("tuner.skipped", why)
+        number = self.number(trial)
         self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
-        return self.number(trial)
+        return number
 
     def number(self, trial) -> int:
-        """The search's number of a study trial: from 0, a warm start's earlier trials not counted."""
-        return trial.number - self.offset
+        """The search's number of a study trial (NUMBER_ATTR): the next one from 0 the first time a trial handed out
+        is asked for, kept on the trial; a warm start's earlier trials and proposals drawn again take none."""
+        number = self.numbers.get(trial._trial_id)
+        if number is None:
+            number = trial.user_attrs.get(NUMBER_ATTR)
+            if number is None:
+                number, self.next_number = self.next_number, self.next_number + 1
+                trial.set_user_attr(NUMBER_ATTR, number)
+            self.numbers[trial._trial_id] = number = int(number)
+        return number
 
     def ask(self):
         pins: dict[str, Any] = {}
@@ -408,7 +444,7 @@ def reconcile(study, recorded: dict[int, TrialRecord]) -> None:
     for frozen in study.trials:
         if PRIOR_ATTR in frozen.user_attrs:
             continue
-        number = frozen.number - offset
+        number = search_number(frozen, offset)
         if frozen.state == states.RUNNING and number in recorded:
             tell(study, _running_trial(study, frozen), recorded[number])
         elif frozen.state == states.RUNNING or (frozen.state == states.COMPLETE and number not in recorded):

@@ -9,6 +9,7 @@ KIND_TAG = "tuner.kind"  # "search" on parent runs, "trial" on nested runs
 # -- on a trial run
 TRIAL_KEY_TAG = "tuner.trial_key"  # the driver's key of a trial run: kept writes find their run by it
 TRIAL_NUMBER_TAG = "tuner.trial_number"  # the trial's number in the search (a re-run has the number it re-runs)
+OPTUNA_NUMBER_TAG = "tuner.optuna_number"  # a search trial's number in the Optuna study (redraws and priors count there)
 RUN_NAME_TAG = "tuner.run_name"  # the run's name: trial-007, confirm-007-seed1, extend-007-60steps
 STATUS_TAG = "tuner.status"  # its status (tuner.records.Status), "running" until its verdict, or "interrupted"
 REASON_TAG = "tuner.reason"  # why it stopped, in one line
