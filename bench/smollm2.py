@@ -5,6 +5,7 @@ on whatever machine runs it (say which: the JSON records it).
     python -m bench.smollm2 --study lr-grid          # SFT and DPO, LoRA and full fine-tuning, a grid of learning rates: learned or not
     python -m bench.smollm2 --study false-learned    # one long run at a learning rate of 1e-12, judged in 20-step windows
     python -m bench.smollm2 --study vs-defaults --trainer dpo --pick recommended.yaml   # the pick against TRL's defaults
+    python -m bench.smollm2 --study scenarios --steps 10 reward_half.yaml dpo_fp16.yaml   # user configs as written
 
 Each study runs real tuner trials (``tuner.trial.run_trial``, the code a search's trial runs) one after another in this
 process, one CPU thread each, and writes its figures to ``bench/smollm2.json`` as soon as it has them (a study run
@@ -115,47 +116,83 @@ def false_learned(steps: int, window: int, trainer: str, echo, seed: int = 0) ->
 
 
 # TRL's defaults as `trl <trainer>` runs them on a CPU (use_cpu: true, so its bf16 default is bf16 autocast), at the
-# shipped space's fixed length: what a user runs without tuner.
-TRL_DEFAULTS = {"dpo": {"precision": "bf16-mixed", "learning_rate": 1e-6, "per_device_train_batch_size": 8,
-                        "gradient_accumulation_steps": 1, "use_peft": False, "activation_checkpointing": True,
-                        "lr_scheduler_type": "linear", "max_length": 64}}
+# shipped space's fixed length: what a user runs without tuner. GRPO keeps TRL's 8 generations a prompt (one prompt
+# a step at batch 8) and its dapo loss; its completions are the shipped space's 12 tokens, not TRL's 512.
+_TRL_COMMON = {"precision": "bf16-mixed", "per_device_train_batch_size": 8, "gradient_accumulation_steps": 1,
+               "use_peft": False, "activation_checkpointing": True, "lr_scheduler_type": "linear", "max_grad_norm": 1.0,
+               "warmup_steps": 0}
+TRL_DEFAULTS = {"dpo": {**_TRL_COMMON, "learning_rate": 1e-6, "max_length": 64},
+                "sft": {**_TRL_COMMON, "learning_rate": 2e-5, "max_length": 64, "loss_type": "nll"},
+                "grpo": {**_TRL_COMMON, "learning_rate": 1e-6, "num_generations": 8, "max_completion_length": 12,
+                         "temperature": 1.0, "beta": 0.0, "loss_type": "dapo", "epsilon": 0.2}}
 
 
-def _loss_gain_per_second(run: dict[str, Any], result) -> float:
-    """The training loss's fall from the start (its first two steps) to the last third, per second of training
-    (the trial's wall time after its first step was logged)."""
-    curve = [v for v in run["curve"] if v is not None]
-    tail = max(2, len(curve) // 3)
-    gain = statistics.fmean(curve[:2]) - statistics.fmean(curve[-tail:])
-    return gain / max(1e-9, result.wall_seconds - (result.seconds_to_first_step or 0.0))
+def _gain_per_second(curve: list[float | None], higher_is_better: bool, result) -> float:
+    """The training curve's gain from the start (its first two steps) to the last third, per second of training
+    (the trial's wall time after its first step was logged): the loss's fall, or GRPO's reward's rise."""
+    values = [v for v in curve if v is not None]
+    tail = max(2, len(values) // 3)
+    gain = statistics.fmean(values[-tail:]) - statistics.fmean(values[:2])
+    return (gain if higher_is_better else -gain) / max(1e-9, result.wall_seconds - (result.seconds_to_first_step or 0.0))
 
 
 def vs_defaults(trainer: str, pick_file: str, steps: int, seeds: list[int], echo) -> dict[str, Any]:
-    """The pick (a file tuner exported) and TRL's defaults, alternating, each seed: loss gain per training second."""
+    """The pick (a file tuner exported) and TRL's defaults, alternating, each seed: the training curve's gain per
+    training second (the loss's fall; GRPO: the mean reward's rise, with the built-in task's reward)."""
     from tuner.config.trl_config import read_config
     from tuner.inputs.models import resolve_model
     from tuner.trial import TrialSpec, run_trial
 
     pick = dict(read_config(pick_file, trainer).params)
+    metric = "reward" if trainer == "grpo" else "loss"
     pairs = []
     for seed in seeds:
         pair = {}
         for side, params in (("pick", pick), ("trl_defaults", TRL_DEFAULTS[trainer])):
             spec = TrialSpec(trainer=trainer, params=params, model=resolve_model(MODEL), max_steps=steps, seed=seed)
             result = run_trial(spec)
-            run = {"status": str(result.status), "curve": [row.get("loss") for row in result.history],
+            run = {"status": str(result.status), "curve": [row.get(metric) for row in result.history],
                    "wall_seconds": round(result.wall_seconds, 1), "tokens_per_second": result.tokens_per_second,
                    "learned": result.learned}
-            run["loss_gain_per_second"] = _loss_gain_per_second(run, result)
+            run["gain_per_second"] = _gain_per_second(run["curve"], metric == "reward", result)
             pair[side] = run
-            echo(f"[vs-defaults] seed {seed} {side}: {run['status']}, learned {run['learned']}, loss gain per second "
-                 f"{run['loss_gain_per_second']:.2e}, {run['tokens_per_second']} tok/s, {run['wall_seconds']} s")
-        pair["ratio"] = pair["pick"]["loss_gain_per_second"] / pair["trl_defaults"]["loss_gain_per_second"] \
-            if pair["trl_defaults"]["loss_gain_per_second"] > 0 else None
+            echo(f"[vs-defaults] {trainer} seed {seed} {side}: {run['status']}, learned {run['learned']}, {metric} gain "
+                 f"per second {run['gain_per_second']:.2e}, {run['tokens_per_second']} tok/s, {run['wall_seconds']} s")
+        pair["ratio"] = pair["pick"]["gain_per_second"] / pair["trl_defaults"]["gain_per_second"] \
+            if pair["trl_defaults"]["gain_per_second"] > 0 else None
         pairs.append({"seed": seed, **pair})
     ratios = [p["ratio"] for p in pairs if p["ratio"] is not None]
-    return {"trainer": trainer, "pick": pick, "defaults": TRL_DEFAULTS[trainer], "steps": steps, "pairs": pairs,
-            "median_ratio": statistics.median(ratios) if ratios else None}
+    return {"trainer": trainer, "metric": metric, "pick": pick, "defaults": TRL_DEFAULTS[trainer], "steps": steps,
+            "pairs": pairs, "median_ratio": statistics.median(ratios) if ratios else None}
+
+
+def scenarios(files: list[str], steps: int, echo) -> dict[str, Any]:
+    """Each user config (a `trl <trainer> --config` file) run as written, as the first trial of `tuner search --from`
+    runs it: its verdict, the guard's signal and the step it stopped at, and its curve."""
+    from tuner.config.trl_config import read_config
+    from tuner.inputs.models import resolve_model
+    from tuner.trial import TrialSpec, run_trial
+
+    runs = []
+    for path in files:
+        source = read_config(path, None)
+        spec = TrialSpec(trainer=source.trainer, params=source.params, model=resolve_model(MODEL), max_steps=steps,
+                         seed=0, reward_funcs=source.reward_funcs)
+        started = time.perf_counter()
+        result = run_trial(spec)
+        metric = "reward" if source.trainer == "grpo" else "loss"
+        run = {"file": Path(path).name, "text": Path(path).read_text(), "trainer": source.trainer, "steps": steps,
+               "status": str(result.status), "reason": result.reason, "guard_signal": result.guard_signal,
+               "steps_run": result.steps_run, "learned": result.learned, "progress": result.progress,
+               "p_value": result.progress_p_value, "wall_seconds": round(time.perf_counter() - started, 1),
+               "risk": result.risk, "risk_signal": result.risk_signal, "risk_step": result.risk_step,
+               "curve": [row.get(metric) for row in result.history],
+               "loss": [row.get("loss") for row in result.history],
+               "grad_norm": [row.get("grad_norm") for row in result.history]}
+        echo(f"[scenarios] {run['file']}: {run['status']} ({run['reason']}), {run['steps_run']} steps, learned "
+             f"{run['learned']}, risk {run['risk'] or 'none'}, {metric} {run['curve']}, {run['wall_seconds']} s")
+        runs.append(run)
+    return {"runs": runs}
 
 
 def _machine() -> dict[str, Any]:
@@ -175,7 +212,8 @@ def _save(key: str, figures: dict[str, Any], output: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--study", choices=["grpo-task", "lr-grid", "false-learned", "vs-defaults"])
+    parser.add_argument("--study", choices=["grpo-task", "lr-grid", "false-learned", "vs-defaults", "scenarios"])
+    parser.add_argument("files", nargs="*", help="scenarios: the user configs (`trl <trainer> --config` files)")
     parser.add_argument("--pick", help="vs-defaults: the config tuner exported")
     parser.add_argument("--seeds", default="0,1,2", help="vs-defaults: the seeds (default: 0,1,2); false-learned: "
                         "the first is the run's seed (default: 0)")
@@ -200,6 +238,10 @@ def main(argv: list[str] | None = None) -> int:
             parser.error("vs-defaults needs --pick FILE")
         _save(f"vs_defaults_{args.trainer}", vs_defaults(args.trainer, args.pick, args.steps or 20,
                                                         [int(s) for s in args.seeds.split(",")], echo), args.output)
+    elif args.study == "scenarios":
+        if not args.files:
+            parser.error("scenarios needs the config files")
+        _save("scenarios", scenarios(args.files, args.steps or 10, echo), args.output)
     else:
         parser.error("give --study")
     return 0

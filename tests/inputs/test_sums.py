@@ -29,13 +29,29 @@ def builtin_rows_for_grpo():
     return builtin_dataset(adapter("grpo"), size=8, tiny=False, real=True)
 
 
-def test_a_real_model_gets_the_sums_for_grpo_only():
+def test_a_real_model_gets_the_sums_for_grpo_and_sft_only():
     from tuner.inputs.data import builtin_dataset
 
     assert builtin_rows_for_grpo().to_list() == sums.sum_rows(8)
+    sft = builtin_dataset(adapter("sft"), size=8, tiny=False, real=True).to_list()
+    assert sft == sums.sum_sft_rows(8) and sft != builtin_dataset(adapter("sft"), size=8, tiny=False).to_list()
     # the other trainers keep the questions: their learning shows on them within a rung already
-    assert builtin_dataset(adapter("dpo"), size=8, tiny=False, real=True).to_list() == \
-        builtin_dataset(adapter("dpo"), size=8, tiny=False).to_list()
+    for trainer in ("dpo", "kto", "reward"):
+        assert builtin_dataset(adapter(trainer), size=8, tiny=False, real=True).to_list() == \
+            builtin_dataset(adapter(trainer), size=8, tiny=False).to_list()
+
+
+def test_the_sft_sums_reply_in_one_json_shape_whose_sum_is_right():
+    import json
+
+    rows = sums.sum_sft_rows(64, seed=3)
+    assert rows == sums.sum_sft_rows(64, seed=3) and rows != sums.sum_sft_rows(64, seed=4)
+    for row in rows:
+        question = row["prompt"][-1]["content"]
+        reply = json.loads(row["completion"][0]["content"])
+        a, b = (int(x) for x in question.removeprefix("What is ").removesuffix("?").split(" + "))
+        assert reply == {"question": f"{a} + {b}", "sum": a + b}
+        assert [turn["role"] for turn in row["prompt"]] == ["system", "user"]
 
 
 @pytest.mark.parametrize("wrap", [lambda t: t, lambda t: [{"role": "assistant", "content": t}]])

@@ -36,8 +36,8 @@ def builtin_dataset(entry: Adapter, size: int = 256, seed: int = 0, tiny: bool =
                     real: bool = False) -> datasets.Dataset:
     """A deterministic dataset of the trainer entry's built-in rows: the tiny model's own task (``tiny``), else
     exact-answer questions a pretrained model can learn (tuner.inputs.tasks, TRL's standard plain-text format); for
-    GRPO on a real model (``real``: not one of tuner's tiny models) single-digit sums in chat form, a task a 135M
-    instruct model moves on within tens of steps (tuner.inputs.sums.sum_rows).
+    GRPO and SFT on a real model (``real``: not one of tuner's tiny models) single-digit sums in chat form, tasks a
+    135M instruct model moves on within tens of steps (tuner.inputs.sums.sum_rows, sum_sft_rows).
 
     The same ``(entry, size, seed, tiny, real)`` always gives the same rows.
     """
@@ -50,6 +50,8 @@ def builtin_dataset(entry: Adapter, size: int = 256, seed: int = 0, tiny: bool =
         rows = [tiny_data.ROWS[entry.rows](rng, i) for i in range(size)]
     elif real and entry.uses_reward_funcs:
         rows = sums.sum_rows(size, seed)
+    elif real and entry.rows == "completion":
+        rows = sums.sum_sft_rows(size, seed)
     else:
         rows = tasks.ROWS[entry.rows](size, seed)
     return Dataset.from_dict({key: [row[key] for row in rows] for key in rows[0]})

@@ -1,4 +1,4 @@
-"""GRPO's built-in task for a real instruct model: single-digit sums in chat form, and their reward.
+"""The built-in tasks of a real instruct model: single-digit sums in chat form, GRPO's reward for them, and SFT's replies.
 
     from tuner.inputs.sums import sum_rows, bare_sum_reward
     sum_rows(64)      # [{"prompt": [worked turn, {"role": "user", "content": "What is 3 + 4?"}], "answer": "7"}, ...]
@@ -18,7 +18,7 @@ from typing import Any
 from tuner.errors import TunerError
 from tuner.inputs.tasks import _NUMBER, _STRIP, _answer_text
 
-__all__ = ["BARE_SUM_CREDIT", "BREVITY_CREDIT", "bare_sum_reward", "sum_rows"]
+__all__ = ["BARE_SUM_CREDIT", "BREVITY_CREDIT", "bare_sum_reward", "sum_rows", "sum_sft_rows"]
 
 # One worked turn before the question: it shows the reply wanted (the bare number). Without it a 135M instruct model
 # sampled at temperature 1.0 never answered bare (0 of 96 completions) and put the right sum last in 19%.
@@ -42,6 +42,30 @@ def sum_rows(size: int = 256, seed: int = 0) -> list[dict[str, Any]]:
         a, b = rng.randint(1, 9), rng.randint(1, 9)
         rows.append({"prompt": [*(dict(turn) for turn in _SUMS_EXAMPLE),
                                 {"role": "user", "content": f"What is {a} + {b}?"}], "answer": str(a + b)})
+    return rows
+
+
+# A short system turn: the chat template's own default (SmolLM2's names the model, ~16 tokens) would take the room of
+# the reply in the shipped spaces' 64 tokens. It asks for JSON; the shape within it is what is learned.
+_SFT_SYSTEM = {"role": "system", "content": "Reply in JSON."}
+
+
+def sum_sft_rows(size: int = 256, seed: int = 0) -> list[dict[str, Any]]:
+    """SFT rows of the same sums in chat form (``prompt``, ``completion``: messages), the reply in one fixed JSON
+    shape (``{"question": "3 + 4", "sum": 7}``): the built-in SFT task of a real instruct model. An instruct model
+    does not answer so by itself, and every reply has about a dozen tokens of that shape, so the loss falls well
+    clear of its step-to-step noise within a first rung. Replies of 1-4 tokens (the questions of
+    ``tuner.inputs.tasks``) left a 135M model's loss so noisy at batch 4 that a 41% fall over 20 steps, and 37%
+    over 60, could not be told from noise (bench/RESULTS.md, "On a real model")."""
+    if not isinstance(size, int) or size < 1:
+        raise TunerError(f"built-in task count must be at least 1, but got {size=}")
+    rng = random.Random(f"tuner.tasks.sums.sft:{seed}")
+    rows = []
+    for _ in range(size):
+        a, b = rng.randint(1, 9), rng.randint(1, 9)
+        reply = f'{{"question": "{a} + {b}", "sum": {a + b}}}'
+        rows.append({"prompt": [dict(_SFT_SYSTEM), {"role": "user", "content": f"What is {a} + {b}?"}],
+                     "completion": [{"role": "assistant", "content": reply}]})
     return rows
 
 
