@@ -64,7 +64,7 @@ class TrialResult:
     history: list[dict[str, Any]] = field(default_factory=list)
     output: str = ""  # the end of what the trial's process printed, when it died: MLflow keeps it as process.log
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         self.status = Status(self.status)  # "ok" read back from result.json is Status.OK
 
     @classmethod

@@ -53,7 +53,7 @@ class Anchor:
     """Which twin a free slot gets, once every search trial has finished: at most one per search."""
 
     def __init__(self, space: SearchSpace, reserve: Callable[[str], int], base_spec: dict[str, Any],
-                 timeout: float, announce=print):
+                 timeout: float, announce: Callable[[str], None] = print) -> None:
         self.space, self.reserve, self.base_spec, self.timeout = space, reserve, base_spec, timeout
         self.announce = announce
         # GRPO's: the trainer whose groups lose their reward spread (the forecast's reward_spread rule)

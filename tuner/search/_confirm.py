@@ -13,6 +13,7 @@ next candidate is considered.
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable
 from typing import Any, cast
 
 from tuner.records import TrialJob, TrialRecord, is_ok
@@ -87,8 +88,8 @@ class Schedule:
     trials (``first``, ``ahead`` = 2).
     """
 
-    def __init__(self, base_spec: dict[str, Any], seeds: int, top: int, timeout: float, announce=print,
-                 ahead: int = 1):
+    def __init__(self, base_spec: dict[str, Any], seeds: int, top: int, timeout: float,
+                 announce: Callable[[str], None] = print, ahead: int = 1) -> None:
         self.base_spec, self.seeds, self.top, self.timeout, self.announce = base_spec, seeds, top, timeout, announce
         self.ahead = ahead  # the most candidates whose runs are handed out early (a warm search's: 2, ``first``)
         self.handed: set[tuple[int, int]] = set()  # (trial, seed) of the runs handed out

@@ -24,9 +24,10 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 from ray.tune import Callback
 from ray.tune.schedulers import ASHAScheduler, TrialScheduler
@@ -44,6 +45,12 @@ from tuner.trial import TrialSpec
 from tuner.verdicts import diagnose
 from tuner.verdicts.learning import MIN_STEPS
 
+if TYPE_CHECKING:
+    from ray.tune.execution.tune_controller import TuneController
+    from ray.tune.experiment import Trial
+
+    from tuner.stores.run_writer import SearchTracker
+
 # The metric Ray Tune reads from every trial's result: the recommendation's objective (tuner.verdicts.recommend).
 SEARCH_METRIC = "learning_speed"
 # Marks a live result: rows of a trial still running, never its outcome.
@@ -53,7 +60,7 @@ LIVE = "tuner_live"
 SO_FAR = "learning_speed_so_far"
 
 
-def is_live(result: dict[str, Any] | None) -> bool:
+def is_live(result: dict[str, Any] | None) -> TypeGuard[dict[str, Any]]:
     return bool(result and result.get(LIVE))
 
 
@@ -170,7 +177,7 @@ def cut_at(rows: list[dict[str, Any]], steps: set[int]) -> list[list[dict[str, A
     return [batch for batch in batches if batch]
 
 
-def _outside(trial) -> bool:
+def _outside(trial: Trial) -> bool:
     """A run successive halving neither stops nor counts: a confirmation, longer or speed re-run (the config of a
     trial of the search again, on another seed, for longer, or beside another), or a trial never run (``skip``)."""
     extra = trial.config.get("extra", {})
@@ -191,19 +198,19 @@ class Halving(ASHAScheduler):
     before the decision came back is pruned at the rung all the same: a verdict that does not depend on the
     machine's speed or the rows' latency."""
 
-    def __init__(self, max_steps: int):
+    def __init__(self, max_steps: int) -> None:
         self.grace, max_t = _grace_and_max(max_steps)
         super().__init__(time_attr="step", metric=SO_FAR, mode="max", max_t=max_t, grace_period=self.grace,
                          reduction_factor=HALVING_RATE, stop_last_trials=False)
 
-    def on_trial_result(self, tune_controller, trial, result):
+    def on_trial_result(self, tune_controller: TuneController, trial: Trial, result: dict[str, Any]) -> str:
         if _outside(trial):
             return TrialScheduler.CONTINUE
         action = super().on_trial_result(tune_controller, trial, result)
         # a kept trial's figures at a rung are a trial's like any other: they set the bar there, it is not stopped
         return TrialScheduler.CONTINUE if trial.config.get("keep") else action
 
-    def on_trial_complete(self, tune_controller, trial, result):
+    def on_trial_complete(self, tune_controller: TuneController, trial: Trial, result: dict[str, Any]) -> None:
         # Ray Tune's ASHA records a trial's last result in the highest rung it passed unrecorded: a trial's figures
         # at its end (20 steps), held against the others' at the rung (step 6), where learning speed so far is lower.
         # A warm search's earlier recommendation (kept, so never recorded at the rung) and confirmation re-runs set
@@ -218,16 +225,16 @@ class DriverCallback(Callback):
     A trial's MLflow run is created when it starts, gets its live rows while it runs, and its verdict when it
     ends; the progress shows the running trials' latest step."""
 
-    def __init__(self, tracker, progress: Progress, records: list[TrialRecord],
+    def __init__(self, tracker: SearchTracker, progress: Progress, records: list[TrialRecord],
                  confirmations: list[TrialRecord] | None = None, extensions: list[TrialRecord] | None = None,
-                 remeasures: list[TrialRecord] | None = None):
+                 remeasures: list[TrialRecord] | None = None) -> None:
         self.tracker, self.progress, self.records = tracker, progress, records
         self.confirmations = records if confirmations is None else confirmations
         self.extensions = records if extensions is None else extensions  # longer re-runs (tuner.search._extend)
         self.remeasures = records if remeasures is None else remeasures  # speed re-runs (tuner.search._remeasure)
         self.running: dict[str, dict[str, Any]] = {}  # Ray trial id -> its tracker key, run id, rows streamed
 
-    def on_trial_start(self, iteration, trials, trial, **info):
+    def on_trial_start(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any) -> None:
         job: TrialJob = trial.config
         self._open(trial)
         extra = job.get("extra", {})
@@ -235,7 +242,7 @@ class DriverCallback(Callback):
                               seed=job["spec"]["seed"] if "confirms" in extra else None,
                               metric=trainers.adapter(job["spec"]["trainer"]).progress_metric)
 
-    def _open(self, trial) -> dict[str, Any]:
+    def _open(self, trial: Trial) -> dict[str, Any]:
         job: TrialJob = trial.config
         key = uuid.uuid4().hex
         run_id = self.tracker.start_trial(key, job["number"], job["spec"], tags=job.get("tags"))
@@ -243,7 +250,8 @@ class DriverCallback(Callback):
                                                 "started": time.perf_counter()}
         return state
 
-    def on_trial_result(self, iteration, trials, trial, result, **info):
+    def on_trial_result(self, iteration: int, trials: list[Trial], trial: Trial, result: dict[str, Any],
+                        **info: Any) -> None:
         if not is_live(result):
             return  # the final report: on_trial_complete records it
         rows, first = result.get("rows") or [], int(result.get("first", 0))
@@ -255,10 +263,10 @@ class DriverCallback(Callback):
         if rows:
             self.progress.live(trial.trial_id, rows[-1])
 
-    def on_step_end(self, iteration, trials, **info):
+    def on_step_end(self, iteration: int, trials: list[Trial], **info: Any) -> None:
         self.progress.tick()  # the periodic status line, also while no trial reports
 
-    def on_trial_complete(self, iteration, trials, trial, **info):
+    def on_trial_complete(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any) -> None:
         result = dict(trial.last_result or {})
         if is_live(result):  # stopped between its live reports: successive halving pruned it
             result = {**pruned_result(result, trial.config["spec"]["max_steps"]), "node_id": result.get("node_id")}
@@ -267,10 +275,10 @@ class DriverCallback(Callback):
                 result["wall_seconds"] = time.perf_counter() - state["started"]
         self._record(trial, result)
 
-    def on_trial_error(self, iteration, trials, trial, **info):
+    def on_trial_error(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any) -> None:
         self._record(trial, TrialResult.crashed("Ray lost the trial's worker (node or worker died)").summary())
 
-    def _record(self, trial, result: dict[str, Any]):
+    def _record(self, trial: Trial, result: dict[str, Any]) -> None:
         job: TrialJob = trial.config
         spec = job["spec"]
         if "status" not in result:
@@ -303,8 +311,11 @@ class OptunaSearcher(Searcher):
     """
 
     def __init__(self, proposer: sampling.Proposer, base_spec: dict[str, Any], timeout: float,
-                 n_search: int, then=None, done: Sequence[TrialRecord] = (), fits=None, prune_slow: bool = False,
-                 keep: Collection[int] = (), first_alone: bool = False, ahead=None):
+                 n_search: int, then: Callable[[list[TrialRecord], bool], TrialJob | str | None] | None = None,
+                 done: Sequence[TrialRecord] = (), fits: Callable[[dict[str, Any]], str | None] | None = None,
+                 prune_slow: bool = False, keep: Collection[int] = (), first_alone: bool = False,
+                 ahead: Callable[[list[TrialRecord], dict[int, dict[str, Any]]], TrialJob | None] | None = None
+                 ) -> None:
         super().__init__(metric=SEARCH_METRIC, mode="max")
         self.proposer, self.base_spec, self.timeout = proposer, base_spec, timeout
         self.n_search, self.then = n_search, then
@@ -323,7 +334,7 @@ class OptunaSearcher(Searcher):
         # trial (a warm search's earlier recommendation is confirmed beside it: tuner.search._warm.to_confirm_first)
         self.ahead = ahead
 
-    def suggest(self, trial_id: str):
+    def suggest(self, trial_id: str) -> TrialJob | dict[str, Any] | str | None:
         self.stopped_because = self.stopped_because or diagnose.systematic_failure(self.finished)
         if self.stopped_because:
             return None if self.asked else Searcher.FINISHED
@@ -356,7 +367,7 @@ class OptunaSearcher(Searcher):
             return Searcher.FINISHED if final else None
         return follow
 
-    def on_trial_complete(self, trial_id: str, result=None, error: bool = False):
+    def on_trial_complete(self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False) -> None:
         trial, params = self.asked.pop(trial_id, (None, None))
         if trial is None:
             return  # a follow-up job: not part of the study
@@ -390,7 +401,7 @@ def _minimal_agents() -> None:
         utils.get_dashboard_dependency_error = lambda: "a search's own Ray: minimal agents"
 
 
-def init_ray(ray_address: str | None, gpus_per_trial: float | None):
+def init_ray(ray_address: str | None, gpus_per_trial: float | None) -> ModuleType:
     """Start Ray locally (or join ``ray_address``); end it with shutdown_ray(), also on errors."""
     global _reaper
     import ray
@@ -454,7 +465,7 @@ def init_ray(ray_address: str | None, gpus_per_trial: float | None):
 
 
 @contextlib.contextmanager
-def _sessions_of_their_own():
+def _sessions_of_their_own() -> Iterator[None]:
     """While ray.init runs, the processes it starts (GCS, raylet, monitors; the raylet's agents and workers follow
     the raylet) get sessions of their own: a signal to the driver's process group (``kill -TERM -PGID``,
     ``timeout``, Ctrl-C on a terminal) reaches the driver only, and the driver stops them itself, after asking
@@ -468,13 +479,14 @@ def _sessions_of_their_own():
     processes to the driver and its own reaper kills them by process group.)"""
     from ray._private import services, utils
 
-    popen = getattr(services, "ConsolePopen", None)
+    # Ray's class or None, subclassed below: declared Any, as mypy takes a variable as a base class only then
+    popen: Any = getattr(services, "ConsolePopen", None)
     if popen is None or not utils.detect_fate_sharing_support():
         yield
         return
 
     class InItsOwnSession(popen):
-        def __init__(self, *args, **kwargs):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
             kwargs["start_new_session"] = True
             super().__init__(*args, **kwargs)
 
@@ -489,7 +501,7 @@ PORT_WAIT_SLICE_MS = 200  # how long a signal can wait while ray.init waits for 
 
 
 @contextlib.contextmanager
-def _port_waits_in_slices():
+def _port_waits_in_slices() -> Iterator[None]:
     """While ray.init starts a local GCS, it waits for the GCS to write its port (up to 30 s) in one C++ call that
     holds the GIL: a signal's Python handler cannot run meanwhile, and a signal to the whole job kills that GCS,
     so the interrupt waited the full 30 s. Here the same wait is made in slices of PORT_WAIT_SLICE_MS, and a signal
@@ -502,7 +514,8 @@ def _port_waits_in_slices():
         yield
         return
 
-    def sliced(directory, node_id, port_name, timeout_ms=30_000, poll_interval_ms=100):
+    def sliced(directory: str, node_id: str, port_name: str, timeout_ms: int = 30_000, poll_interval_ms: int = 100
+               ) -> int:
         deadline = time.monotonic() + timeout_ms / 1000
         while True:
             left_ms = max(0, int((deadline - time.monotonic()) * 1000))
@@ -554,7 +567,7 @@ def kill_ray() -> None:
 
 
 def run_trials(*, name: str, storage: str | os.PathLike, per_trial: dict[str, float], concurrency: int,
-               callback, searcher, num_samples: int, scheduler: TrialScheduler | None = None) -> None:
+               callback: Callback, searcher: Searcher, num_samples: int, scheduler: TrialScheduler | None = None) -> None:
     """One Ray Tune run of up to ``num_samples`` trials proposed by ``searcher`` (``scheduler``: e.g. Halving)."""
     from ray import tune
 

@@ -23,6 +23,7 @@ truth: a long run's first N steps are the rung of N steps, step for step.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 from tuner.records import TrialJob, TrialRecord, is_ok
@@ -55,7 +56,8 @@ def closest_to_learning(trial: TrialRecord) -> tuple[float, float]:
 class Extension:
     """Which longer run a free trial slot gets next, once every search trial has finished."""
 
-    def __init__(self, base_spec: dict[str, Any], budget_steps: int, timeout: float, announce=print):
+    def __init__(self, base_spec: dict[str, Any], budget_steps: int, timeout: float,
+                 announce: Callable[[str], None] = print) -> None:
         self.base_spec, self.budget, self.timeout, self.announce = base_spec, budget_steps, timeout, announce
         self.handed: set[tuple[int, int]] = set()  # (trial number, steps) of the runs handed out
         self.spent = 0  # steps of the rungs announced, all together

@@ -31,12 +31,16 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Callable
 
 from tuner.config.trainers import Adapter
 from tuner.errors import TunerError
 from tuner.search import _packing as packing
 from tuner.trial import memory
+
+if TYPE_CHECKING:
+    from tuner.config.space import SearchSpace
 
 # The params tuner.trial.memory.estimate reads: the ones whose values change a trial's peak memory.
 MEMORY_PARAMS = ("precision", "use_peft", "lora_r", "lora_target_modules", "per_device_train_batch_size",
@@ -66,7 +70,7 @@ class Cluster:
         return nodes * (self.node_gpus // gpus_per_trial) + rest // gpus_per_trial
 
     @classmethod
-    def of_ray(cls, ray) -> "Cluster":
+    def of_ray(cls, ray: ModuleType) -> "Cluster":
         """The running Ray cluster's resources; GPU memory asked of one GPU (locally, or by a 1-GPU Ray task)."""
         resources = ray.cluster_resources()
         gpus = int(resources.get("GPU", 0))
@@ -75,7 +79,7 @@ class Cluster:
                    gpus_per_node=_gpus_per_node(ray) if gpus else None)
 
 
-def _gpu_memory(ray) -> int:
+def _gpu_memory(ray: ModuleType) -> int:
     import torch
 
     if torch.cuda.is_available():
@@ -90,14 +94,14 @@ def _gpu_memory(ray) -> int:
     return int(ray.get(total_memory.remote(), timeout=120))
 
 
-def _gpus_per_node(ray) -> int | None:
+def _gpus_per_node(ray: ModuleType) -> int | None:
     """The fewest GPUs on any node that has some (a bound for unequal nodes); None for a single node."""
     counts = [int(n["Resources"].get("GPU", 0)) for n in ray.nodes() if n.get("Alive")]
     counts = [c for c in counts if c]
     return min(counts) if len(counts) > 1 else None
 
 
-def _host_memory(ray) -> int:
+def _host_memory(ray: ModuleType) -> int:
     """Host RAM the trials share: this machine's for a local Ray, else the smallest node's (Ray's "memory"
     resource is what Ray lets tasks use of it: ~70% of what was free when the node started)."""
     nodes = [n for n in ray.nodes() if n.get("Alive")]
@@ -161,7 +165,7 @@ class Placement:
         return summary
 
 
-def memory_corners(space, limit: int = MAX_CORNERS) -> list[dict[str, Any]]:
+def memory_corners(space: SearchSpace, limit: int = MAX_CORNERS) -> list[dict[str, Any]]:
     """Configs that bound the space's memory: every value of each memory param (both ends of a range) crossed."""
     from tuner.config.space import CategoricalParam, FixedParam
 
@@ -183,7 +187,7 @@ def memory_corners(space, limit: int = MAX_CORNERS) -> list[dict[str, Any]]:
     return [dict(zip(names, combo)) for combo in itertools.product(*axes.values())] or [{}]
 
 
-def place(entry: Adapter, model_path: str, space, cluster: Cluster, *, cpus_per_trial: float,
+def place(entry: Adapter, model_path: str, space: SearchSpace, cluster: Cluster, *, cpus_per_trial: float,
           gpus_per_trial: float | None, concurrency: int | None, headroom: float = 0.85,
           processes_per_trial: int = 1) -> Placement:
     """How many trials at once and what each asks of Ray, from the memory every config of ``space`` needs.
@@ -199,7 +203,8 @@ def place(entry: Adapter, model_path: str, space, cluster: Cluster, *, cpus_per_
     corners = memory_corners(space)
     gpu_usable = cluster.gpu_memory_bytes * headroom
 
-    def estimator(ranks: int, sharding: str | None, force: bool = False):
+    def estimator(ranks: int, sharding: str | None, force: bool = False
+                  ) -> Callable[[dict[str, Any]], memory.MemoryEstimate]:
         """Per-rank estimates at ``ranks``; ``sharding`` for params that name none (for all of them: ``force``)."""
         def estimate_of(params: dict[str, Any]) -> memory.MemoryEstimate:
             merged = {**space.fixed, **params}

@@ -319,8 +319,8 @@ def _warm_line(warm: WarmStart, here: Here) -> str:
     return _warm.describe(warm, here) if warm else ""
 
 
-def _warm_start(o: SearchOptions, uri: str, space: SearchSpace, cannot: dict[str, str], n_trials: int, source,
-                first, model_path: str) -> tuple[Here, WarmStart]:
+def _warm_start(o: SearchOptions, uri: str, space: SearchSpace, cannot: dict[str, str], n_trials: int,
+                source: SourceConfig | None, first: dict[str, Any] | None, model_path: str) -> tuple[Here, WarmStart]:
     """This search's identity, and what it reuses of the earlier searches --warm-start names (tuner.search._warm):
     the store is read, never written; a --warm-start RUN_ID that is no finished search of this trainer is refused."""
     from tuner.inputs.lengths import data_profile

@@ -15,6 +15,7 @@ tuner.report.fix.answer then changes their file only when the faster config won 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from tuner.records import TrialJob, TrialRecord
@@ -26,7 +27,8 @@ __all__ = ["Remeasure"]
 class Remeasure:
     """Which speed re-run a free trial slot gets next, once every search trial has finished."""
 
-    def __init__(self, base_spec: dict[str, Any], timeout: float, wanted: bool, announce=print):
+    def __init__(self, base_spec: dict[str, Any], timeout: float, wanted: bool,
+                 announce: Callable[[str], None] = print) -> None:
         self.base_spec, self.timeout, self.wanted, self.announce = base_spec, timeout, wanted, announce
         self.queue: list[TrialJob] | None = None  # None: not decided yet
 

@@ -13,21 +13,29 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from tuner.errors import TunerError
 from tuner.records import TrialRecord
 from tuner.search import _sampling as sampling
 from tuner.stores.tags import STUDY_STORAGE_TAG, WARM_BUDGET_TAG, WARM_FALLBACK_TAG, WARM_START_TAG
 
+if TYPE_CHECKING:
+    import optuna
+
+    from tuner.config.options import SearchOptions
+    from tuner.stores.run_writer import SearchTracker
+
 __all__ = ["resume_options", "reattach"]
 
 
-def resume_options(options) -> tuple[Any, str]:
+def resume_options(options: SearchOptions) -> tuple[SearchOptions, str]:
     """The options the unfinished search was started with (resources from ``options``), and its run id."""
     from tuner.stores import mlflow_store, run_reader
 
+    assert options.resume is not None  # --resume EXPERIMENT: the one case prepare_resume, the caller, is for
     store = Path(options.store)
     uri = options.tracking_uri or mlflow_store.default_tracking_uri(store)
     if not options.tracking_uri and not (store / "mlflow.db").exists():
@@ -93,7 +101,8 @@ def _ranks(logged: str | None) -> int | None:
     return int(logged) if logged and logged.isdigit() and int(logged) > 1 else None
 
 
-def reattach(tracker, parent_id: str, make_study) -> tuple[str, Any, list[TrialRecord]]:
+def reattach(tracker: SearchTracker, parent_id: str, make_study: Callable[[str], optuna.Study]
+             ) -> tuple[str, optuna.Study, list[TrialRecord]]:
     """(the search's run name, its Optuna study reconciled with MLflow, the records already done)."""
     tracker.attach(parent_id)
     tracker.flush()

@@ -9,14 +9,17 @@ the region that blows up; as infeasible they rank below every stable trial, so T
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tuner.config.space import SearchSpace
 from tuner.errors import TunerError
 from tuner.records import Status, TrialRecord
 from tuner.verdicts import recommend as rec
+
+if TYPE_CHECKING:
+    import optuna
 
 __all__ = ["Proposer", "absolute_storage", "add_priors", "ask", "beside_store", "check_study_storage", "constraint_of", "distributions", "grid_size",
            "make_sampler", "make_study", "prior_count", "shown_url", "tell"]
@@ -41,7 +44,7 @@ def _good_share(n: int) -> int:
     return min(math.ceil(0.25 * n), 25)
 
 
-def make_sampler(name: str, seed: int, n_trials: int):
+def make_sampler(name: str, seed: int, n_trials: int) -> optuna.samplers.BaseSampler:
     import warnings
 
     import optuna
@@ -77,7 +80,7 @@ def check_study_storage(url: str) -> None:
                          "--optuna-storage for the study beside the store") from None
 
 
-def beside_store(store) -> str:
+def beside_store(store: str | Path) -> str:
     """The study's storage when --optuna-storage is not given: optuna.db in the store folder, by its absolute path."""
     return f"sqlite:///{Path(store).resolve() / 'optuna.db'}"
 
@@ -110,7 +113,7 @@ def shown_url(url: str) -> str:
 
 def make_study(sampler_name: str, seed: int, n_trials: int, storage: str | None, study_name: str,
                grid: list[dict[str, Any]] | None = None, first: list[dict[str, Any]] | None = None,
-               priors: list[tuple[SearchSpace, list[TrialRecord]]] | None = None):
+               priors: list[tuple[SearchSpace, list[TrialRecord]]] | None = None) -> optuna.Study:
     """A new study (``first`` enqueued in order from trial 0, then grid points in order), or the existing one of
     that name (resume). ``first``: a ``--from`` search's own config and its single changes, in the space's terms,
     and a warm start's earlier recommendations. ``priors``: a warm start's earlier trials (tuner.search._warm),
@@ -183,7 +186,7 @@ def distributions(space: SearchSpace, params: dict[str, Any]) -> dict[str, Any] 
     return found
 
 
-def add_priors(study, space: SearchSpace, records: Sequence[TrialRecord]) -> int:
+def add_priors(study: optuna.Study, space: SearchSpace, records: Sequence[TrialRecord]) -> int:
     """Earlier trials (records of another search, with ``source``: its run id) told to the study as they would have
     been told (``tell``): COMPLETE with their objective and constraint, or PRUNED at their last speed. Those whose
     params do not fit ``space`` are left out. How many were told."""
@@ -208,12 +211,12 @@ def add_priors(study, space: SearchSpace, records: Sequence[TrialRecord]) -> int
     return told
 
 
-def prior_count(study) -> int:
+def prior_count(study: optuna.Study) -> int:
     """How many of the study's trials are a warm start's earlier trials (they come first)."""
     return sum(1 for t in study.get_trials(deepcopy=False) if PRIOR_ATTR in t.user_attrs)
 
 
-def enqueue(study, point: dict[str, Any]) -> None:
+def enqueue(study: optuna.Study, point: dict[str, Any]) -> None:
     """Ask the study for these params next (after those asked for before), in Optuna's terms (lists joined)."""
     from tuner.config.space import _optuna_choices
 
@@ -240,7 +243,7 @@ def grid_size(space: SearchSpace) -> int | None:
         return None
 
 
-def _repeats_a_trial(study, trial, grid_size: int | None) -> bool:
+def _repeats_a_trial(study: optuna.Study, trial: optuna.trial.Trial, grid_size: int | None) -> bool:
     """Whether the sampler proposed the params of a trial the study has run or is running. Enqueued trials
     (grid points, in-flight trials re-run after a resume) are asked for on purpose and never count."""
     import optuna
@@ -263,14 +266,14 @@ def _repeats_a_trial(study, trial, grid_size: int | None) -> bool:
 NUMBER_ATTR = "tuner.number"
 
 
-def search_number(frozen, offset: int) -> int:
+def search_number(frozen: optuna.trial.FrozenTrial, offset: int) -> int:
     """The search's number of a study trial: its own attribute, else (a store written before it) the study's number
     less the priors before it."""
     number = frozen.user_attrs.get(NUMBER_ATTR)
     return int(number) if number is not None else frozen.number - offset
 
 
-def next_number(study) -> int:
+def next_number(study: optuna.Study) -> int:
     """The number the next trial handed out takes: after every numbered trial of this search (priors left out)."""
     import optuna
 
@@ -282,7 +285,7 @@ def next_number(study) -> int:
     return max((t.number - offset for t in own if t.state != optuna.trial.TrialState.WAITING), default=-1) + 1
 
 
-def tell(study, trial, record: TrialRecord) -> None:
+def tell(study: optuna.Study, trial: optuna.trial.Trial, record: TrialRecord) -> None:
     """Report a trial to Optuna: COMPLETE with the recommendation's objective and a constraint value; a trial
     stopped by successive halving as PRUNED."""
     import optuna
@@ -307,8 +310,11 @@ class Proposer:
         proposer.tell(trial, record)      # record: the trial's outcome (tuner.records)
     """
 
-    def __init__(self, study, space: SearchSpace, sampler: str, n_trials: int, done: Sequence[TrialRecord] = (),
-                 device: str = "cpu", fits=None, after_first=None, on_told=None, known: Sequence[TrialRecord] = ()):
+    def __init__(self, study: optuna.Study, space: SearchSpace, sampler: str, n_trials: int,
+                 done: Sequence[TrialRecord] = (), device: str = "cpu",
+                 fits: Callable[[dict[str, Any]], str | None] | None = None,
+                 after_first: Callable[[TrialRecord], Iterable[dict[str, Any]]] | None = None,
+                 on_told: Callable[[TrialRecord], None] | None = None, known: Sequence[TrialRecord] = ()) -> None:
         from tuner.search._staging import Stages
 
         self.study, self.space = study, space
@@ -336,7 +342,7 @@ class Proposer:
         self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
         return number
 
-    def number(self, trial) -> int:
+    def number(self, trial: optuna.trial.Trial) -> int:
         """The search's number of a study trial (NUMBER_ATTR): the next one from 0 the first time a trial handed out
         is asked for, kept on the trial; a warm start's earlier trials and proposals drawn again take none."""
         number = self.numbers.get(trial._trial_id)
@@ -348,7 +354,7 @@ class Proposer:
             self.numbers[trial._trial_id] = number = int(number)
         return number
 
-    def ask(self):
+    def ask(self) -> tuple[optuna.trial.Trial, dict[str, Any]]:
         pins: dict[str, Any] = {}
         first = False  # one of the first trials, on the expected-fastest system config
         if self.stages is not None:
@@ -367,12 +373,13 @@ class Proposer:
 
                 trial.set_user_attr("tuner.skipped", f"expected-fastest system config {too_big}; drawn again")
                 self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
+                assert self.stages is not None  # pins are only ever the stages' (set above)
                 trial, params = _ask_pinned(self.study, self.space, self.grid_size, self.stages.learning_pins)
         if self.stages is not None:
             trial.set_user_attr("tuner.stage", stage)
         return trial, params
 
-    def tell(self, trial, record: TrialRecord) -> None:
+    def tell(self, trial: optuna.trial.Trial, record: TrialRecord) -> None:
         tell(self.study, trial, record)
         self.finished.append(record)
         if self.after_first is not None and record.get("number") == 0:
@@ -382,7 +389,8 @@ class Proposer:
             self.on_told(record)
 
 
-def _ask_pinned(study, space: SearchSpace, grid: int | None, pins: dict[str, Any]):
+def _ask_pinned(study: optuna.Study, space: SearchSpace, grid: int | None, pins: dict[str, Any]
+                ) -> tuple[optuna.trial.Trial, dict[str, Any]]:
     """``ask`` with some params fixed (Optuna's PartialFixedSampler around the study's own sampler)."""
     import optuna
 
@@ -398,7 +406,7 @@ def _ask_pinned(study, space: SearchSpace, grid: int | None, pins: dict[str, Any
         study.sampler = own
 
 
-def ask(study, space: SearchSpace, grid_size: int | None):
+def ask(study: optuna.Study, space: SearchSpace, grid_size: int | None) -> tuple[optuna.trial.Trial, dict[str, Any]]:
     """A new trial and its params; a proposal that repeats an earlier trial is drawn again (told FAIL with the
     user attribute tuner.skipped, so the sampler ignores it and the study shows why)."""
     import optuna
@@ -419,7 +427,7 @@ def ask(study, space: SearchSpace, grid_size: int | None):
     return trial, params
 
 
-def _untried_point(study, space: SearchSpace, grid_size: int | None) -> dict[str, Any] | None:
+def _untried_point(study: optuna.Study, space: SearchSpace, grid_size: int | None) -> dict[str, Any] | None:
     if grid_size is None:
         return None
     import optuna
@@ -429,7 +437,7 @@ def _untried_point(study, space: SearchSpace, grid_size: int | None) -> dict[str
     return next((point for point in space.grid() if point not in taken), None)
 
 
-def reconcile(study, recorded: dict[int, TrialRecord]) -> None:
+def reconcile(study: optuna.Study, recorded: dict[int, TrialRecord]) -> None:
     """A resumed study made to agree with what MLflow holds (``recorded``: trial number -> record).
 
     A trial logged but never told (the driver died in between) is told now. A trial in flight when the driver
@@ -467,17 +475,17 @@ def reconcile(study, recorded: dict[int, TrialRecord]) -> None:
 # process, failing a WAITING trial, telling an enqueued trial from a sampled one); they are kept here, the
 # one module that knows Optuna's storage, and each is covered by tests/search/test_reliability.py's resume tests.
 
-def _running_trial(study, frozen):
+def _running_trial(study: optuna.Study, frozen: optuna.trial.FrozenTrial) -> optuna.trial.Trial:
     import optuna
 
     return optuna.Trial(study, frozen._trial_id)
 
 
-def _fail_waiting(study, frozen) -> None:
+def _fail_waiting(study: optuna.Study, frozen: optuna.trial.FrozenTrial) -> None:
     import optuna
 
     study._storage.set_trial_state_values(frozen._trial_id, state=optuna.trial.TrialState.FAIL)
 
 
-def _is_enqueued(study, trial) -> bool:
+def _is_enqueued(study: optuna.Study, trial: optuna.trial.Trial) -> bool:
     return "fixed_params" in study._storage.get_trial_system_attrs(trial._trial_id)

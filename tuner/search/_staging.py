@@ -37,10 +37,13 @@ import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tuner.config.trainers import Adapter
 from tuner.records import Status, TrialRecord
+
+if TYPE_CHECKING:
+    from tuner.config.space import Param, SearchSpace
 
 # The knobs that change tokens/s: what a trial computes per step, and how.
 SPEED_PARAMS = frozenset({
@@ -57,7 +60,7 @@ TUNER_DEFAULTS = {"lora_alpha": 32, "lora_dropout": 0.05}
 STABLE = (Status.OK, Status.PRUNED)  # ran without a failure: its tokens/s is a speed measurement
 
 
-def is_speed_knob(name: str, param) -> bool:
+def is_speed_knob(name: str, param: Param) -> bool:
     """A SPEED_PARAMS knob, or a KL weight ``beta`` that may be 0: GRPO with beta 0 loads and runs no reference
     model (beta > 0 scores every batch with one too), while DPO's and KTO's beta only scale the loss."""
     if name in SPEED_PARAMS:
@@ -76,7 +79,7 @@ FAST_PRECISIONS = {
 CHECKPOINTING = ("activation_checkpointing", "gradient_checkpointing")
 
 
-def expected_fastest(space, device: str) -> dict[str, Any]:
+def expected_fastest(space: SearchSpace, device: str) -> dict[str, Any]:
     """The values of the speed knobs whose effect on tokens/s is known before anything runs, for a trial on
     ``device`` ("cuda" or "cpu"): checkpointing off, the largest batch and accumulation, the device's fast
     precision, beta 0 (GRPO: no reference model). Knobs whose effect depends on the model and the machine
@@ -103,7 +106,7 @@ def expected_fastest(space, device: str) -> dict[str, Any]:
     return {n: v for n, v in pins.items() if v is not None}
 
 
-def first_systems(space, fastest: dict[str, Any]) -> tuple[dict[str, Any], ...]:
+def first_systems(space: SearchSpace, fastest: dict[str, Any]) -> tuple[dict[str, Any], ...]:
     """The first speed-stage trials' system pins: ``fastest``, once with LoRA off and once on when the space
     searches ``use_peft``. LoRA is the one speed knob whose direction depends on the model: it skips the frozen
     weights' gradients and optimizer state (faster on a large model) and adds its adapters' matmuls (slower on
@@ -129,7 +132,7 @@ def _trl_defaults(entry: Adapter) -> dict[str, Any]:
             if f.default is not dataclasses.MISSING}
 
 
-def safe_value(name: str, param, default: Any = None) -> Any:
+def safe_value(name: str, param: Param, default: Any = None) -> Any:
     """The value a learning knob takes while speeds are measured: ``default`` (TRL's) when the space allows
     it, else the middle of the range (geometric for a log range) or the middle choice."""
     from tuner.config.space import CategoricalParam, FixedParam, FloatParam, IntParam
@@ -164,7 +167,7 @@ class Stages:
     known: tuple[TrialRecord, ...] = ()
 
     @classmethod
-    def for_space(cls, space, n_trials: int, device: str = "cpu", known: Sequence[TrialRecord] = ()
+    def for_space(cls, space: SearchSpace, n_trials: int, device: str = "cpu", known: Sequence[TrialRecord] = ()
                   ) -> "Stages | None":
         """The staging of ``space`` for a ``n_trials`` search of trials on ``device``; None when one of the two
         sides is empty. ``known``: earlier trials whose speeds count as measured here (``speed_known``)."""

@@ -56,7 +56,7 @@ import tempfile
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tuner.config.space import SearchSpace
 from tuner.errors import TunerError
@@ -70,6 +70,10 @@ from tuner.stores.tags import (
     WARM_BUDGET_TAG,
     WARM_START_TAG,
 )
+
+if TYPE_CHECKING:
+    from mlflow.entities import Run
+    from mlflow.tracking import MlflowClient
 
 __all__ = ["BATCH", "Here", "Source", "WarmStart", "batches_left_out", "build", "challenger", "confirmation_failed", "family", "fell_back", "fingerprint", "hardware", "identity", "left_out",
            "pick_of", "read_sources", "to_confirm_first", "told_line"]
@@ -245,7 +249,7 @@ def fingerprint(dataset: str | None, trainer: str, reward_funcs: list[str] | Non
     return f"{data}+rewards:{digest.hexdigest()[:12]}"
 
 
-def _hash_file(digest, file: Path) -> None:
+def _hash_file(digest: hashlib._Hash, file: Path) -> None:
     with open(file, "rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
@@ -309,7 +313,7 @@ def family(model: str) -> tuple[str, float] | None:
     return f"{name[:size.start()]}{{size}}{name[size.end():]}".lower(), float(size.group(1)) * scale
 
 
-def _read(client, here: Here, requested: str) -> list[Source]:
+def _read(client: MlflowClient, here: Here, requested: str) -> list[Source]:
     if requested != "auto":
         return [_named(client, run_id.strip(), here, requested) for run_id in requested.split(",") if run_id.strip()]
     experiments = {e.experiment_id: e.name for e in client.search_experiments()}
@@ -335,7 +339,7 @@ def _read(client, here: Here, requested: str) -> list[Source]:
     return [source for source in kin if source.summary]
 
 
-def _named(client, run_id: str, here: Here, requested: str) -> Source:
+def _named(client: MlflowClient, run_id: str, here: Here, requested: str) -> Source:
     from mlflow.exceptions import MlflowException
 
     try:
@@ -356,7 +360,7 @@ def _named(client, run_id: str, here: Here, requested: str) -> Source:
     return source
 
 
-def _source(client, run, experiment: str, with_summary: bool) -> Source:
+def _source(client: MlflowClient, run: Run, experiment: str, with_summary: bool) -> Source:
     params, tags = run.data.params, run.data.tags
     precisions = tuple(p for p in tags.get(PRECISIONS_TAG, "").split(",") if p)
     was = Here(params.get("trainer", ""), params.get("model", ""), tags.get(HARDWARE_TAG, ""), precisions,
@@ -365,7 +369,7 @@ def _source(client, run, experiment: str, with_summary: bool) -> Source:
     return Source(run.info.run_id, run.info.run_name or run.info.run_id, experiment, was, summary)
 
 
-def _summary(client, run_id: str) -> dict[str, Any]:
+def _summary(client: MlflowClient, run_id: str) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="tuner-warm-") as folder:  # read, then gone: nothing left in /tmp
         try:
             path = client.download_artifacts(run_id, "search.json", folder)
@@ -535,7 +539,7 @@ def _alike_lengths(warm: WarmStart, here: Here) -> str:
             f"{'/'.join(str(theirs[f'p{q}']) for q in QUANTILES)} there")
 
 
-def told_line(record: dict[str, Any], warm: WarmStart) -> str | None:
+def told_line(record: TrialRecord, warm: WarmStart) -> str | None:
     """What the search says when a pick's trial ends: how the earlier recommendation did on this data."""
     number = record.get("number")
     if not warm.picks or number not in warm.pick_numbers() or "confirms" in record:
@@ -609,7 +613,7 @@ def confirmation_failed(warm: WarmStart, confirmations: Collection[TrialRecord])
     return any(c.get("confirms") == warm.first_pick and c.get("status") in UNSTABLE for c in confirmations)
 
 
-def fell_back(told: list[dict[str, Any]], warm: WarmStart, demoted: Collection[int] = ()) -> int | None:
+def fell_back(told: list[TrialRecord], warm: WarmStart, demoted: Collection[int] = ()) -> int | None:
     """The trials a warm search runs once every earlier pick has ended here and none held and learned (diverged,
     crashed, did not learn; not one that halving stopped for falling behind, which others beat): the default it had
     cut (``WarmStart.budget``), so that it explores as a cold search would. None while a pick runs, when one did

@@ -9,12 +9,27 @@ default trials.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Collection
+from typing import TYPE_CHECKING, Any
+
+from tuner.records import TrialJob, TrialRecord
 from tuner.stores.tags import WARM_FALLBACK_TAG
+
+if TYPE_CHECKING:
+    from tuner.report.progress import Progress
+    from tuner.search._confirm import Schedule
+    from tuner.search._execution import OptunaSearcher
+    from tuner.search._sampling import Proposer
+    from tuner.search._warm import WarmStart
+    from tuner.stores.run_writer import SearchTracker
 
 __all__ = ["WarmFallback", "confirm_first", "warm_news"]
 
 
-def confirm_first(warm, schedule, progress, confirmations=(), fallback_of=lambda: None):
+def confirm_first(warm: WarmStart | None, schedule: Schedule, progress: Progress,
+                  confirmations: Collection[TrialRecord] = (),
+                  fallback_of: Callable[[], WarmFallback | None] = lambda: None
+                  ) -> Callable[[list[TrialRecord], dict[int, dict[str, Any]]], TrialJob | None] | None:
     """(finished records, running search trials' params by number) -> the next confirmation run of the earlier
     recommendation, beside its own trial and ahead of the search's other trials (``_warm.to_confirm_first``), then
     of the trial that beats it here (``_warm.challenger``: its runs go ahead of the trials left too), or None;
@@ -26,7 +41,7 @@ def confirm_first(warm, schedule, progress, confirmations=(), fallback_of=lambda
     from tuner.search import _confirm as confirm
     from tuner.search import _warm
 
-    def ahead(finished, running):
+    def ahead(finished: list[TrialRecord], running: dict[int, dict[str, Any]]) -> TrialJob | None:
         pick = _warm.to_confirm_first(finished, running, warm)  # held on this search's seed, or running
         fallback = fallback_of()
         if pick is not None and pick.get("status") is not None and fallback is not None and not fallback.done:
@@ -47,14 +62,15 @@ def confirm_first(warm, schedule, progress, confirmations=(), fallback_of=lambda
     return ahead
 
 
-def warm_news(warm, echo, proposer, fallback: WarmFallback | None):
+def warm_news(warm: WarmStart | None, echo: Callable[[str], None], proposer: Proposer, fallback: WarmFallback | None
+              ) -> Callable[[TrialRecord], None] | None:
     """record -> None: says how a warm start's earlier pick did here, when its trial ends; once every pick has
     failed here, a search whose budget they had cut runs the default trials again (``fallback``)."""
     if not warm or not warm.picks:
         return None
     from tuner.search import _warm
 
-    def news(record):
+    def news(record: TrialRecord) -> None:
         line = _warm.told_line(record, warm)
         if not line:
             return  # not a pick's trial
@@ -70,7 +86,8 @@ class WarmFallback:
     every earlier pick has failed here (``_warm.fell_back``), or when its trials and confirmations are done and
     nothing was confirmed. Said, and tagged for --resume; the trials already run kept."""
 
-    def __init__(self, warm, echo, searcher, tracker, progress, n_trials: int):
+    def __init__(self, warm: WarmStart, echo: Callable[[str], None], searcher: OptunaSearcher, tracker: SearchTracker,
+                 progress: Progress, n_trials: int) -> None:
         self.warm, self.echo, self.searcher, self.tracker, self.progress = warm, echo, searcher, tracker, progress
         self.n_trials, self.done = n_trials, False
 

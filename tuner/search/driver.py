@@ -17,6 +17,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING, Any, Callable
 
 from tuner.config.options import DEFAULT_TRIALS, SAMPLERS, SearchOptions, check_options, options_from, prunes  # noqa: F401 - re-exported
@@ -50,6 +51,9 @@ from tuner.trial import TrialSpec
 from tuner.verdicts import recommend as rec
 
 if TYPE_CHECKING:
+    import optuna
+
+    from tuner.search._placement import Placement
     from tuner.stores.run_writer import SearchTracker
     from tuner.trial.launcher import Launcher
 
@@ -142,16 +146,20 @@ class _EndNow:
         print(f"tuner: {said}", file=sys.stderr, flush=True)  # as tuner.cli says an interrupt the main thread took
 
 
-def _interrupted_while_starting(prepared: Prepared, opening) -> KeyboardInterrupt:
+def _interrupted_while_starting(prepared: Prepared, opening: concurrent.futures.Future[_Stores] | None
+                                ) -> KeyboardInterrupt:
     """An interrupt before the search run was (re)started in _run: a resumed search's run (left RUNNING by a driver
     that died, maybe) is ended KILLED. What the interrupted search says."""
     with interrupts.ending():
         return _end_opened(prepared, opening)
 
 
-def _end_opened(prepared: Prepared, opening, timeout: float | None = None) -> KeyboardInterrupt:
+def _end_opened(prepared: Prepared, opening: concurrent.futures.Future[_Stores] | None, timeout: float | None = None
+                ) -> KeyboardInterrupt:
     """The stores of an interrupted search, once open (within ``timeout``): its run, if one was started, ended
     KILLED with its open trials' runs. What the interrupted search says."""
+    tracker: SearchTracker | None
+    records: list[TrialRecord]
     tracker, records = None, []
     try:
         if opening is not None:
@@ -163,7 +171,7 @@ def _end_opened(prepared: Prepared, opening, timeout: float | None = None) -> Ke
     return _interruption(prepared, tracker, records)
 
 
-def _interruption(prepared: Prepared, tracker, records: list[TrialRecord]) -> KeyboardInterrupt:
+def _interruption(prepared: Prepared, tracker: SearchTracker | None, records: list[TrialRecord]) -> KeyboardInterrupt:
     """What an interrupted search says: what is kept and the command that resumes it, or that nothing was."""
     o = prepared.options
     if tracker is None or tracker.parent_id is None:
@@ -192,7 +200,7 @@ def _open_stores(prepared: Prepared) -> _Stores:
     told = warm.to_tell() if warm else []
     priors = [(prepared.space, told)] if told else None
 
-    def study_named(name: str):
+    def study_named(name: str) -> optuna.Study:
         return make_study(o.sampler, o.seed, prepared.n_trials, storage, name, prepared.grid, first or None, priors)
 
     # Creating the SQLite tables of a fresh store is not safe from two processes at once.
@@ -204,7 +212,7 @@ def _open_stores(prepared: Prepared) -> _Stores:
         return tracker, run_name, study_named(run_name), []  # before the run: no parent left RUNNING if it fails
 
 
-def _place(prepared: Prepared, ray):
+def _place(prepared: Prepared, ray: ModuleType) -> Placement:
     """The memory plan for this search on this cluster (tuner.search._placement)."""
     from tuner.search import _placement as placement
 
@@ -221,7 +229,8 @@ def _place(prepared: Prepared, ray):
     return placed
 
 
-def _run(prepared, ray, tracker, run_name, study, records, started, echo) -> SearchOutcome:
+def _run(prepared: Prepared, ray: ModuleType, tracker: SearchTracker, run_name: str, study: optuna.Study,
+         records: list[TrialRecord], started: float, echo: Callable[[str], None]) -> SearchOutcome:
     """The search run's life: started (a resumed one is reattached already), the search, and its end however the
     search ends: FINISHED, FAILED, or KILLED when interrupted, with the runs of its trials still open."""
     o = prepared.options
@@ -259,7 +268,7 @@ def _run(prepared, ray, tracker, run_name, study, records, started, echo) -> Sea
                 f"back: tuner sync --store {o.store} --tracking-uri {prepared.tracking_uri}")
 
 
-def _start_run(prepared: Prepared, tracker, run_name: str, concurrency: int) -> None:
+def _start_run(prepared: Prepared, tracker: SearchTracker, run_name: str, concurrency: int) -> None:
     from tuner.stores import mlflow_store
 
     o = prepared.options
@@ -281,7 +290,8 @@ def _start_run(prepared: Prepared, tracker, run_name: str, concurrency: int) -> 
         tracker.log_artifact_text(trl_config.space_yaml(prepared.space), "space.yaml")
 
 
-def _search(prepared, tracker, study, run_name, records, placement, progress, started) -> SearchOutcome:
+def _search(prepared: Prepared, tracker: SearchTracker, study: optuna.Study, run_name: str, records: list[TrialRecord],
+            placement: Placement, progress: Progress, started: float) -> SearchOutcome:
     """The trials and their confirmation in one Ray Tune run, then the results written."""
     from tuner.search import _confirm as confirm
     from tuner.search import _execution as execution
@@ -290,6 +300,7 @@ def _search(prepared, tracker, study, run_name, records, placement, progress, st
     from tuner.search._anchor import Anchor
 
     o = prepared.options
+    assert o.trainer is not None  # prepare resolved it (the space's trainer)
     space = prepared.space
     if placement.sharding and not space.values_of("sharding"):
         space.fixed["sharding"] = placement.sharding  # the plan sharded every trial: each trial's params say so
@@ -362,7 +373,9 @@ def _search(prepared, tracker, study, run_name, records, placement, progress, st
 
     after_first = None
     if prepared.first is not None:
-        def after_first(record):  # trial 0 done: its single changes next, in the order its verdict calls for
+        # trial 0 done: its single changes next, in the order its verdict calls for
+        def after_first(record: TrialRecord) -> list[dict[str, Any]]:
+            assert prepared.first is not None  # as tested above: this function exists only then
             return _neighbours.neighbours(prepared.space, prepared.first, record)[
                 :_neighbours.neighbour_count(prepared.n_trials)]
     proposer = Proposer(study, prepared.space, o.sampler, prepared.n_trials, done=records,
@@ -411,12 +424,13 @@ def _study_storage(o: SearchOptions) -> str | None:
     return beside_store(o.store)
 
 
-def _finish(prepared: Prepared, tracker, records: list[TrialRecord], cands: list[TrialRecord],
-            confirmations: list[TrialRecord], started: float, echo: Callable[[str], None], placement,
+def _finish(prepared: Prepared, tracker: SearchTracker, records: list[TrialRecord], cands: list[TrialRecord],
+            confirmations: list[TrialRecord], started: float, echo: Callable[[str], None], placement: Placement,
             extensions: Sequence[TrialRecord] = (), remeasures: Sequence[TrialRecord] = ()) -> SearchOutcome:
     from tuner.search import _confirm as confirm
 
     o = prepared.options
+    assert tracker.parent_id is not None  # the search run, started (or reattached) by _run before the search
     verdicts: list[dict[str, Any]] = []
     best: TrialRecord | None
     if o.confirm_seeds > 0:

@@ -19,6 +19,7 @@ import math
 import tempfile
 import time
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Callable
 
@@ -240,7 +241,7 @@ class SearchTracker:
     def log_artifact_text(self, text: str, name: str) -> None:
         self._send("text", {"text": text, "name": name})
 
-    def log_artifact_dict(self, data: dict, name: str) -> None:
+    def log_artifact_dict(self, data: Mapping[str, Any], name: str) -> None:
         self._send("dict", {"data": data, "name": name})
 
     def set_tags(self, tags: dict[str, str]) -> None:

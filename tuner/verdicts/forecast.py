@@ -128,7 +128,7 @@ def evidence(steps_run: int, risks: list[Risk], horizon: int | None = None) -> s
 
 # -- the rules ------------------------------------------------------------------------------------
 
-def _headroom(rows, trainer, precision, horizon) -> Risk | None:
+def _headroom(rows: list[dict[str, Any]], trainer: str, precision: str, horizon: int) -> Risk | None:
     points = [(row["step"], row["headroom"], row.get("headroom_site")) for row in rows
               if isinstance(row.get("headroom"), (int, float)) and row["headroom"] > 0]
     if not points:
@@ -163,7 +163,7 @@ def _headroom(rows, trainer, precision, horizon) -> Risk | None:
                             f"{math.expm1(fit.slope):.1%} a step: overflow expected near step {reach}", reach)
 
 
-def _saturated(rows, trainer) -> bool:
+def _saturated(rows: list[dict[str, Any]], trainer: str) -> bool:
     """A margin loss (reward, DPO, KTO) whose recent readings (the median of its last quarter, at least 3) sit at
     SATURATED of its start or below: its pairs are separated, and the gradient that grew the weights has nearly
     vanished with the loss."""
@@ -186,7 +186,7 @@ def stalling(history: list[dict[str, Any]], precision: str) -> str:
     return risk.message if risk is not None else ""
 
 
-def _update_lost(rows, precision) -> Risk | None:
+def _update_lost(rows: list[dict[str, Any]], precision: str) -> Risk | None:
     weights = PRECISIONS[precision].weight_dtype
     if weights == "float32":
         return None
@@ -204,7 +204,7 @@ def _update_lost(rows, precision) -> Risk | None:
                 None)
 
 
-def _fp16_weights(rows, trainer, precision, horizon) -> Risk | None:
+def _fp16_weights(rows: list[dict[str, Any]], trainer: str, precision: str, horizon: int) -> Risk | None:
     shares = [row["weights_fp16"] for row in rows if isinstance(row.get("weights_fp16"), (int, float))]
     if not shares or max(shares) < FP16_SHARE:
         return None
@@ -214,7 +214,7 @@ def _fp16_weights(rows, trainer, precision, horizon) -> Risk | None:
                 None)
 
 
-def _reward_spread(rows, trainer, precision, horizon) -> Risk | None:
+def _reward_spread(rows: list[dict[str, Any]], trainer: str, precision: str, horizon: int) -> Risk | None:
     if not adapter(trainer).uses_reward_funcs:  # an online trainer's groups (GRPO's frac_reward_zero_std)
         return None
     # A KL penalty to the reference (beta > 0; TRL logs "kl" only then) holds the share below 1: the guard does not

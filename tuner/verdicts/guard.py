@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from tuner.config.trainers import Adapter
@@ -79,7 +80,7 @@ class GuardSettings:
         _check_setting(self, "saturation_min_gain", lambda value: value >= 0.0, "at least 0.0")
 
 
-def _check_setting(settings: GuardSettings, name: str, is_valid, rule: str) -> None:
+def _check_setting(settings: GuardSettings, name: str, is_valid: Callable[[float], bool], rule: str) -> None:
     value = getattr(settings, name)
     if not is_valid(value):
         raise ValueError(f"{name} must be {rule}, but got {name}={value!r}.")
