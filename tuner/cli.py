@@ -51,6 +51,7 @@ SEARCH_EXAMPLES = """examples:
 SUBMIT_EXAMPLES = """examples:
   tuner submit --cluster http://10.0.0.1:8265 --trainer dpo --dataset prefs.jsonl --trials 40
   tuner submit --cluster http://10.0.0.1:8265 --from my_grpo.yaml --max-gpus 4
+  tuner submit --cluster http://10.0.0.1:8265 --include keys/reward_api.key   # a file that looks like a secret, sent
   tuner jobs --cluster http://10.0.0.1:8265                 # every search on the cluster
   tuner logs JOB --follow --cluster http://10.0.0.1:8265
   tuner stop JOB --cluster http://10.0.0.1:8265             # its runs KILLED, resumable:
@@ -221,6 +222,9 @@ def build_parser() -> argparse.ArgumentParser:
     _cluster_arg(b)
     b.add_argument("--resume", dest="resume_job", metavar="JOB", help="resume the stopped (or failed) search of "
                    "job JOB as a new job, keeping its finished trials; run from the same folder")
+    b.add_argument("--include", action="append", default=[], metavar="PATH", help="send this file of the folder "
+                   "although it looks like a secret (.env*, *.pem, *.key, .netrc, .git-credentials, token and "
+                   "credentials files, ~/.ssh-style folders: left out unless named here); repeat for several")
     _add_options(b, *[f.name for f in option_fields() if f.name not in ("ray_address", "resume")], given_only=True)
 
     j = commands.add_parser("jobs", help="the searches on a shared Ray cluster, one line each",
@@ -465,7 +469,8 @@ def cmd_submit(args) -> int:
                          + " ".join(flag(f) for f in option_fields() if f.name in given))
     url = cluster.address(args.cluster)
     send.check_given(given, Path.cwd())
-    folder = send.working_folder(Path.cwd(), given.get("store"))  # what travels, and whether it may: before the cluster
+    # what travels, and whether it may: before the cluster
+    folder = send.working_folder(Path.cwd(), given.get("store"), include=args.include)
     client = cluster.connect(url)
     if args.resume_job:
         sent = send.resume(client, url, cluster.job(client, args.resume_job), folder)

@@ -59,6 +59,55 @@ def test_the_folder_leaves_its_store_version_control_and_environments_behind(tmp
     assert "/runs/store/" in found.excludes and found.size == 10_300  # mlflow/ is just a folder now
 
 
+SECRETS = [".env", ".env.local", "deploy/server.pem", "deploy/tls.key", ".netrc", ".git-credentials",
+           ".ssh/id_ed25519", ".ray/auth_token", ".mlflow/credentials", "sub/.env"]
+KEPT = ["prefs.jsonl", "my_rewards.py", "space.yaml", "notes/env.md", "keys.txt"]
+
+
+def uploaded(folder: send.Folder, tmp_path) -> set[str]:
+    """The files Ray's own packaging puts in the job's zip for ``folder`` (its excludes applied as Ray applies them)."""
+    import zipfile
+
+    from ray._private.runtime_env.packaging import create_package
+
+    target = tmp_path / f"upload-{len(list(tmp_path.glob('upload-*.zip')))}.zip"  # Ray keeps a package it finds
+    create_package(str(folder.root), target, include_gitignore=True, excludes=folder.excludes)
+    return {name for name in zipfile.ZipFile(target).namelist() if not name.endswith("/")}
+
+
+def test_what_looks_like_a_secret_stays_home_and_the_submit_says_so(tmp_path):
+    root = tmp_path / "work"
+    for name in SECRETS + KEPT:
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text("s3cr3t-value\n" if name in SECRETS else "data\n")
+    found = send.working_folder(root, None)
+    assert sorted(found.secrets) == sorted(SECRETS)
+    assert uploaded(found, tmp_path) == set(KEPT)  # Ray's packaging leaves them out, not only tuner's count
+    assert found.size == sum(len("data\n") for _ in KEPT)
+    line = found.secrets_line()
+    assert line is not None and sum(f" {name}," in line or f" {name} " in line for name in SECRETS) == 8
+    assert "and 2 more" in line
+    assert "--include PATH" in line and "s3cr3t" not in line
+    sent = send.Submitted("tuner-a-1", "e", "tuner search", "http://h:8265", found)
+    assert line in sent.lines()
+    # --include sends one on purpose; nothing else changes
+    found = send.working_folder(root, None, include=["deploy/tls.key"])
+    assert "deploy/tls.key" not in found.secrets and uploaded(found, tmp_path) == {*KEPT, "deploy/tls.key"}
+    assert send.working_folder(root / "deploy", None).secrets == ["server.pem", "tls.key"]
+    assert send.working_folder(root, None, include=[]).secrets_line() is not None
+    (tmp_path / "clean").mkdir()
+    (tmp_path / "clean" / "prefs.jsonl").write_text("{}\n")
+    assert send.working_folder(tmp_path / "clean", None).secrets_line() is None
+
+
+def test_an_include_that_is_no_file_here_is_one_line(tmp_path):
+    (tmp_path / "data.jsonl").write_text("{}\n")
+    for path in ("missing.key", "../outside.key"):
+        with pytest.raises(TunerError) as e:
+            send.working_folder(tmp_path, None, include=[path])
+        assert str(e.value).startswith(f"--include {path}: no such file in ") and "\n" not in str(e.value)
+
+
 def test_files_named_must_be_in_the_folder(tmp_path):
     (tmp_path / "space.yaml").write_text("trainer: sft\n")
     send.check_given({"search_space": "space.yaml", "dataset": "trl-lib/ultrafeedback"}, tmp_path)  # hub id

@@ -13,6 +13,7 @@ more (--cluster-share, --max-gpus), so that searches of several users queue besi
 
 from __future__ import annotations
 
+import fnmatch
 import getpass
 import os
 import re
@@ -21,7 +22,7 @@ import shlex
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Sequence
 
 from tuner.config.options import CLUSTER_ENV, SUBMITTED_JOB_ENV, flag, option_field, option_fields
 from tuner.config.trainers import DEFAULT_TRAINER
@@ -38,6 +39,15 @@ AGENT_WAIT_S = 60.0  # how long a submission waits for a job agent that is still
 STOP_WAIT_S = 60  # after `tuner stop`'s SIGTERM, before Ray's SIGKILL: the search marks its runs KILLED meanwhile
 # Never uploaded: version control, virtual environments, caches, and a local MLflow store (the cluster has its own).
 ALWAYS_EXCLUDED = (".git", ".hg", ".venv", "venv", "__pycache__", ".mypy_cache", ".pytest_cache", ".ruff_cache")
+# Never uploaded unless --include names them: what looks like a secret. The job's working directory is unpacked on
+# every node and kept in Ray's session folders, so a key that travels is a key every node's users can read.
+SECRET_FILES = (".env", ".env.*", "*.env", "*.pem", "*.key", "*.p12", "*.pfx", "*.keystore", "*.jks", "id_rsa*",
+                "id_dsa*", "id_ecdsa*", "id_ed25519*", ".netrc", "_netrc", ".git-credentials", ".pypirc", ".npmrc",
+                "credentials", "credentials.json", "*.credentials", "auth_token", "token", "*.token",
+                "service-account*.json", "kubeconfig")
+# ... and folders of tools' credentials (home-directory style: Ray's token file lives in ~/.ray, MLflow's in ~/.mlflow)
+SECRET_FOLDERS = (".ssh", ".aws", ".azure", ".gnupg", ".kube", ".docker", ".ray", ".mlflow", ".huggingface",
+                  ".config", ".gcloud", ".databricks")
 # Options a submitted search cannot take: the cluster is the one it is sent to.
 NOT_FOR_SUBMIT = ("ray_address", "resume")
 # Options that name a file in this folder, which must travel with the job.
@@ -57,31 +67,55 @@ class Folder:
     excludes: list[str]  # gitignore-style patterns, relative to root (Ray's runtime_env "excludes")
     size: int  # bytes of the files that travel, before compression
     largest: list[tuple[int, str]] = field(default_factory=list)  # (bytes, relative path), largest first
+    secrets: list[str] = field(default_factory=list)  # relative paths left behind as secrets (SECRET_FILES, _FOLDERS)
+
+    def secrets_line(self) -> str | None:
+        """What was left behind as a secret, in one line (None: nothing)."""
+        if not self.secrets:
+            return None
+        shown = ", ".join(self.secrets[:8]) + (f" and {len(self.secrets) - 8} more" if len(self.secrets) > 8 else "")
+        return (f"  left out:   {shown} (they look like secrets, so they stay on this machine; "
+                "--include PATH sends one on purpose)")
 
 
-def working_folder(root: Path, store: str | None) -> Folder:
-    """What travels with the job: ``root`` without version control, virtual environments, caches and the local
-    store; TunerError, with the largest files, when it is over Ray's upload limit."""
+def looks_secret(relative: str) -> bool:
+    """Whether a path in the job's folder (relative, with /) looks like a secret: a file named as in SECRET_FILES,
+    or anything inside a folder named as in SECRET_FOLDERS."""
+    *folders, name = relative.split("/")
+    return any(part in SECRET_FOLDERS for part in folders) or any(
+        fnmatch.fnmatchcase(name, pattern) for pattern in SECRET_FILES)
+
+
+def working_folder(root: Path, store: str | None, include: Sequence[str] = ()) -> Folder:
+    """What travels with the job: ``root`` without version control, virtual environments, caches, the local store
+    and what looks like a secret (``looks_secret``; ``include`` names paths, relative to ``root``, to send all the
+    same); TunerError, with the largest files, when it is over Ray's upload limit."""
     root = root.resolve()
     skipped = set(ALWAYS_EXCLUDED)
     excludes = [f"{name}/" for name in ALWAYS_EXCLUDED]
     store_path = (root / (store or "mlflow")).resolve()
     if store_path.is_relative_to(root) and store_path != root:
         excludes.append("/" + store_path.relative_to(root).as_posix() + "/")
-    size, files = 0, []
+    wanted = {_included(root, path) for path in include}
+    size, files, secret = 0, [], []
     for folder, dirs, names in os.walk(root):
         here = Path(folder)
-        dirs[:] = [d for d in dirs if d not in skipped and (here / d).resolve() != store_path]
-        for name in names:
+        dirs[:] = sorted(d for d in dirs if d not in skipped and (here / d).resolve() != store_path)
+        for name in sorted(names):
             path = here / name
+            relative = path.relative_to(root).as_posix()
+            if looks_secret(relative) and relative not in wanted:
+                secret.append(relative)
+                excludes.append("/" + _escaped(relative))
+                continue
             try:
                 n = path.lstat().st_size
             except OSError:
                 continue
             size += n
-            files.append((n, path.relative_to(root).as_posix()))
+            files.append((n, relative))
     files.sort(reverse=True)
-    found = Folder(root, excludes, size, files[:3])
+    found = Folder(root, excludes, size, files[:3], secret)
     limit = upload_limit()
     if size > limit:
         biggest = ", ".join(f"{name} ({n / 2**20:.0f} MiB)" for n, name in found.largest)
@@ -90,6 +124,19 @@ def working_folder(root: Path, store: str | None) -> Folder:
                          "(a shared path or a hub dataset id) and pass it as --dataset, or submit from a folder "
                          "with only the files the search needs")
     return found
+
+
+def _included(root: Path, path: str) -> str:
+    """An --include path as the upload names it (relative to ``root``, with /); TunerError where it is no file there."""
+    full = (root / path).resolve()
+    if not full.is_relative_to(root) or not full.is_file():
+        raise TunerError(f"--include {path}: no such file in {root}; name a file of this folder, relative to it")
+    return full.relative_to(root).as_posix()
+
+
+def _escaped(relative: str) -> str:
+    """A path as one gitignore pattern that matches only it (Ray's excludes are gitignore patterns)."""
+    return "".join("\\" + c if c in "*?[]!#\\" else c for c in relative)
 
 
 def _user() -> str:
@@ -168,7 +215,8 @@ class Submitted:
     def lines(self) -> list[str]:
         where = f"--cluster {self.cluster}"
         size = f" ({self.folder.size / 2**20:.1f} MiB of {self.folder.root})" if self.folder else ""
-        return [f"submitted {self.job_id} to {self.cluster}{size}",
+        left = self.folder.secrets_line() if self.folder else None
+        return [f"submitted {self.job_id} to {self.cluster}{size}", *([left] if left else []),
                 f"  runs:       {self.entrypoint}",
                 f"  experiment: {self.experiment} (MLflow, in the cluster's store)",
                 f"  follow:     tuner logs {self.job_id} --follow {where}",
