@@ -18,6 +18,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -26,7 +27,12 @@ from helpers import SFT_SPACE, Spawner, free_port, kill_session, postgres_server
 
 from tuner.stores import tags
 
-RAY_ENV = {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+RAY_ENV = {"RAY_USAGE_STATS_ENABLED": "0"}
+# The cluster runs with Ray's token authentication on, as docs/distributed.md sets it up: the head with the token and
+# token mode; each user with the token only (tuner turns token mode on where it finds one: tests/jobs/test_token_auth.py)
+TOKEN = "7e57c1a55e7e57c1a55e7e57c1a55e00"
+HEAD_ENV = {**RAY_ENV, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": TOKEN}
+USER_ENV = {**RAY_ENV, "RAY_AUTH_TOKEN": TOKEN}
 JOB_TIMEOUT = 360
 
 
@@ -36,9 +42,12 @@ def _tool(name: str) -> str:
 
 
 def _answers(url: str) -> bool:
+    """Up: it answers, a 401 included (with token authentication the job server asks for the token there too)."""
     try:
         with urllib.request.urlopen(url, timeout=3) as response:
             return response.status == 200
+    except urllib.error.HTTPError as e:
+        return e.code == 401
     except OSError:
         return False
 
@@ -61,7 +70,7 @@ class TeamCluster:
                                    # artifacts through the server: every user uploads and downloads them over HTTP
                                    "--artifacts-destination", str(self.folder / "team-artifacts"),
                                    "--host", "127.0.0.1", "--port", port, "--workers", "1"], "mlflow-server")
-        env = {**RAY_ENV, "TUNER_STORE": str(self.store), "TUNER_TRACKING_URI": self.tracking_uri,
+        env = {**HEAD_ENV, "TUNER_STORE": str(self.store), "TUNER_TRACKING_URI": self.tracking_uri,
                "TUNER_FAULT": "slow@1",  # every step 0.25 s longer: a search is still in its trials when stopped
                # the jobs run `tuner` from the head's PATH: this Python's, whether or not the caller activated it
                "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
@@ -104,11 +113,11 @@ def user_folder(tmp_path):
 def tuner(folder: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     """A tuner command as a user types it, in ``folder``, without the cluster's environment."""
     return subprocess.run([_tool("tuner"), *args], cwd=folder, capture_output=True, text=True, timeout=timeout,
-                          env={**_clean_env(), **RAY_ENV})
+                          env={**_clean_env(), **USER_ENV})
 
 
 def _clean_env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if not k.startswith("TUNER_")}
+    return {k: v for k, v in os.environ.items() if not k.startswith(("TUNER_", "RAY_AUTH"))}
 
 
 def job_id(submitted: subprocess.CompletedProcess) -> str:
@@ -143,7 +152,7 @@ def test_two_searches_at_once_one_stopped_and_resumed_and_jobs_says_what_happene
     # Two users' searches sent at once (two processes), each with half the cluster's 4 CPUs.
     with subprocess.Popen([_tool("tuner"), "submit", *common, "--trials", "6", "--max-steps", "24"], cwd=user_folder,
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                          env={**_clean_env(), **RAY_ENV}) as other:
+                          env={**_clean_env(), **USER_ENV}) as other:
         short = tuner(user_folder, "submit", *common, "--trials", "2", "--max-steps", "4")
         out, err = other.communicate(timeout=120)
     first = job_id(short)
