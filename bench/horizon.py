@@ -25,9 +25,9 @@ can be fitted and judged offline (``forecast_again``) without re-running them.
 A flag is what the search acts on: the best trial at risk gets a risk rung (tuner.search._extend.risk_rung_steps), the
 first steps of the long run its forecast looked to, on that run's learning-rate schedule. Where the recorded long run
 is that run (``--factor`` 25, the forecast's horizon), its first N steps are the rung of N steps, step for step
-(TrialSpec.schedule_steps; checked in tests/trial/test_trial.py), so the search's verdict after the rung is read off
-the record (``after_rung``): the rung failed, or its forecast still puts it at risk. Precision and recall are given
-for the flags at the trial length and after their rungs. A recorded set counts as held out
+(TrialSpec.schedule_steps; checked in tests/training/trial/test_trial_training.py), so the search's verdict after the
+rung is read off the record (``after_rung``): the rung failed, or its forecast still puts it at risk. Precision and
+recall are given for the flags at the trial length and after their rungs. A recorded set counts as held out
 (its ``held_out`` key, set by hand with its ``role``) only while no rule was changed after its runs were seen;
 ``--render`` pools the held-out sets, and separately every set given.
 """
@@ -230,10 +230,11 @@ def _risks(run: dict[str, Any]) -> list:
 
 def on_the_long_schedule(data: dict[str, Any]) -> list[dict[str, Any]]:
     """Each recorded config as if its trial had been the long run's first ``short`` steps, on the long run's
-    learning-rate schedule (TrialSpec.schedule_steps: step for step the same run, tests/trial/test_trial.py), read
-    off the record: ``caught`` when the long run stopped within those steps (the trial would not have been ok),
-    else the forecast on those steps. Configs not ok at the trial length as recorded have no long run and are left
-    out (on their own shorter schedule they failed already; the long one keeps the learning rate higher)."""
+    learning-rate schedule (TrialSpec.schedule_steps: step for step the same run,
+    tests/training/trial/test_trial_training.py), read off the record: ``caught`` when the long run stopped within
+    those steps (the trial would not have been ok), else the forecast on those steps. Configs not ok at the trial
+    length as recorded have no long run and are left out (on their own shorter schedule they failed already; the long
+    one keeps the learning rate higher)."""
     from tuner.verdicts.forecast import forecast
 
     rows = []

@@ -9,8 +9,8 @@ needs 120 steps to tell its start from its end; together they were the test suit
 the 2-core runner). So the full check runs here and writes bench/tiny_pretrained.json: the build's record, the
 claims with their bounds and figures, and the fingerprint of the build's recipe (``recipe_fingerprint``: the code
 of the build, its tokenizer and its tasks, comments and docstrings aside). The test suite
-(tests/inputs/test_tiny_pretrained.py) covers the claim in two ways: it fails when the recipe's fingerprint is not
-the one this script checked last (a change to the build needs this run again: bump TINY_PRETRAINED_VERSION and
+(tests/training/inputs/test_tiny_pretrained.py) covers the claim in two ways: it fails when the recipe's fingerprint is
+not the one this script checked last (a change to the build needs this run again: bump TINY_PRETRAINED_VERSION and
 run it), and it runs this script's own ``measure`` end to end on a short build through the alias (the same code
 path: build, estimates, a GRPO trial through tuner, tuner's learning judgement), with the short build's figures.
 Exit code 1 when a claim fails.

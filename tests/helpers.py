@@ -32,6 +32,8 @@ if TYPE_CHECKING:
     from tuner.search import driver
 
 TESTS = Path(__file__).resolve().parent
+REPO = TESTS.parent  # the repository: tuner/, bench/, docs/, README.md
+DATA = TESTS / "data"  # recorded data the tests read (tests/data/README.md)
 
 # -- search spaces ---------------------------------------------------------------------------------------------------
 
@@ -69,7 +71,7 @@ params:
   learning_rate: {type: categorical, choices: [1.0e-4, 2.0e-4, 3.0e-4]}
 """
 
-# A small valid grpo space: each bad-space case (tests/config/test_space.py, tests/test_cli_errors.py) breaks one
+# A small valid grpo space: each bad-space case (tests/unit/config/test_space.py, tests/unit/cli/test_cli_errors.py) breaks one
 # thing in it.
 VALID_SPACE = """\
 trainer: grpo
@@ -216,8 +218,8 @@ def read(tmp_path: Path, text: str, trainer: str | None = None) -> trl_config.So
     return trl_config.read_config(path, trainer)
 
 
-# tests/config/published/: published `trl <trainer> --config` files, each with its source and commit in a comment.
-PUBLISHED = sorted((TESTS / "config" / "published").glob("*.yaml"))
+# tests/data/config/published/: published `trl <trainer> --config` files, each with its source and commit in a comment.
+PUBLISHED = sorted((DATA / "config" / "published").glob("*.yaml"))
 # How a refreshed file writes a key TRL refuses: its current name (the rest are removed).
 CURRENT_NAME = {"torch_dtype": "dtype", "max_seq_length": "max_length", "warmup_ratio": "warmup_steps"}
 
@@ -399,7 +401,7 @@ def at_once(build, builders: int) -> list:
     return results
 
 
-# -- searches through the CLI, read back from their store (tests/search/test_reliability*.py) --------------------------
+# -- searches through the CLI, read back from their store (tests/e2e/search/test_reliability*.py) --------------------------
 
 # The cheapest real search: SFT on the tiny model, batch 2, 32 tokens, and a grid over learning rates only,
 # so every trial is "ok", takes seconds, and the trial numbers map to known params (the ``grid_space`` fixture).
@@ -541,7 +543,7 @@ def kill_all(processes: dict[int, float]) -> None:
                 process.kill()
 
 
-# -- memory estimates of real model shapes (tests/trial/test_memory.py, tests/search/test_packing.py) ---------------
+# -- memory estimates of real model shapes (tests/unit/trial/test_memory.py, tests/unit/search/test_packing.py) ---------------
 
 def qwen05_config():
     """Qwen2.5-0.5B's shape, built locally."""

@@ -40,7 +40,7 @@ def constraint_of(record: TrialRecord) -> float:
 def _good_share(n: int) -> int:
     # How many of n finished trials TPE models as "good". Optuna's default (10%, at most 25) leaves
     # a 12-trial search one good trial, too few to learn where the stable region is; a quarter
-    # moves later proposals away from unstable trials (tests/search/test_search.py measures it).
+    # moves later proposals away from unstable trials (tests/unit/search/test_search_units.py measures it).
     return min(math.ceil(0.25 * n), 25)
 
 
@@ -473,7 +473,7 @@ def reconcile(study: optuna.Study, recorded: dict[int, TrialRecord]) -> None:
 
 # Optuna has no public API for the three storage operations below (reopening a RUNNING trial of another
 # process, failing a WAITING trial, telling an enqueued trial from a sampled one); they are kept here, the
-# one module that knows Optuna's storage, and each is covered by tests/search/test_reliability.py's resume tests.
+# one module that knows Optuna's storage, and each is covered by tests/e2e/search/test_reliability.py's resume tests.
 
 def _running_trial(study: optuna.Study, frozen: optuna.trial.FrozenTrial) -> optuna.trial.Trial:
     import optuna

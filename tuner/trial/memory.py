@@ -93,7 +93,7 @@ UNFUSED_LOGIT_COPIES = 2
 CUDA_CONTEXT = 500 * MiB
 # The resident set of a Python process that imported torch, transformers, TRL, PEFT and datasets:
 # measure_process_baseline() gave 462 MiB (torch 2.13 CPU build, transformers 5.23, TRL 1.16, Linux x86-64);
-# tests/trial/test_memory.py measures it again and checks this figure against it.
+# tests/training/trial/test_memory_training.py measures it again and checks this figure against it.
 CPU_PROCESS_BASELINE = 462 * MiB
 # What a training run adds beyond its tensors (tokenizer, dataset tables, accelerate state, thread pools):
 # `tuner trial` on the tiny model (tensors < 1 MiB) peaked at 515 MiB against the 462 MiB baseline.

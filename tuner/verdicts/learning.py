@@ -32,12 +32,12 @@ noise taken from the data (a block of despiked steps counted as varying 20% more
 
 The p-value comes from Student's t with (n - 2) / 2 degrees of freedom, which keeps the false-alarm rate
 at or below ALPHA on Gaussian noise from 6 steps on, and below 2.5x ALPHA on heavy-tailed noise
-(tests/verdicts/test_learning.py simulates both).
+(tests/unit/verdicts/test_learning.py simulates both).
 
 **Rule.** ``learned`` when p < ALPHA, the last third's gain >= MIN_EFFECT and the effect >= MIN_EFFECT.
 A trial that learns and then falls back to its start is not learned (its end is no better than its
 start). Error rates per kind of trial (cannot learn, fast solver, slow learner, learns then regresses),
-measured on recorded real tiny-model trials by tests/verdicts/test_learning_calibration.py, are in docs/how-a-search-works.md.
+measured on recorded real tiny-model trials by tests/unit/verdicts/test_learning_calibration.py, are in docs/how-a-search-works.md.
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ _CLIP_MADS = 6.0
 _HALF_WINDOW = 2
 # How much more the mean of a block of despiked steps varies than that of as many independent steps: a value
 # replaced by its window's median moves with its neighbours. About 1.2 on Gaussian noise over 40-180 steps
-# (measured: the t statistic's spread without it); tests/verdicts/test_learning.py's false-alarm test holds it.
+# (measured: the t statistic's spread without it); tests/unit/verdicts/test_learning.py's false-alarm test holds it.
 _DESPIKED_VARIANCE = 1.2
 
 
