@@ -455,6 +455,9 @@ def cmd_sync(args) -> int:
 
     if not args.tracking_uri:
         raise TunerError("tuner sync needs --tracking-uri: the server the search was logging to")
+    from tuner.stores import mlflow_store
+
+    mlflow_store.check_credentials(args.tracking_uri)  # a server with users that refuses them: one line, nothing sent
     sent, left = run_writer.sync_pending(args.tracking_uri, Path(args.store))
     print(f"sent {sent} kept writes to {args.tracking_uri}" + (f"; {left} still pending" if left else ""))
     return EXIT_OK if not left else EXIT_PENDING

@@ -58,6 +58,7 @@ def check_tracking(uri: str, store: Path = DEFAULT_STORE) -> None:
                 f"MLflow tracking server {uri} is unreachable ({cause}); start it (mlflow server --host 127.0.0.1 "
                 "--port PORT) or drop --tracking-uri to use the local store ./mlflow"
             ) from None
+        check_credentials(uri)
         return
     if uri.startswith("sqlite:///"):
         folder = Path(uri.removeprefix("sqlite:///")).parent
@@ -78,6 +79,40 @@ def check_tracking(uri: str, store: Path = DEFAULT_STORE) -> None:
             f"MLflow store {folder} is not writable ({e.strerror or e}); pass --store DIR or --tracking-uri "
             "for a writable location"
         ) from None
+
+
+# MLflow's own client credentials (mlflow.environment_variables): a server with users (`mlflow server --app-name
+# basic-auth`) takes a user and password, or a bearer token.
+USER_ENV, PASSWORD_ENV, TOKEN_ENV = "MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD", "MLFLOW_TRACKING_TOKEN"
+
+
+def check_credentials(uri: str) -> None:
+    """One read a search needs (the experiments' list, one row) with MLflow's credentials from its environment
+    variables: a server with users that refuses them fails here in one line, before anything is written. The
+    password is never part of the message."""
+    import base64
+
+    request = urllib.request.Request(uri.rstrip("/") + "/api/2.0/mlflow/experiments/search?max_results=1")
+    user, password, token = (os.environ.get(name) for name in (USER_ENV, PASSWORD_ENV, TOKEN_ENV))
+    if user and password:
+        request.add_header("Authorization", "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode())
+    elif token:
+        request.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=10):
+            return
+    except urllib.error.HTTPError as e:
+        if e.code not in (401, 403):
+            return  # not a question of credentials: the writes say what is wrong, as before
+        if e.code == 403:
+            raise TunerError(f"MLflow tracking server {uri}: user {user!r} may not read its experiments (HTTP 403); "
+                             "ask its admin for READ (and EDIT to search) permission") from None
+        given = (f"it refused user {user!r} and that password" if user and password else
+                 f"it refused the token in {TOKEN_ENV}" if token else "none were given")
+        raise TunerError(f"MLflow tracking server {uri} asks for a user (HTTP 401) and {given}: set {USER_ENV} and "
+                         f"{PASSWORD_ENV} to a user of that server (MLflow's own variables)") from None
+    except (OSError, urllib.error.URLError):
+        return  # /health answered a moment ago: leave a flaky read to the writes and their spool
 
 
 def check_tracking_scheme(uri: str) -> None:

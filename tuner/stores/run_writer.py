@@ -68,14 +68,17 @@ class TrackingUnavailable(Exception):
 
 
 def _unavailable(error: BaseException) -> bool:
-    """Whether ``error`` says the server went away (refused, reset, or cut off mid-answer), not that it refused the
-    write. A server killed while it answers cuts the response short: requests' ChunkedEncodingError ("Connection
+    """Whether ``error`` says the server went away (refused, reset, or cut off mid-answer) or stopped taking the
+    search's credentials (401, 403), not that it refused the write itself. A server killed while it answers cuts the response short: requests' ChunkedEncodingError ("Connection
     broken: IncompleteRead"), which MLflow wraps in an MlflowException."""
     text = f"{type(error).__name__}: {error}"
     return any(k in text for k in ("ConnectionError", "Connection refused", "Max retries exceeded",
                                    "Failed to establish", "RemoteDisconnected", "timed out", "503", "502",
                                    "Connection broken", "Connection reset", "Connection aborted",
-                                   "ChunkedEncodingError", "IncompleteRead"))
+                                   "ChunkedEncodingError", "IncompleteRead",
+                                   # a server with users that stops taking the search's credentials mid-search
+                                   # (a password changed, a user removed): its results wait on disk for tuner sync
+                                   "error code 401", "error code 403"))
 
 
 class Spool:
@@ -283,15 +286,20 @@ class SearchTracker:
             if not is_server(self.uri) or not _unavailable(e):
                 raise
             self.retry_at = time.monotonic() + RETRY_AFTER_S
-            self._spool(kind, payload)
+            self._spool(kind, payload, refused="error code 401" in str(e) or "error code 403" in str(e))
             return None
 
-    def _spool(self, kind: str, payload: dict[str, Any]) -> None:
+    def _spool(self, kind: str, payload: dict[str, Any], refused: bool = False) -> None:
         self.spool.append(kind, payload)
         if not self.warned:
             self.warned = True
-            print(f"warning: MLflow server {self.uri} is not answering; results are kept in {self.spool_path} "
-                  "and sent when it returns (or run: tuner sync)", flush=True)
+            if refused:
+                print(f"warning: MLflow server {self.uri} no longer takes this search's credentials "
+                      f"(MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD); results are kept in {self.spool_path}: "
+                      "send them with tuner sync once the credentials are right", flush=True)
+            else:
+                print(f"warning: MLflow server {self.uri} is not answering; results are kept in {self.spool_path} "
+                      "and sent when it returns (or run: tuner sync)", flush=True)
 
     def _apply(self, kind: str, payload: dict[str, Any]):
         return _retry_locked(lambda: getattr(self, f"_apply_{kind}")(**payload), self._whole)

@@ -98,3 +98,17 @@ def test_a_server_that_dies_while_it_answers_is_a_server_away_not_a_failed_write
         listener.close()
     assert _unavailable(cut_off.value), f"{type(cut_off.value).__name__}: {cut_off.value}"
     assert not _unavailable(ValueError("param 'a' already logged with another value"))
+
+
+def test_a_server_that_refuses_the_searchs_credentials_mid_search_is_kept_on_disk():
+    # A server with users (MLflow's basic-auth app) whose password changed under a running search answers 401: its
+    # writes are kept for tuner sync, not lost (tests/e2e/stores/test_basic_auth.py runs it for real).
+    from mlflow.exceptions import MlflowException
+
+    from tuner.stores.run_writer import _unavailable
+
+    for code in (401, 403):
+        assert _unavailable(MlflowException(f"API request to endpoint /api/2.0/mlflow/runs/log-batch failed with "
+                                            f"error code {code} != 200. Response body: 'You are not authenticated.'"))
+    assert not _unavailable(MlflowException("API request to endpoint /api/2.0/mlflow/runs/log-batch failed with "
+                                            "error code 400 != 200. Response body: 'INVALID_PARAMETER_VALUE'"))
