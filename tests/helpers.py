@@ -628,3 +628,109 @@ def postgres_server(spawn: Spawner):
                 server.wait(30)
             kill_session(server.pid)  # what is left of it, if anything
         shutil.rmtree(folder, ignore_errors=True)
+
+
+# -- shared by tests/unit/trial/test_memory.py and tests/training/trial/test_memory_training.py --------------
+
+def meta_model(config, sequence_classifier=False):
+    import copy
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
+
+    with torch.device("meta"):
+        if sequence_classifier:
+            config = copy.deepcopy(config)
+            config.num_labels = 1
+            return AutoModelForSequenceClassification.from_config(config)
+        return AutoModelForCausalLM.from_config(config)
+
+
+def numel(model) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def close(estimated, real, tolerance):
+    return abs(estimated - real) <= tolerance * real
+
+
+# -- shared by the tiers of tests/*/trial/test_verify*.py and tests/*/report/test_export*.py -----------------
+
+def exported(params: dict, model: str, path: Path, trainer: str = "grpo") -> Path:
+    """The file `tuner export` writes for a search on the shipped space whose pick is ``params``."""
+    from tuner.config.space import load_space
+    from tuner.config.trainers import adapter
+    from tuner.report import export
+    from tuner.verdicts import recommend
+
+    entry = adapter(trainer)
+    config, info = export.build(entry, params, model, space=load_space(None, trainer), on_cpu=True,
+                                reward_funcs=export.reward_funcs_of(entry, None))
+    search = {"trainer": trainer, "rule": recommend.RULE, "trl_config": config, "export": info,
+              "recommended": {"number": 7, "tokens_per_second": 6309.0, "progress": 0.647}}
+    path.write_text(export.render_export(search, f"{trainer}-tiny", "RUN"))
+    return path
+
+
+def sampled_params(trainer: str, use_peft: bool, precision: str, seed: int) -> dict:
+    """One point of the shipped space for ``trainer`` (seeded), with LoRA and precision set as asked."""
+    import optuna
+
+    from tuner.config.space import load_space
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=seed), direction="maximize")
+    study.enqueue_trial({"use_peft": use_peft})
+    params = load_space(None, trainer).suggest(study.ask())
+    assert params["use_peft"] is use_peft
+    return {**params, "precision": precision}
+
+
+# -- shared by the tiers of tests/*/inputs/test_inputs*.py: a user's folder and `tuner` run in it ------------
+
+# A user's reward module: good, broken and odd rewards.
+USER_REWARDS = """\
+import math
+
+
+def length(completions, **kwargs):
+    return [float(len(c if isinstance(c, str) else c[0]["content"])) for c in completions]
+
+
+def boom(completions, **kwargs):
+    raise ValueError("this reward is broken")
+
+
+def one_reward(completions, **kwargs):
+    return [1.0]
+
+
+def not_a_number(completions, **kwargs):
+    return [math.nan] * len(completions)
+
+
+def words(completions, **kwargs):
+    return ["many"] * len(completions)
+"""
+
+
+def write_files(folder: Path, files: dict[str, str]) -> None:
+    for name, text in files.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text(text)
+
+
+def tuner_in(folder: Path, monkeypatch, capsys, *args: str, files: dict[str, str] | None = None) -> tuple[int, str, str]:
+    """`tuner ARGS` run in ``folder`` (its working directory), in this process."""
+    from tuner import cli
+
+    write_files(folder, files or {})
+    monkeypatch.chdir(folder)
+    monkeypatch.setattr(sys, "path", list(sys.path))  # reward modules put their folder on sys.path
+    capsys.readouterr()
+    try:
+        code = cli.main(list(args))
+    except SystemExit as exit:  # argparse
+        code = exit.code
+    out, err = capsys.readouterr()
+    return code, out, err

@@ -11,25 +11,12 @@ import sys
 
 import pytest
 import yaml
-from helpers import preference_rows, replay, trl_parse
+from helpers import preference_rows, replay, sampled_params, trl_parse
 
 from tuner import cli
 from tuner.config.precision import PRECISIONS as PRECISION_ROWS
 from tuner.config.space import load_space
 from tuner.config.trainers import adapter
-
-
-def sampled_params(trainer: str, use_peft: bool, precision: str, seed: int) -> dict:
-    """One point of the shipped space for ``trainer`` (seeded), with LoRA and precision set as asked."""
-    import optuna
-
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=seed), direction="maximize")
-    study.enqueue_trial({"use_peft": use_peft})
-    params = load_space(None, trainer).suggest(study.ask())
-    assert params["use_peft"] is use_peft
-    return {**params, "precision": precision}
-
 
 # -- tuner export after a real search ---------------------------------------------------------
 

@@ -16,8 +16,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import USER_REWARDS as REWARDS
+from helpers import tuner_in as tuner
+from helpers import write_files as write
 
-from tuner import cli
 from tuner.config.trainers import adapter
 from tuner.errors import TunerError
 from tuner.inputs.data import builtin_dataset
@@ -32,50 +34,6 @@ PROMPTS = "".join(json.dumps({"prompt": row["prompt"], "solution": "4"}) + "\n"
                   for row in builtin_dataset(adapter("grpo"), size=8).to_list())
 CHAT_PROMPTS = "".join(json.dumps({"prompt": [{"role": "user", "content": row["prompt"]}]}) + "\n"
                        for row in builtin_dataset(adapter("grpo"), size=8).to_list())
-
-REWARDS = """\
-import math
-
-
-def length(completions, **kwargs):
-    return [float(len(c if isinstance(c, str) else c[0]["content"])) for c in completions]
-
-
-def boom(completions, **kwargs):
-    raise ValueError("this reward is broken")
-
-
-def one_reward(completions, **kwargs):
-    return [1.0]
-
-
-def not_a_number(completions, **kwargs):
-    return [math.nan] * len(completions)
-
-
-def words(completions, **kwargs):
-    return ["many"] * len(completions)
-"""
-
-
-def write(folder: Path, files: dict[str, str]) -> None:
-    for name, text in files.items():
-        (folder / name).parent.mkdir(parents=True, exist_ok=True)
-        (folder / name).write_text(text)
-
-
-def tuner(folder: Path, monkeypatch, capsys, *args: str, files: dict[str, str] | None = None) -> tuple[int, str, str]:
-    """`tuner ARGS` run in ``folder`` (its working directory), in this process."""
-    write(folder, files or {})
-    monkeypatch.chdir(folder)
-    monkeypatch.setattr(sys, "path", list(sys.path))  # reward modules put their folder on sys.path
-    capsys.readouterr()
-    try:
-        code = cli.main(list(args))
-    except SystemExit as exit:  # argparse
-        code = exit.code
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def assert_refused(result: tuple[int, str, str], fragment: str, folder: Path) -> str:

@@ -9,32 +9,10 @@ import subprocess
 import sys
 
 import pytest
-from helpers import qwen05_config
+from helpers import close, meta_model, numel, qwen05_config
 
 from tuner.trial import memory
 from tuner.trial.memory import MiB, count_parameters, estimate, lora_parameters
-
-
-def meta_model(config, sequence_classifier=False):
-    import copy
-
-    import torch
-    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
-
-    with torch.device("meta"):
-        if sequence_classifier:
-            config = copy.deepcopy(config)
-            config.num_labels = 1
-            return AutoModelForSequenceClassification.from_config(config)
-        return AutoModelForCausalLM.from_config(config)
-
-
-def numel(model) -> int:
-    return sum(p.numel() for p in model.parameters())
-
-
-def close(estimated, real, tolerance):
-    return abs(estimated - real) <= tolerance * real
 
 
 def test_parameter_count_of_the_tiny_model_and_other_families(tiny_model):

@@ -12,6 +12,7 @@ import shlex
 from pathlib import Path
 
 import pytest
+from helpers import exported
 
 from tuner import cli
 from tuner.config.space import load_space
@@ -101,20 +102,6 @@ def test_a_hand_written_config_without_lengths_says_it_runs_trls_default(tmp_pat
 GRPO_PICK = {"precision": "fp32", "learning_rate": 0.057, "per_device_train_batch_size": 8,
              "gradient_accumulation_steps": 2, "max_grad_norm": 1.0, "warmup_steps": 0, "lr_scheduler_type": "constant",
              "beta": 0.0, "loss_type": "dr_grpo", "epsilon": 0.1, "activation_checkpointing": False, "use_peft": False}
-
-
-def exported(params: dict, model: str, path: Path, trainer: str = "grpo") -> Path:
-    """The file `tuner export` writes for a search on the shipped space whose pick is ``params``."""
-    from tuner.report import export
-    from tuner.verdicts import recommend
-
-    entry = adapter(trainer)
-    config, info = export.build(entry, params, model, space=load_space(None, trainer), on_cpu=True,
-                                reward_funcs=export.reward_funcs_of(entry, None))
-    search = {"trainer": trainer, "rule": recommend.RULE, "trl_config": config, "export": info,
-              "recommended": {"number": 7, "tokens_per_second": 6309.0, "progress": 0.647}}
-    path.write_text(export.render_export(search, f"{trainer}-tiny", "RUN"))
-    return path
 
 
 def test_trl_default_lengths_runs_trls_default_and_says_what_the_search_ran(tmp_path, tiny_model):

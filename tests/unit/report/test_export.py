@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers import cpu_flag, on_cpu, trl_parse
+from helpers import cpu_flag, on_cpu, sampled_params, trl_parse
 
 from tuner import cli
 from tuner.config.precision import PRECISIONS as PRECISION_ROWS
@@ -23,18 +23,6 @@ from tuner.verdicts import recommend
 
 TRAINERS = tuple(ADAPTERS)
 MODEL = "/models/tiny"  # TRL's parser does not open the model; any path reads back as written
-
-
-def sampled_params(trainer: str, use_peft: bool, precision: str, seed: int) -> dict:
-    """One point of the shipped space for ``trainer`` (seeded), with LoRA and precision set as asked."""
-    import optuna
-
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=seed), direction="maximize")
-    study.enqueue_trial({"use_peft": use_peft})
-    params = load_space(None, trainer).suggest(study.ask())
-    assert params["use_peft"] is use_peft
-    return {**params, "precision": precision}
 
 
 def same(exported, parsed) -> bool:

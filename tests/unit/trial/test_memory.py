@@ -7,34 +7,12 @@ from __future__ import annotations
 import re
 
 import pytest
-from helpers import FULL_FT, QWEN_7B, qwen05_config, qwen05_estimate, qwen7b_config
+from helpers import FULL_FT, QWEN_7B, close, meta_model, numel, qwen05_config, qwen05_estimate, qwen7b_config
 
 from tuner.config.trainers import adapter
 from tuner.errors import TunerError
 from tuner.trial import memory
 from tuner.trial.memory import MiB, count_parameters
-
-
-def meta_model(config, sequence_classifier=False):
-    import copy
-
-    import torch
-    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
-
-    with torch.device("meta"):
-        if sequence_classifier:
-            config = copy.deepcopy(config)
-            config.num_labels = 1
-            return AutoModelForSequenceClassification.from_config(config)
-        return AutoModelForCausalLM.from_config(config)
-
-
-def numel(model) -> int:
-    return sum(p.numel() for p in model.parameters())
-
-
-def close(estimated, real, tolerance):
-    return abs(estimated - real) <= tolerance * real
 
 
 def test_parameter_count_of_a_qwen25_05b_shaped_config():

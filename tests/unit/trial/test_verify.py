@@ -5,9 +5,8 @@ themselves, guarded trials on the tiny model through the command line, are tests
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
+from helpers import exported
 
 from tuner import cli
 from tuner.config.space import load_space
@@ -42,20 +41,6 @@ OLD_HEADERS = {
     "search's short trials used 64, a setting of tuner's shipped space, not a choice for your run.": {"max_length": 64},
     "# max_length: 2048: set by --max-length.": {},
 }
-
-
-def exported(params: dict, model: str, path: Path, trainer: str = "grpo") -> Path:
-    """The file `tuner export` writes for a search on the shipped space whose pick is ``params``."""
-    from tuner.report import export
-    from tuner.verdicts import recommend
-
-    entry = adapter(trainer)
-    config, info = export.build(entry, params, model, space=load_space(None, trainer), on_cpu=True,
-                                reward_funcs=export.reward_funcs_of(entry, None))
-    search = {"trainer": trainer, "rule": recommend.RULE, "trl_config": config, "export": info,
-              "recommended": {"number": 7, "tokens_per_second": 6309.0, "progress": 0.647}}
-    path.write_text(export.render_export(search, f"{trainer}-tiny", "RUN"))
-    return path
 
 
 @pytest.mark.parametrize("line", list(OLD_HEADERS))
