@@ -244,3 +244,28 @@ def test_free_slots_confirm_the_best_so_far_then_the_final_candidates_each_run_o
     assert late[2:] == [(7, 1), (7, 2)] and len(early) + len(late) == other.most_runs
     assert other.next(final_trials, final=True, confirmations=demoted + reruns(7)[:1]) == confirm.WAIT
     assert other.next(final_trials, final=True, confirmations=demoted + reruns(7, status="diverged")) is None
+
+
+def test_a_real_model_on_a_cpu_takes_small_steps_of_the_shipped_space_and_a_space_of_yours_keeps_its_own():
+    # The shipped DPO space's 8 x 4 ran SmolLM2-135M-Instruct at ~80 s a step on a 2-core CPU: on a CPU a real model
+    # keeps accumulation 1, batches of at most 8 rows, no activation checkpointing; tiny models, GPUs, --from files
+    # and a --search-space of the user's are left as they are.
+    from tuner.config.space import load_space
+    from tuner.config.trl_config import SourceConfig
+    from tuner.search import _prepare
+
+    for trainer in ("dpo", "kto", "reward", "sft", "grpo"):
+        shipped = load_space(None, trainer)
+        space, lines = _prepare._small_steps_on_cpu(shipped, "/models/SmolLM2-135M-Instruct", 0, True, None)
+        assert space.values_of("gradient_accumulation_steps") == [1]
+        assert space.values_of("activation_checkpointing") == [False]
+        assert space.values_of("per_device_train_batch_size") == [b for b in shipped.values_of(
+            "per_device_train_batch_size") if b <= _prepare.CPU_BATCH_ROWS] == [4, 8]
+        assert len(lines) == 1 and lines[0].startswith("on a CPU a real model's step costs seconds per row: "
+                                                        "gradient_accumulation_steps kept to 1 of 1, 2")
+        assert "activation_checkpointing kept to false of false, true" in lines[0]
+        for model, gpus, mine, source in (("tiny", 0, True, None), ("/models/SmolLM2-135M-Instruct", 1, True, None),
+                                          ("/models/SmolLM2-135M-Instruct", 0, False, None),
+                                          ("/models/SmolLM2-135M-Instruct", 0, True,
+                                           SourceConfig.__new__(SourceConfig))):
+            assert _prepare._small_steps_on_cpu(shipped, model, gpus, mine, source) == (shipped, [])
