@@ -360,8 +360,9 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(case, tmp_path, cache_d
     assert not written
     assert not (tmp_path / "mlruns").exists()
     if server is not None:
-        # the server was only asked whether it is up: no experiment or run was created on it
-        assert set(server.paths) <= {"/health"}
+        # the server was only asked whether it is up and, with one read, whether it takes the credentials
+        # (tuner.stores.mlflow_store.check_credentials): no experiment or run was created on it
+        assert set(server.paths) <= {"/health", "/api/2.0/mlflow/experiments/search?max_results=1"}
 
 
 # -- help -------------------------------------------------------------------------------------------------------
