@@ -17,16 +17,13 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from tuner.config.options import CLUSTER_ENV
+from tuner.config.ray_auth import auth_error, use_token_if_any
 from tuner.errors import TunerError
 
 if TYPE_CHECKING:
     from ray.job_submission import JobDetails, JobSubmissionClient
 
 DEFAULT_PORT = 8265  # Ray's dashboard and job server
-# Ray's token authentication (Ray 2.52 on; on by default for new clusters from 2.59-2.61): the token is read from the
-# first of these, as Ray reads it, and Ray's clients send it only in token mode (RAY_AUTH_MODE=token).
-AUTH_MODE_ENV, TOKEN_ENV, TOKEN_PATH_ENV = "RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"
-DEFAULT_TOKEN_FILE = "~/.ray/auth_token"
 TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
 
 
@@ -47,51 +44,6 @@ def address(cluster: str | None) -> str:
     if port is None:
         url = f"{parts.scheme}://{parts.netloc}:{DEFAULT_PORT}{parts.path}"
     return url.rstrip("/")
-
-
-def token_source() -> str | None:
-    """Where Ray would take its authentication token from here ($RAY_AUTH_TOKEN, the file $RAY_AUTH_TOKEN_PATH
-    names, ~/.ray/auth_token), in words; None where there is none. The token itself is never read into a message."""
-    if os.environ.get(TOKEN_ENV, "").strip():
-        return f"${TOKEN_ENV}"
-    named = os.environ.get(TOKEN_PATH_ENV)
-    if named:
-        return f"${TOKEN_PATH_ENV} ({named})" if os.path.isfile(os.path.expanduser(named)) else None
-    return DEFAULT_TOKEN_FILE if os.path.isfile(os.path.expanduser(DEFAULT_TOKEN_FILE)) else None
-
-
-def use_token_if_any() -> str | None:
-    """Token mode for this process (and what it starts) where a token is at hand and RAY_AUTH_MODE says nothing:
-    Ray's clients send the token only in token mode, and a cluster started with it refuses a client without one.
-    Returns where the token is (token_source)."""
-    source = token_source()
-    if source is not None and not os.environ.get(AUTH_MODE_ENV):
-        os.environ[AUTH_MODE_ENV] = "token"
-        try:  # Ray reads its mode into a config object once; read again, as Ray does when it turns token mode on
-            from ray._raylet import Config  # type: ignore[attr-defined]  # the compiled module's stub omits it
-
-            Config.initialize("")
-        except ImportError:  # pragma: no cover - a Ray without token authentication (before 2.52)
-            pass
-    return source
-
-
-def auth_error(url: str, error: Exception) -> TunerError:
-    """One line for Ray's AuthenticationError: no token sent, or a token the cluster refused (never the token)."""
-    source, mode = token_source(), os.environ.get(AUTH_MODE_ENV, "")
-    fix = (f"get it with `ray get-auth-token` on the head node and put it in {DEFAULT_TOKEN_FILE} (or ${TOKEN_ENV}), "
-           f"with {AUTH_MODE_ENV} unset or token")
-    if source is not None and mode.lower() == "disabled":
-        return TunerError(f"--cluster {url}: the cluster needs Ray's authentication token and no token was sent "
-                          f"({AUTH_MODE_ENV}={mode}, though {source} has one); unset {AUTH_MODE_ENV} or set it to token")
-    if source is None:
-        return TunerError(f"--cluster {url}: the cluster needs Ray's authentication token and tuner found none "
-                          f"(looked in ${TOKEN_ENV}, ${TOKEN_PATH_ENV} and {DEFAULT_TOKEN_FILE}); {fix}")
-    if "Missing" in str(error):
-        return TunerError(f"--cluster {url}: the cluster needs Ray's authentication token and the one in {source} "
-                          f"was not sent; {fix}")
-    return TunerError(f"--cluster {url}: the cluster refused the token from {source}: it is not this cluster's; get "
-                      f"the cluster's with `ray get-auth-token` on the head node")
 
 
 def connect(cluster: str | None) -> JobSubmissionClient:
@@ -117,7 +69,7 @@ def connect(cluster: str | None) -> JobSubmissionClient:
     try:
         return JobSubmissionClient(url)
     except AuthenticationError as e:  # a cluster with token authentication: no token, or not its token
-        raise auth_error(url, e) from None
+        raise auth_error(f"--cluster {url}", e) from None
     except (ConnectionError, RuntimeError) as e:  # something answers, but not a Ray job server
         raise TunerError(f"--cluster {url}: not a Ray job server ({' '.join(str(e).split())[:160]}); pass the "
                          f"head node's dashboard address, http://HEAD:{DEFAULT_PORT}") from None

@@ -20,6 +20,7 @@ import math
 import os
 import shutil
 import signal
+import sys
 import tempfile
 import threading
 import time
@@ -33,7 +34,7 @@ from ray.tune import Callback
 from ray.tune.schedulers import ASHAScheduler, TrialScheduler
 from ray.tune.search import Searcher
 
-from tuner.config import trainers
+from tuner.config import ray_auth, trainers
 from tuner.errors import TunerError
 from tuner.records import SUMMARY_FIELDS, Status, TrialJob, TrialRecord, TrialResult, new_record
 from tuner.report.progress import Progress
@@ -426,6 +427,7 @@ def init_ray(ray_address: str | None, gpus_per_trial: float | None) -> ModuleTyp
     kwargs: dict[str, Any] = dict(include_dashboard=False, log_to_driver=False, logging_level="ERROR")
     if ray_address:
         kwargs["address"] = ray_address
+        ray_auth.use_token_if_any()  # a cluster with Ray's token authentication: its token, where Ray keeps it
     else:
         # "local": a Ray of this search's own. Without an address Ray joins the cluster that `ray start` last
         # recorded on this machine (/tmp/ray/ray_current_cluster) or that RAY_ADDRESS names, and then refuses
@@ -437,9 +439,10 @@ def init_ray(ray_address: str | None, gpus_per_trial: float | None) -> ModuleTyp
     # the driver itself when a raylet a signal killed fails its registration).
     _reaper = reaper.start(os.getpid(), known=sorted(_children()))
     on_sigterm = signal.getsignal(signal.SIGTERM)
+    said = {"text": ""}  # what Ray's C++ client wrote on stderr while joining a cluster (ray_address only)
     try:
         try:
-            with _sessions_of_their_own(), _port_waits_in_slices():
+            with _sessions_of_their_own(), _port_waits_in_slices(), _fd2_kept(said, bool(ray_address)):
                 ray.init(**kwargs)
         finally:
             if on_sigterm is not None and threading.current_thread() is threading.main_thread():
@@ -452,9 +455,16 @@ def init_ray(ray_address: str | None, gpus_per_trial: float | None) -> ModuleTyp
         if on_sigterm is None or e.code != signal.SIGTERM:
             raise
         raise KeyboardInterrupt from None
+    except ray.exceptions.AuthenticationError as e:  # a cluster with token authentication: no token, or not its
+        raise ray_auth.auth_error(f"--ray-address {ray_address}", e) from None
     except (ConnectionError, RuntimeError) as e:
         if interrupts.signalled():  # Ray failed to start because the signal also ended its processes
             raise KeyboardInterrupt from None
+        if "InvalidAuthToken" in said["text"] or "Unauthenticated" in said["text"]:
+            # the GCS refused the driver (Ray's C++ client says so on stderr, then ray.init gives up connecting)
+            raise ray_auth.auth_error(f"--ray-address {ray_address}",
+                                      RuntimeError("Missing" if ray_auth.token_source() is None else "Invalid")) from None
+        sys.stderr.write(said["text"])
         raise TunerError(f"--ray-address {ray_address}: cannot join the Ray cluster ({e})") from None
     if gpus_per_trial and ray.cluster_resources().get("GPU", 0) < gpus_per_trial:
         gpus = ray.cluster_resources().get("GPU", 0)
@@ -462,6 +472,33 @@ def init_ray(ray_address: str | None, gpus_per_trial: float | None) -> ModuleTyp
         raise TunerError(f"--gpus-per-trial {gpus_per_trial}: the Ray cluster has "
                          f"{gpus:.0f} GPUs; drop the flag or add GPU nodes")
     return ray
+
+
+@contextlib.contextmanager
+def _fd2_kept(said: dict[str, str], keep: bool) -> Iterator[None]:
+    """While joining a cluster, Ray's C++ client writes a line a second to stderr (file descriptor 2, past Python)
+    as long as the cluster refuses it ("InvalidAuthToken" from a cluster with token authentication): kept aside in
+    ``said["text"]`` so the refusal can be one line; written out as it was when the join succeeds."""
+    if not keep:
+        yield
+        return
+    import tempfile
+
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as kept:
+        os.dup2(kept.fileno(), 2)
+        ok = False
+        try:
+            yield
+            ok = True
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            kept.seek(0)
+            said["text"] = kept.read().decode(errors="replace")
+            if ok:
+                sys.stderr.write(said["text"])
 
 
 @contextlib.contextmanager

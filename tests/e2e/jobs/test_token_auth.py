@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -25,19 +26,25 @@ def _tool(name: str) -> str:
     return str(beside) if beside.exists() else shutil.which(name) or name
 
 
+@dataclass
+class Head:
+    url: str  # its job server
+    address: str  # its GCS, as --ray-address takes it
+
+
 @pytest.fixture(scope="module")
 def head(tmp_path_factory):
-    """A head node whose job server asks for TOKEN; its URL."""
+    """A head node whose job server and GCS ask for TOKEN."""
     import urllib.error
     import urllib.request
 
     folder = tmp_path_factory.mktemp("token-head")
     spawner = Spawner(folder)
-    port = free_port()
+    port, gcs = free_port(), free_port()
     temp_dir = tempfile.mkdtemp(prefix="ta-", dir="/tmp")  # socket paths must stay short
     env = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": TOKEN, "RAY_USAGE_STATS_ENABLED": "0", "HOME": str(folder)}
     process = spawner.start(
-        [_tool("ray"), "start", "--head", "--block", "--node-ip-address", "127.0.0.1", "--port", str(free_port()),
+        [_tool("ray"), "start", "--head", "--block", "--node-ip-address", "127.0.0.1", "--port", str(gcs),
          "--dashboard-host", "127.0.0.1", "--dashboard-port", str(port),
          "--dashboard-agent-listen-port", str(free_port()), "--dashboard-agent-grpc-port", str(free_port()),
          "--runtime-env-agent-port", str(free_port()), "--metrics-export-port", str(free_port()),
@@ -54,7 +61,7 @@ def head(tmp_path_factory):
 
     try:
         wait_for(answers, "the head's job server", timeout=240, process=process)
-        yield f"http://127.0.0.1:{port}"
+        yield Head(f"http://127.0.0.1:{port}", f"127.0.0.1:{gcs}")
     finally:
         kill_session(process.pid)
         spawner.cleanup()
@@ -70,13 +77,13 @@ def jobs(url: str, home: Path, **env: str) -> subprocess.CompletedProcess:
 
 @pytest.mark.slow
 def test_the_token_is_taken_where_ray_keeps_it(head, tmp_path):
-    done = jobs(head, tmp_path, RAY_AUTH_TOKEN=TOKEN)  # RAY_AUTH_MODE unset: tuner turns token mode on
+    done = jobs(head.url, tmp_path, RAY_AUTH_TOKEN=TOKEN)  # RAY_AUTH_MODE unset: tuner turns token mode on
     assert done.returncode == 0, done.stderr
     (tmp_path / "t").write_text(TOKEN)
-    assert jobs(head, tmp_path, RAY_AUTH_TOKEN_PATH=str(tmp_path / "t")).returncode == 0
+    assert jobs(head.url, tmp_path, RAY_AUTH_TOKEN_PATH=str(tmp_path / "t")).returncode == 0
     (tmp_path / ".ray").mkdir()
     (tmp_path / ".ray" / "auth_token").write_text(TOKEN)
-    done = jobs(head, tmp_path)  # ~/.ray/auth_token, as `ray get-auth-token` leaves it
+    done = jobs(head.url, tmp_path)  # ~/.ray/auth_token, as `ray get-auth-token` leaves it
     assert done.returncode == 0, done.stderr
 
 
@@ -86,8 +93,22 @@ def test_no_token_or_a_wrong_one_is_one_line_and_exit_2(head, tmp_path):
                       ({"RAY_AUTH_TOKEN": WRONG}, "the cluster refused the token from $RAY_AUTH_TOKEN"),
                       ({"RAY_AUTH_TOKEN": TOKEN, "RAY_AUTH_MODE": "disabled"},
                        "no token was sent (RAY_AUTH_MODE=disabled, though $RAY_AUTH_TOKEN has one)")):
-        done = jobs(head, tmp_path, **env)
+        done = jobs(head.url, tmp_path, **env)
         assert done.returncode == 2, (env, done.stderr)
         assert done.stdout == "" and len(done.stderr.splitlines()) == 1, done.stderr
         assert said in done.stderr and ("ray get-auth-token" in done.stderr or "RAY_AUTH_MODE" in env)
         assert TOKEN not in done.stderr and WRONG not in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.slow
+def test_a_search_joining_the_cluster_without_its_token_is_one_line_and_exit_2(head, tmp_path, tiny_model):
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_AUTH", "TUNER_"))}
+    for env, said in (({}, "tuner found none"), ({"RAY_AUTH_TOKEN": WRONG}, "the cluster refused the token")):
+        done = subprocess.run([_tool("tuner"), "search", "--ray-address", head.address, "--trials", "1",
+                               "--max-steps", "2", "--store", str(tmp_path / "S")], capture_output=True, text=True,
+                              timeout=240, cwd=tmp_path, env={**clean, "HOME": str(tmp_path), **env})
+        lines = done.stderr.strip().splitlines()
+        assert done.returncode == 2 and len(lines) == 1, done.stderr[-3000:]
+        assert lines[0].startswith(f"tuner: error: --ray-address {head.address}: the cluster needs") or \
+            said in lines[0], lines[0]
+        assert said in lines[0] and TOKEN not in done.stderr and WRONG not in done.stderr
