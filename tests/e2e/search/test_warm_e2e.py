@@ -69,8 +69,10 @@ def test_a_second_search_runs_the_first_ones_recommendation_as_trial_0_and_says_
 
     study = optuna.load_study(study_name=tags[STUDY_TAG], storage=tags[STUDY_STORAGE_TAG])
     assert [sampling.PRIOR_ATTR in t.user_attrs for t in study.trials[:3]] == [True, True, False]
+    by_number = {t.user_attrs[sampling.NUMBER_ATTR]: t for t in study.trials[2:] if sampling.NUMBER_ATTR in t.user_attrs}
+    assert sorted(by_number) == sorted(record["number"] for record in second.outcome.records)
     for record in second.outcome.records:
-        assert study.trials[record["number"] + 2].params["learning_rate"] == record["params"]["learning_rate"]
+        assert by_number[record["number"]].params["learning_rate"] == record["params"]["learning_rate"]
     assert tags[WARM_START_TAG] == first.outcome.parent_run_id
     assert tags[HARDWARE_TAG] == "cpu" and tags[DATA_TAG] == "builtin:reward"
     assert second.outcome.recommended is not None and second.outcome.candidates  # confirmed here, on seed 1
