@@ -138,7 +138,8 @@ def _gain_per_second(curve: list[float | None], higher_is_better: bool, result) 
 
 def vs_defaults(trainer: str, pick_file: str, steps: int, seeds: list[int], echo) -> dict[str, Any]:
     """The pick (a file tuner exported) and TRL's defaults, alternating, each seed: the training curve's gain per
-    training second (the loss's fall; GRPO: the mean reward's rise, with the built-in task's reward)."""
+    training second (the loss's fall; GRPO: the mean reward's rise, with the built-in task's reward; DPO also the
+    implicit reward margin's rise, the one scale when the pick's loss type is not TRL's sigmoid)."""
     from tuner.config.trl_config import read_config
     from tuner.inputs.models import resolve_model
     from tuner.trial import TrialSpec, run_trial
@@ -155,15 +156,24 @@ def vs_defaults(trainer: str, pick_file: str, steps: int, seeds: list[int], echo
                    "wall_seconds": round(result.wall_seconds, 1), "tokens_per_second": result.tokens_per_second,
                    "learned": result.learned}
             run["gain_per_second"] = _gain_per_second(run["curve"], metric == "reward", result)
+            if trainer == "dpo":  # the implicit reward margin: one scale whatever the loss type (sigmoid, ipo, hinge)
+                run["margins"] = [row.get("rewards/margins") for row in result.history]
+                run["margin_gain_per_second"] = _gain_per_second(run["margins"], True, result)
             pair[side] = run
             echo(f"[vs-defaults] {trainer} seed {seed} {side}: {run['status']}, learned {run['learned']}, {metric} gain "
                  f"per second {run['gain_per_second']:.2e}, {run['tokens_per_second']} tok/s, {run['wall_seconds']} s")
         pair["ratio"] = pair["pick"]["gain_per_second"] / pair["trl_defaults"]["gain_per_second"] \
             if pair["trl_defaults"]["gain_per_second"] > 0 else None
+        if trainer == "dpo":
+            pair["margin_ratio"] = pair["pick"]["margin_gain_per_second"] / pair["trl_defaults"][
+                "margin_gain_per_second"] if pair["trl_defaults"]["margin_gain_per_second"] > 0 else None
+            echo(f"[vs-defaults] dpo seed {seed}: reward-margin gain per second, pick / defaults {pair['margin_ratio']}")
         pairs.append({"seed": seed, **pair})
     ratios = [p["ratio"] for p in pairs if p["ratio"] is not None]
+    margins = [p["margin_ratio"] for p in pairs if p.get("margin_ratio") is not None]
     return {"trainer": trainer, "metric": metric, "pick": pick, "defaults": TRL_DEFAULTS[trainer], "steps": steps,
-            "pairs": pairs, "median_ratio": statistics.median(ratios) if ratios else None}
+            "pairs": pairs, "median_ratio": statistics.median(ratios) if ratios else None,
+            **({"median_margin_ratio": statistics.median(margins) if margins else None} if trainer == "dpo" else {})}
 
 
 def scenarios(files: list[str], steps: int, echo) -> dict[str, Any]:
