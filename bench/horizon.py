@@ -200,7 +200,7 @@ def judged_again(data: dict[str, Any]) -> list[dict[str, Any]]:
 def after_rung(run: dict[str, Any]) -> str:
     """The search's verdict on a flagged run after its risk rung, read off the long run's first steps: why it stays
     flagged (the rung failed, or still at risk), or "" (cleared)."""
-    from tuner.search._extend import risk_rung_steps
+    from tuner.search import risk_rung_steps
     from tuner.verdicts.forecast import forecast
 
     short, long = run["short"], run["long"]

@@ -93,7 +93,7 @@ def measure(path: str | os.PathLike, model: str, grpo_steps: int = GRPO_STEPS) -
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from tuner.config.trainers import adapter
-    from tuner.inputs._tiny_pretrained import RECORD, start_estimates
+    from tuner.inputs import RECORD, start_estimates
     from tuner.inputs.tasks import grpo_rows
     from tuner.records import Status
     from tuner.trial import TrialSpec, run_trial

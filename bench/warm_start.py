@@ -322,7 +322,7 @@ def _other_data(folder: Path, trainer: str) -> tuple[str, list[str] | None]:
 def _as_a_user(trials: int) -> int | None:
     """The second searches' --trials: none at tuner's default (as a user runs it: a warm search then runs its own
     budget, tuner.search._warm.WarmStart.budget), the number otherwise."""
-    from tuner.search._prepare import DEFAULT_TRIALS
+    from tuner.config.options import DEFAULT_TRIALS
 
     return None if trials == DEFAULT_TRIALS else trials
 

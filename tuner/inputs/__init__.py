@@ -21,6 +21,8 @@ from tuner._exports import lazy_exports
 # The same names for type checkers and editors (``X as X``: a public name of this package); at run time each
 # is imported when first used.
 if TYPE_CHECKING:
+    from tuner.inputs._tiny_pretrained import RECORD as RECORD
+    from tuner.inputs._tiny_pretrained import start_estimates as start_estimates
     from tuner.inputs.data import builtin_dataset as builtin_dataset
     from tuner.inputs.data import load_dataset_spec as load_dataset_spec
     from tuner.inputs.models import is_tiny as is_tiny
@@ -35,6 +37,7 @@ if TYPE_CHECKING:
 
 # Each public name and the module it lives in.
 __all__, __getattr__ = lazy_exports(__name__, {
+    "RECORD": "tuner.inputs._tiny_pretrained",
     "UserInputs": "tuner.inputs.probe",
     "bare_sum_reward": "tuner.inputs.sums",
     "builtin_dataset": "tuner.inputs.data",
@@ -45,5 +48,6 @@ __all__, __getattr__ = lazy_exports(__name__, {
     "quiet_libraries": "tuner.inputs.quiet",
     "resolve_model": "tuner.inputs.models",
     "resolve_reward_funcs": "tuner.inputs.rewards",
+    "start_estimates": "tuner.inputs._tiny_pretrained",
     "tiny_model_dir": "tuner.inputs.models",
 })

@@ -27,6 +27,7 @@ from tuner._exports import lazy_exports
 # The same names for type checkers and editors (``X as X``: a public name of this package); at run time each
 # is imported when first used.
 if TYPE_CHECKING:
+    from tuner.search._extend import risk_rung_steps as risk_rung_steps
     from tuner.search._prepare import Prepared as Prepared
     from tuner.search._prepare import hardware_precisions as hardware_precisions
     from tuner.search._prepare import prepare as prepare
@@ -45,5 +46,6 @@ __all__, __getattr__ = lazy_exports(__name__, {
     "make_sampler": "tuner.search._sampling",
     "prepare": "tuner.search._prepare",
     "prepare_resume": "tuner.search._prepare",
+    "risk_rung_steps": "tuner.search._extend",
     "run_search": "tuner.search.driver",
 })
