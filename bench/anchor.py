@@ -45,7 +45,7 @@ def recorded_pick(search_seed: int, picks: Path = PICKS) -> dict[str, Any]:
 
 
 def run(search_seed: int, seeds: list[int], factor: int, echo=print) -> dict[str, Any]:
-    from bench import report
+    from bench.common import results as common
 
     os.environ["OMP_NUM_THREADS"] = "1"
     pick = recorded_pick(search_seed)
@@ -69,7 +69,7 @@ def run(search_seed: int, seeds: list[int], factor: int, echo=print) -> dict[str
             echo(f"[anchor] {name}: {first['status']} at {short}; {row['outcome']} ({long.get('status')} at step "
                  f"{long.get('stopped_at_step')}) [{time.perf_counter() - started:.0f} s]")
             rows.append(row)
-    return {"command": None, "machine": report.machine(), "versions": report.versions(), "model": "tiny-pretrained",
+    return {"command": None, "machine": common.machine(), "versions": common.versions(), "model": "tiny-pretrained",
             "search_seed": search_seed, "short": short, "long": short * factor, "factor": factor, "seeds": seeds,
             "seconds": round(time.perf_counter() - started), "runs": rows}
 

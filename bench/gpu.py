@@ -254,14 +254,14 @@ def run(*, dry: bool, budget: float, output: Path, echo: Callable[[str], None] =
         signals_on: tuple[str, ...] = ("grpo", "dpo")) -> dict[str, Any]:
     import torch
 
-    from bench import report
+    from bench.common import results as common
 
     sizes = DRY if dry else GPU
     clock = Clock(budget)
     cuda = torch.cuda.is_available()
     figures: dict[str, Any] = {
         "command": None, "dry": dry, "device": torch.cuda.get_device_name(0) if cuda else "cpu",
-        "machine": report.machine(), "versions": report.versions(), "sizes": sizes, "budget_seconds": budget,
+        "machine": common.machine(), "versions": common.versions(), "sizes": sizes, "budget_seconds": budget,
         "stages": {}, "skipped": [],
     }
     if not cuda and not dry:
@@ -471,7 +471,7 @@ def _num(value, spec: str = ".0f") -> str:
 
 def write_section(data: dict[str, Any], results: Path = RESULTS) -> None:
     """Put the section into RESULTS.md in place of the last one (or at its end)."""
-    from bench.report import replace_section
+    from bench.common.results import replace_section
 
     title, *rest = section(data)
     replace_section(results, title, rest[1:] if rest and rest[0] == "" else rest)

@@ -197,20 +197,3 @@ def speed_judgement(speed_ratio: float | None, noise: dict[str, Any] | None) -> 
         return "noise"
     return "slow"
 
-
-# -- slot time outside trial processes --------------------------------------------------------------------
-
-
-def slot_share(run: dict[str, Any]) -> dict[str, Any]:
-    """(search wall x concurrency - trial process seconds) / (search wall x concurrency) for one tuner search.
-    A trial stopped by successive halving reports no process wall time: it counts with its MLflow run's
-    duration (trial start to verdict as the driver saw them, a little longer than its process), and
-    ``measured_only`` leaves such trials out (counts them as 0: an upper bound on the share)."""
-    trials = [*run["records"], *run.get("confirmations", []), *run.get("extensions", [])]
-    capacity = run["concurrency"] * run["search_wall_seconds"]
-    measured = sum(t.get("wall_seconds") or 0.0 for t in trials)
-    estimated = sum(t.get("run_seconds") or 0.0 for t in trials if not t.get("wall_seconds"))
-    return {"capacity": capacity, "inside": measured + estimated,
-            "share": max(0.0, 1.0 - (measured + estimated) / capacity) if capacity else None,
-            "measured_only": max(0.0, 1.0 - measured / capacity) if capacity else None,
-            "without_wall": sum(1 for t in trials if not t.get("wall_seconds"))}

@@ -98,7 +98,7 @@ def run(trainers: list[str], configs: int, seeds: list[int], model: str, short: 
         partial: str | Path | None = None) -> dict[str, Any]:
     """``precisions``: draw only these (fp16-mixed alone on a GPU, say); ``partial``: the rows so far, written after
     each config (a lent machine's run cut short keeps what it measured)."""
-    from bench import report
+    from bench.common import results as common
     from bench.reference import random_configs, shipped_space
     from tuner.inputs.models import TINY_MODEL, resolve_model
 
@@ -141,7 +141,7 @@ def run(trainers: list[str], configs: int, seeds: list[int], model: str, short: 
     with ThreadPoolExecutor(max_workers=workers) as pool:
         rows = list(pool.map(both, jobs))
     devices = sorted({r[k]["device"] for r in rows for k in ("short", "long") if r[k] and r[k].get("device")})
-    return {"command": None, "machine": report.machine(), "versions": report.versions(), "model": model,
+    return {"command": None, "machine": common.machine(), "versions": common.versions(), "model": model,
             "devices": devices, "precisions": precisions,
             "short": short, "long": short * factor, "factor": factor, "seeds": seeds, "configs_per_trainer": configs,
             "config_seed": config_seed,
@@ -428,7 +428,7 @@ def main(argv: list[str] | None = None) -> int:
                                        "figures)"), ""]
         print("\n".join(out))
         if args.results:
-            from bench.report import replace_section
+            from bench.common.results import replace_section
 
             replace_section(Path(args.results), SECTION, out[:-1])
         return 0

@@ -159,7 +159,7 @@ def run_pick(row: dict[str, Any], model_path: str, factor: int, root: Path, echo
 
 def run(trainers: list[str], seeds: list[int], model: str, factor: int, output: Path, resume: bool, command: str,
         echo=print) -> dict[str, Any]:
-    from bench import report
+    from bench.common import results as common
     from tuner.inputs.models import resolve_model
 
     data: dict[str, Any] = load(output) if resume and output.exists() else {
@@ -168,7 +168,7 @@ def run(trainers: list[str], seeds: list[int], model: str, factor: int, output: 
         raise SystemExit(f"--resume: {output} holds {data['model']} at {data['factor']}x, not {model} at {factor}x")
     done = {(r["trainer"], r["search_seed"]) for r in data["searches"]}
     invocation = {"command": command, "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-                  "machine": report.machine(), "versions": report.versions(), "seconds": 0}
+                  "machine": common.machine(), "versions": common.versions(), "seconds": 0}
     data["invocations"].append(invocation)
     model_path = resolve_model(model)  # built once, before the searches and trials share it
     os.environ.setdefault("OMP_NUM_THREADS", "1")  # the picks' runs: one thread each, as a search's trials
@@ -302,7 +302,7 @@ def lines(data: dict[str, Any]) -> list[str]:
 
 def replace_subsection(path: Path, section: str, title: str, lines: list[str]) -> None:
     """Put a ``### title`` subsection into ``section`` of a Markdown file, in place of its last version or at the
-    section's end (bench.report.replace_section keeps it when the section is written again)."""
+    section's end (bench.common.results.replace_section keeps it when the section is written again)."""
     text = path.read_text() if path.exists() else ""
     new = "\n".join([title, "", *lines]) + "\n"
     if section not in text:

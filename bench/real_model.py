@@ -26,7 +26,8 @@ On a CPU without ``--search-space``, the search runs ``CPU_SPACE`` (below): the 
 to 8 x 2 accumulation) would make one 2-step trial of a 0.5B model take several minutes on 1 core; on a GPU it runs
 the shipped space.
 
-``bench/report.py`` renders the JSON as the "real model" section of bench/RESULTS.md (``real_model_section``).
+``section`` (below) renders the JSON as the "real model" section of bench/RESULTS.md, which ``python -m bench``
+writes (bench/report.py).
 """
 
 from __future__ import annotations
@@ -44,6 +45,8 @@ from typing import Any, Callable
 REPO = Path(__file__).resolve().parent.parent
 if __package__ in (None, ""):  # `python bench/real_model.py`
     sys.path.insert(0, str(REPO))
+
+from bench.common.results import fmt, read_recorded  # noqa: E402
 
 OUTPUT = REPO / "bench" / "real_model.json"
 NO_GPU = "no GPU: GPU figures not measured"
@@ -237,12 +240,12 @@ def run(*, trainer: str = "grpo", trials: int = 2, max_steps: int = 2, seed: int
     """The whole measurement; returns the figures (what --output holds)."""
     import yaml
 
-    from bench import report
+    from bench.common import results as common
     from tuner.search.driver import SearchOptions, prepare, run_search
     from tuner.stores.mlflow_store import client
 
     started = time.perf_counter()
-    machine = report.machine()
+    machine = common.machine()
     cuda = _cuda()
     built = build_model(model, time_build=time_build)
     echo(f"[real_model] model {built['path']}: {built['parameters'] / 1e6:.0f}M parameters "
@@ -297,7 +300,7 @@ def run(*, trainer: str = "grpo", trials: int = 2, max_steps: int = 2, seed: int
         statuses[f["status"]] = statuses.get(f["status"], 0) + 1
     space = prepared.space.model_dump(exclude={"source"}) if hasattr(prepared.space, "model_dump") else None
     result: dict[str, Any] = {
-        "command": None, "date": machine["date"], "machine": machine, "versions": report.versions(),
+        "command": None, "date": machine["date"], "machine": machine, "versions": common.versions(),
         "model": built,
         "search": {
             "trainer": trainer, "trials": trials, "max_steps": max_steps, "seed": seed, "space": space,
@@ -318,7 +321,7 @@ def run(*, trainer: str = "grpo", trials: int = 2, max_steps: int = 2, seed: int
     result["gpu"] = (compare_with_defaults(prepared, outcome, store, echo) if want
                      else {"measured": False, "note": NO_GPU if not cuda else "--compare off"})
     result["total_seconds"] = round(time.perf_counter() - started, 1)
-    result["load_after"] = report.load_average()
+    result["load_after"] = common.load_average()
     return result
 
 
@@ -365,6 +368,117 @@ def compare_with_defaults(prepared, outcome, store: Path, echo: Callable[[str], 
         speedup = round(by_name[label]["tokens_per_second"] / by_name["TRL defaults"]["tokens_per_second"], 2)
     return {"measured": True, "pick": label, "runs": runs, "pick_over_trl_defaults": speedup,
             "device": runs[0]["device"] if runs else None}
+
+
+# -- the RESULTS section -----------------------------------------------------------------------------
+
+
+def load(path: Path | None = None) -> dict[str, Any] | None:
+    """The figures of the run recorded at ``path`` (default OUTPUT), or None when none was."""
+    return read_recorded(Path(path or OUTPUT))
+
+
+def section(data: dict[str, Any]) -> list[str]:
+    """The Markdown section of one ``python -m bench.real_model`` run (its own command, date and machine), which
+    ``python -m bench`` renders into bench/RESULTS.md from OUTPUT with every run of the bench."""
+    m, s, model, gpu = data["machine"], data["search"], data["model"], data["gpu"]
+    plan = s.get("plan")
+    on_gpu = bool(m.get("gpu"))
+    lines = [
+        "## A real model's shape: Qwen2.5-0.5B (issue 10)",
+        "",
+        f"Written from `bench/real_model.json` by `{data['command']}` ({data['date']}; {data['total_seconds']:.0f} s in all),"
+        f" not by `python -m bench`: its own run on {m['cpu']}, {m['cpus']} CPU cores, {m['memory']} memory,"
+        f" load average (1, 5, 15 min) before {m['load_before']}, after {data.get('load_after', '-')}"
+        " (seconds on a shared CPU move with its load: compare them within one run; peak memory is steadier); "
+        + ", ".join(f"{k} {v}" for k, v in data["versions"].items() if k in ("torch", "transformers", "trl", "ray", "tuner"))
+        + ".",
+        "",
+        f"- GPU: {m['gpu'] if on_gpu else 'none. No GPU was available in this session: the GPU figures (trials packed per GPU, tokens/s of the pick vs TRL defaults) were not measured'}",
+        f"- model: {model['name']} (`bench/shapes.py`: Qwen2.5-0.5B's config numbers, seeded random {model['dtype']}"
+        f" weights, the tiny tokenizer), {model['parameters'] / 1e6:.0f}M parameters;"
+        + (f" building it (config, random init, save) takes {model['build_seconds']:.1f} s"
+           + (" (timed on a fresh copy; the run used the one already built)" if model["reused"] else "")
+           if model.get("build_seconds") is not None else " already built (build not timed)"),
+        f"- search: {s['trainer']}, {s['trials']} trials of {s['max_steps']} steps, seed {s['seed']}, {s['space_note']};"
+        f" `prepare` {s['prepare_seconds']:.0f} s, `run_search` {s['run_seconds']:.0f} s; statuses: "
+        + ", ".join(f"{k} {v}" for k, v in sorted(s["statuses"].items()))
+        + ("; recommended: trial " + str(s["recommended"]) if s.get("recommended") is not None
+           else "; nothing recommended (2 steps are too few for the learning test; not what this measures)"),
+    ]
+    space = s.get("space") or {}
+    if space:
+        lines.append("- the space: fixed " + ", ".join(f"{k}={v}" for k, v in (space.get("fixed") or {}).items())
+                     + "; searched " + ", ".join(space.get("params") or {}))
+    if plan:
+        lines.append(
+            f"- memory plan (search.json): {plan['concurrent']} trial(s) at once on {plan['device']}"
+            + (f", {plan['gpus_per_trial']:g} GPU each" if plan.get("gpus_per_trial") else "")
+            + f", bounded by {plan['limit']}; largest estimate of the space ~{plan['per_trial_mb']} MB per trial"
+            + (f", budget {plan['budget_mb']} MB per trial" if plan.get("budget_mb") else ""))
+    else:
+        lines.append(f"- memory plan: {s.get('plan_note') or 'not recorded'}")
+    lines += [
+        f"- trials that really ran at once (their MLflow runs' start/end times): {fmt(s.get('max_overlap'), 'd')}"
+        f" (the search's concurrency: {fmt(s.get('concurrency'), 'd')})",
+        f"- memory of the search's process tree (Ray, workers, trials; sum of RSS, sampled each second): peak"
+        f" {s['process_tree_peak_mb']} MB; the whole machine's memory in use: {s['machine_in_use_before_mb']} MB before,"
+        f" {s['machine_in_use_peak_mb']} MB at peak (other work on the machine included)",
+        "",
+        "| trial | config | status | trial start to end of step 1 (s) | set-up before step 1 (s) | step 1 (s) | later steps, mean (s) | tokens/s | peak memory (MB) | estimate (MB) | peak / estimate |",
+        "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for t in data["trials"]:
+        lines.append(_row(str(t["number"]), t))
+    lines += [
+        "",
+        "Set-up is tuner's `seconds_to_first_step` (trial start in its child process to the end of optimizer step 1)"
+        " less TRL's own `step_time` of step 1; a step's time is TRL's `step_time` (generation, scoring and the"
+        " update); tokens/s is tuner's (the steps after its 2 warm-up steps, or with 2 steps the second alone). Peak"
+        " memory is the trial's: on a CPU its process's peak resident set, on a GPU `torch.cuda.max_memory_allocated`;"
+        " the estimate is `tuner.trial.memory`'s for the trial's params, made before it trains (GRPO's assumes 512-token"
+        " prompts; the built-in prompts are ~50 tokens, so the activation term is an over-estimate here).",
+    ]
+    if gpu.get("measured"):
+        lines += [
+            "",
+            f"Each config alone on the whole {'GPU' if gpu.get('device') == 'cuda' else 'CPU (a harness check: --compare on)'}"
+            f" for {s['max_steps']} steps, in this order (the pick: {gpu['pick']}):",
+            "",
+            "| config | params | status | trial start to end of step 1 (s) | later steps, mean (s) | tokens/s | peak memory (MB) | estimate (MB) |",
+            "|---|---|---|---:|---:|---:|---:|---:|",
+        ]
+        for r in gpu["runs"]:
+            lines.append(f"| {r['config']} | `{_short_params(r['params'])}` | {r['status']} | {fmt(r['seconds_to_first_step'])} |"
+                         f" {fmt(r['step_seconds'], '.2f')} | {fmt(r['tokens_per_second'], '.0f')} |"
+                         f" {fmt(r['peak_memory_mb'], '.0f')} | {fmt(r['memory_estimate_mb'], '.0f')} |")
+        lines += ["", f"tokens/s of the pick / TRL defaults: **{fmt(gpu.get('pick_over_trl_defaults'), '.2f')}**"
+                  " (TRL defaults = GRPOConfig with nothing set: fp32 weights under bf16 autocast, batch 8, 8"
+                  " generations of up to 512 tokens, activation checkpointing on)."]
+    else:
+        lines += ["", f"GPU comparison: {gpu.get('note')}."]
+    return lines
+
+
+def _row(name: str, t: dict[str, Any]) -> str:
+    status = t["status"] + (f" ({t['reason']})" if t.get("reason") else "")
+    return (f"| {name} | `{_short_params(t['params'])}` | {status} | {fmt(t['seconds_to_first_step'])} |"
+            f" {fmt(t['setup_seconds'])} | {fmt(t['first_step_seconds'])} | {fmt(t['step_seconds'])} |"
+            f" {fmt(t['tokens_per_second'], '.1f')} | {fmt(t['peak_memory_mb'], '.0f')} |"
+            f" {fmt(t['memory_estimate_mb'], '.0f')} | {fmt(t['peak_over_estimate'], '.2f')} |")
+
+
+def _short_params(params: dict[str, Any] | None) -> str:
+    keys = ("precision", "learning_rate", "per_device_train_batch_size", "num_generations", "max_completion_length",
+            "use_peft", "lora_r", "activation_checkpointing")
+    short = {"learning_rate": "lr", "per_device_train_batch_size": "bs", "num_generations": "gen",
+             "max_completion_length": "len", "use_peft": "lora", "lora_r": "r", "activation_checkpointing": "ckpt"}
+    parts = []
+    for k in keys:
+        if k in (params or {}):
+            v = params[k]
+            parts.append(f"{short.get(k, k)}={v:.2g}" if isinstance(v, float) else f"{short.get(k, k)}={v}")
+    return " ".join(parts) or "TRL defaults"
 
 
 # -- the command -----------------------------------------------------------------------------------

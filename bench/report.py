@@ -1,4 +1,8 @@
-"""bench/RESULTS.md from the raw results of one run: the machine, the versions, then the figures.
+"""bench/RESULTS.md from the raw results of one ``python -m bench`` run: the machine, the versions, then the figures.
+
+It writes the headline's own sections (``RENDERED``); the lines and sections that other runs record (the warm start's
+and the slot time's target lines, the real model's and the GPU's sections) come from their modules, which render
+them (bench.warm_start, bench.slots, bench.real_model, bench.gpu): this imports them, and none of them imports this.
 
 Every figure is a count or a ratio measured in the same run; seconds are shown beside their
 ratio only so a reader can tell a 2 s difference from a 2 min one.
@@ -7,79 +11,15 @@ ratio only so a reader can tell a 2 s difference from a 2 min one.
 from __future__ import annotations
 
 import collections
-import datetime as dt
 import math
-import os
-import platform
 import statistics
-import subprocess
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from bench import gpu, real_model, slots, warm_start
+from bench.common.results import fmt, met, read_recorded
 from bench.efficiency import MIN_TARGETS
 from bench.headline import WITHIN
-
-REPO = Path(__file__).resolve().parent.parent
-PACKAGES = ("torch", "transformers", "trl", "peft", "accelerate", "datasets", "ray", "optuna", "mlflow")
-
-
-# -- the machine ----------------------------------------------------------------------------------
-
-
-def load_average() -> str:
-    try:
-        return " ".join(f"{x:.2f}" for x in os.getloadavg())
-    except OSError:
-        return "unknown"
-
-
-def machine() -> dict[str, Any]:
-    cpu = "unknown"
-    memory = "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal"):
-                memory = f"{int(line.split()[1]) / 2**20:.1f} GiB"
-                break
-    except OSError:
-        pass
-    try:
-        import torch
-
-        gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
-    except Exception:  # noqa: BLE001 - a broken CUDA install means no usable GPU here
-        gpu = None
-    return {"date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "platform": platform.platform(),
-            "python": platform.python_version(), "cpu": cpu, "cpus": os.cpu_count(), "memory": memory, "gpu": gpu,
-            "load_before": load_average()}
-
-
-def versions() -> dict[str, str]:
-    found = {}
-    for name in PACKAGES:
-        try:
-            found[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            found[name] = "not installed"
-    found["tuner"] = _git_revision()
-    return found
-
-
-def _git_revision() -> str:
-    try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True,
-                              timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "tuner"], cwd=REPO, capture_output=True,
-                               text=True, timeout=10).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    return f"{head}{' + uncommitted changes in tuner/' if dirty else ''}" if head else "unknown"
-
 
 # -- figures ---------------------------------------------------------------------------------------
 
@@ -96,19 +36,10 @@ def _quantile(values, q: float) -> float | None:
     return values[min(len(values) - 1, round(q * (len(values) - 1)))]
 
 
-def _fmt(value, spec: str = ".1f", none: str = "-") -> str:
-    if value is None:
-        return none
-    if isinstance(value, float) and math.isinf(value):
-        return "never"
-    return format(value, spec)
-
-
 # The targets the project steers by (issue 38), each checked against this run's figures; a miss is printed as one.
 TIME_RATIO_TARGET = 0.5  # time to a pick stable and learning on 3 seeds, tuner / anchor: at most
 SUCCESS_TARGET = 0.9  # tuner's share of seeds with such a pick, fast enough as far as the machine can tell: at least (9/10)
 TRIALS_RATIO_TARGET = 0.5  # trials to target, tuner's default sampler / random: at most, per space
-SLOT_SHARE_TARGET = 0.2  # slot time outside trial processes / (search wall x concurrency): at most
 
 
 def headline_summary(results: dict[str, Any]) -> dict[str, Any]:
@@ -128,31 +59,8 @@ def efficiency_ratio(eff: dict[str, Any]) -> float | None:
     return s["tpe"]["median_trials_to_hit"] / s["random"]["median_trials_to_hit"]
 
 
-SLOTS_PRETRAINED_JSON = REPO / "bench" / "slots_pretrained.json"
-
-
-def load_slots_pretrained(path: Path = SLOTS_PRETRAINED_JSON) -> dict[str, Any] | None:
-    """bench.slots' run on the tiny pretrained model (its own command and date), when one wrote it."""
-    import json
-
-    try:
-        return json.loads(Path(path).read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def _slot_parts(figure: dict[str, Any]) -> str:
-    if "outside_ends" not in figure:
-        return "not split"
-    return (f"before the first trial and after the last {figure['outside_ends']:.2f}, slots idle while a rung or"
-            f" confirmation ran fewer trials than slots {figure['outside_idle']:.2f}, hand-off and MLflow writes"
-            f" {figure['outside_handoff']:.2f}")
-
-
 def slot_shares(results: dict[str, Any]) -> list[dict[str, Any]]:
-    from bench.headline import slot_share
-
-    return [slot_share(p["tuner"]) for p in results["headline"]]
+    return [slots.slot_share(p["tuner"]) for p in results["headline"]]
 
 
 def run_totals(results: dict[str, Any], side: str) -> dict[str, int]:
@@ -166,10 +74,6 @@ def run_totals(results: dict[str, Any], side: str) -> dict[str, int]:
 def first_step_seconds(results: dict[str, Any], side: str) -> list[float]:
     return [r["seconds_to_first_step"] for p in results["headline"]
             for r in (*p[side]["records"], *p[side].get("confirmations", [])) if r.get("seconds_to_first_step")]
-
-
-def _met(ok: bool | None) -> str:
-    return "not measured" if ok is None else ("**met**" if ok else "**not met**")
 
 
 def _ratio(value: float | None) -> str:
@@ -220,16 +124,12 @@ def render(results: dict[str, Any]) -> str:
               "", *_overhead(results), "", *_notes(results)]
     if results["quick"]:
         lines += ["- This was a --quick run: the budget is too small for the figures to mean anything."]
-    real_model = load_real_model()
-    if real_model is not None:
-        lines += ["", *real_model_section(real_model)]
-    gpu_json = REPO / "bench" / "gpu.json"
-    if gpu_json.is_file():  # bench/gpu.py's run on a lent GPU: rendered with every run of the bench
-        import json
-
-        from bench import gpu
-
-        lines += ["", *gpu.section(json.loads(gpu_json.read_text()))]
+    recorded = real_model.load()  # bench.real_model's run: its section is rendered with every run of the bench
+    if recorded is not None:
+        lines += ["", *real_model.section(recorded)]
+    recorded = read_recorded(gpu.OUTPUT)  # bench.gpu's run on a lent GPU: the same
+    if recorded is not None:
+        lines += ["", *gpu.section(recorded)]
     return "\n".join(lines) + "\n"
 
 
@@ -251,141 +151,6 @@ def write_results(path: Path, results: dict[str, Any]) -> None:
     path = Path(path)
     text = render(results)
     path.write_text(keep_other_sections(path.read_text(), text) if path.exists() else text)
-
-
-def replace_section(path: Path, title: str, lines: list[str]) -> None:
-    """Put a section (``title``, then ``lines``) into a Markdown file in place of its last version, or at its end:
-    the runs that are not part of ``python -m bench`` (bench/gpu.py, bench/horizon.py) write their own section. A
-    ``### `` subsection of the old version that ``lines`` do not write (another run's: bench/horizon_picks.py's in
-    bench/horizon.py's section) is kept at the section's end."""
-    text = path.read_text() if path.exists() else ""
-    new = "\n".join([title, "", *lines]) + "\n"
-    if title in text:
-        before, _, after = text.partition(title)
-        rest = after.split("\n## ", 1)
-        kept = [part for part in rest[0].split("\n### ")[1:] if "### " + part.splitlines()[0] not in lines]
-        new += "".join("\n### " + part.rstrip("\n") + "\n" for part in kept)
-        text = before + new + ("\n## " + rest[1] if len(rest) > 1 else "")
-    else:
-        text = text.rstrip("\n") + "\n\n" + new
-    path.write_text(text)
-
-
-# -- the real model's shape (bench/real_model.py) ---------------------------------------------------
-
-REAL_MODEL_JSON = REPO / "bench" / "real_model.json"
-
-
-def load_real_model(path: Path = REAL_MODEL_JSON) -> dict[str, Any] | None:
-    """bench/real_model.py's figures, when a run wrote them: their section is rendered with every run of the bench."""
-    import json
-
-    try:
-        return json.loads(Path(path).read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def real_model_section(data: dict[str, Any]) -> list[str]:
-    """The Markdown section of one ``python -m bench.real_model`` run (its own command, date and machine)."""
-    m, s, model, gpu = data["machine"], data["search"], data["model"], data["gpu"]
-    plan = s.get("plan")
-    on_gpu = bool(m.get("gpu"))
-    lines = [
-        "## A real model's shape: Qwen2.5-0.5B (issue 10)",
-        "",
-        f"Written from `bench/real_model.json` by `{data['command']}` ({data['date']}; {data['total_seconds']:.0f} s in all),"
-        f" not by `python -m bench`: its own run on {m['cpu']}, {m['cpus']} CPU cores, {m['memory']} memory,"
-        f" load average (1, 5, 15 min) before {m['load_before']}, after {data.get('load_after', '-')}"
-        " (seconds on a shared CPU move with its load: compare them within one run; peak memory is steadier); "
-        + ", ".join(f"{k} {v}" for k, v in data["versions"].items() if k in ("torch", "transformers", "trl", "ray", "tuner"))
-        + ".",
-        "",
-        f"- GPU: {m['gpu'] if on_gpu else 'none. No GPU was available in this session: the GPU figures (trials packed per GPU, tokens/s of the pick vs TRL defaults) were not measured'}",
-        f"- model: {model['name']} (`bench/shapes.py`: Qwen2.5-0.5B's config numbers, seeded random {model['dtype']}"
-        f" weights, the tiny tokenizer), {model['parameters'] / 1e6:.0f}M parameters;"
-        + (f" building it (config, random init, save) takes {model['build_seconds']:.1f} s"
-           + (" (timed on a fresh copy; the run used the one already built)" if model["reused"] else "")
-           if model.get("build_seconds") is not None else " already built (build not timed)"),
-        f"- search: {s['trainer']}, {s['trials']} trials of {s['max_steps']} steps, seed {s['seed']}, {s['space_note']};"
-        f" `prepare` {s['prepare_seconds']:.0f} s, `run_search` {s['run_seconds']:.0f} s; statuses: "
-        + ", ".join(f"{k} {v}" for k, v in sorted(s["statuses"].items()))
-        + ("; recommended: trial " + str(s["recommended"]) if s.get("recommended") is not None
-           else "; nothing recommended (2 steps are too few for the learning test; not what this measures)"),
-    ]
-    space = s.get("space") or {}
-    if space:
-        lines.append("- the space: fixed " + ", ".join(f"{k}={v}" for k, v in (space.get("fixed") or {}).items())
-                     + "; searched " + ", ".join(space.get("params") or {}))
-    if plan:
-        lines.append(
-            f"- memory plan (search.json): {plan['concurrent']} trial(s) at once on {plan['device']}"
-            + (f", {plan['gpus_per_trial']:g} GPU each" if plan.get("gpus_per_trial") else "")
-            + f", bounded by {plan['limit']}; largest estimate of the space ~{plan['per_trial_mb']} MB per trial"
-            + (f", budget {plan['budget_mb']} MB per trial" if plan.get("budget_mb") else ""))
-    else:
-        lines.append(f"- memory plan: {s.get('plan_note') or 'not recorded'}")
-    lines += [
-        f"- trials that really ran at once (their MLflow runs' start/end times): {_fmt(s.get('max_overlap'), 'd')}"
-        f" (the search's concurrency: {_fmt(s.get('concurrency'), 'd')})",
-        f"- memory of the search's process tree (Ray, workers, trials; sum of RSS, sampled each second): peak"
-        f" {s['process_tree_peak_mb']} MB; the whole machine's memory in use: {s['machine_in_use_before_mb']} MB before,"
-        f" {s['machine_in_use_peak_mb']} MB at peak (other work on the machine included)",
-        "",
-        "| trial | config | status | trial start to end of step 1 (s) | set-up before step 1 (s) | step 1 (s) | later steps, mean (s) | tokens/s | peak memory (MB) | estimate (MB) | peak / estimate |",
-        "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    for t in data["trials"]:
-        lines.append(_real_model_row(str(t["number"]), t))
-    lines += [
-        "",
-        "Set-up is tuner's `seconds_to_first_step` (trial start in its child process to the end of optimizer step 1)"
-        " less TRL's own `step_time` of step 1; a step's time is TRL's `step_time` (generation, scoring and the"
-        " update); tokens/s is tuner's (the steps after its 2 warm-up steps, or with 2 steps the second alone). Peak"
-        " memory is the trial's: on a CPU its process's peak resident set, on a GPU `torch.cuda.max_memory_allocated`;"
-        " the estimate is `tuner.trial.memory`'s for the trial's params, made before it trains (GRPO's assumes 512-token"
-        " prompts; the built-in prompts are ~50 tokens, so the activation term is an over-estimate here).",
-    ]
-    if gpu.get("measured"):
-        lines += [
-            "",
-            f"Each config alone on the whole {'GPU' if gpu.get('device') == 'cuda' else 'CPU (a harness check: --compare on)'}"
-            f" for {s['max_steps']} steps, in this order (the pick: {gpu['pick']}):",
-            "",
-            "| config | params | status | trial start to end of step 1 (s) | later steps, mean (s) | tokens/s | peak memory (MB) | estimate (MB) |",
-            "|---|---|---|---:|---:|---:|---:|---:|",
-        ]
-        for r in gpu["runs"]:
-            lines.append(f"| {r['config']} | `{_short_params(r['params'])}` | {r['status']} | {_fmt(r['seconds_to_first_step'])} |"
-                         f" {_fmt(r['step_seconds'], '.2f')} | {_fmt(r['tokens_per_second'], '.0f')} |"
-                         f" {_fmt(r['peak_memory_mb'], '.0f')} | {_fmt(r['memory_estimate_mb'], '.0f')} |")
-        lines += ["", f"tokens/s of the pick / TRL defaults: **{_fmt(gpu.get('pick_over_trl_defaults'), '.2f')}**"
-                  " (TRL defaults = GRPOConfig with nothing set: fp32 weights under bf16 autocast, batch 8, 8"
-                  " generations of up to 512 tokens, activation checkpointing on)."]
-    else:
-        lines += ["", f"GPU comparison: {gpu.get('note')}."]
-    return lines
-
-
-def _real_model_row(name: str, t: dict[str, Any]) -> str:
-    status = t["status"] + (f" ({t['reason']})" if t.get("reason") else "")
-    return (f"| {name} | `{_short_params(t['params'])}` | {status} | {_fmt(t['seconds_to_first_step'])} |"
-            f" {_fmt(t['setup_seconds'])} | {_fmt(t['first_step_seconds'])} | {_fmt(t['step_seconds'])} |"
-            f" {_fmt(t['tokens_per_second'], '.1f')} | {_fmt(t['peak_memory_mb'], '.0f')} |"
-            f" {_fmt(t['memory_estimate_mb'], '.0f')} | {_fmt(t['peak_over_estimate'], '.2f')} |")
-
-
-def _short_params(params: dict[str, Any] | None) -> str:
-    keys = ("precision", "learning_rate", "per_device_train_batch_size", "num_generations", "max_completion_length",
-            "use_peft", "lora_r", "activation_checkpointing")
-    short = {"learning_rate": "lr", "per_device_train_batch_size": "bs", "num_generations": "gen",
-             "max_completion_length": "len", "use_peft": "lora", "lora_r": "r", "activation_checkpointing": "ckpt"}
-    parts = []
-    for k in keys:
-        if k in (params or {}):
-            v = params[k]
-            parts.append(f"{short.get(k, k)}={v:.2g}" if isinstance(v, float) else f"{short.get(k, k)}={v}")
-    return " ".join(parts) or "TRL defaults"
 
 
 def _trials(median: float, budget: int) -> str:
@@ -410,35 +175,6 @@ def _describe_all(params: dict[str, Any]) -> str:
     return ", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in params.items())
 
 
-WARM_START_JSON = REPO / "bench" / "warm_start.json"
-
-
-def load_warm_start(path: Path | None = None) -> dict[str, Any] | None:
-    """bench/warm_start.py's run (its own command and date), when one wrote it."""
-    import json
-
-    try:
-        return json.loads(Path(path or WARM_START_JSON).read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def warm_start_row(path: Path | None = None) -> str:
-    """The warm / cold target line (met, not met, not resolvable here): judged over the recorded runs pooled
-    (bench.warm_start.RECORDED, beside bench/warm_start.json), else from bench/warm_start.json alone, or not run yet."""
-    from bench import warm_start as ws
-
-    path = Path(path or WARM_START_JSON)
-    arms = ws.recorded(path.parent)
-    if arms is not None:
-        return ws.pooled_target_row(arms)
-    data = load_warm_start(path)
-    if data is None:
-        return ("| time to a pick, warm start / cold start <= 0.5 | - | not built: `python -m bench.warm_start` has"
-                " not been run (bench/warm_start.json) |")
-    return ws.target_row(data)
-
-
 def _targets(results: dict[str, Any], summary: dict[str, Any], trainers: list[str]) -> list[str]:
     """The targets the project steers by (issue 38), each line met, not met, not resolvable here (with the noise
     band that decides it) or not built: never undefined."""
@@ -449,8 +185,8 @@ def _targets(results: dict[str, Any], summary: dict[str, Any], trainers: list[st
     t, a = pooled["tuner"], pooled["anchor"]
     noise = speed_noise(results)
     band = _band(noise)
-    slots = slot_shares(results)
-    slot = _median(s["share"] for s in slots)
+    shares = slot_shares(results)
+    slot = _median(s["share"] for s in shares)
     tuner_totals, anchor_totals = run_totals(results, "tuner"), run_totals(results, "anchor")
     speed_ratio = t.get("median_speed_ratio")
     speed = speed_judgement(speed_ratio, noise)
@@ -469,16 +205,16 @@ def _targets(results: dict[str, Any], summary: dict[str, Any], trainers: list[st
         + f" (stable at all, learning or not: {_time_ratio(pooled.get('stable_time_ratio'))})"
         f" | {_time_met(pooled['stable_learning_time_ratio'])} |",
         f"| the pick's speed / the best stable speed of the speed reference, tuner, median over every seed and space"
-        f" >= {1 - WITHIN:.2f} (judged against the reference's measured noise) | tuner {_fmt(speed_ratio, '.2f')}"
-        f" (anchor {_fmt(a.get('median_speed_ratio'), '.2f')}); {_noise_text(noise)} |"
+        f" >= {1 - WITHIN:.2f} (judged against the reference's measured noise) | tuner {fmt(speed_ratio, '.2f')}"
+        f" (anchor {fmt(a.get('median_speed_ratio'), '.2f')}); {_noise_text(noise)} |"
         f" {_speed_met(speed, band)} |",
         f"| steps run after a run's first non-finite step, tuner = 0 (every search trial and confirmation run) |"
-        f" tuner {tuner_totals['wasted']} (anchor {anchor_totals['wasted']}) | {_met(tuner_totals['wasted'] == 0)} |",
+        f" tuner {tuner_totals['wasted']} (anchor {anchor_totals['wasted']}) | {met(tuner_totals['wasted'] == 0)} |",
         f"| tuner's success rate >= {SUCCESS_TARGET * 10:.0f}/10: its pick stable and learning on 3 seeds at a speed"
         f" >= {1 - WITHIN:.2f} of the best, or below it by no more than the noise band | tuner {ok}/{n} ({fast} at >="
         f" {1 - WITHIN:.2f}, {within} only within the noise band), anchor {a_ok}/{n} ({a_fast} at >= {1 - WITHIN:.2f}) |"
-        f" {_met(True) if fast >= need else _met(False) if ok < need else _unresolvable(band)} |",
-        warm_start_row(),
+        f" {met(True) if fast >= need else met(False) if ok < need else _unresolvable(band)} |",
+        warm_start.results_row(),
     ]
     for key, lookup in LOOKUPS:
         for trainer, eff in results.get(key, {}).items():
@@ -486,25 +222,14 @@ def _targets(results: dict[str, Any], summary: dict[str, Any], trainers: list[st
             size = target_set_size(eff)
             at_least = ">= " if eff.get("target_set_lower_bound") else ""
             lines.append(f"| trials to target, tuner's default sampler / random, {trainer} ({lookup}; not real searches)"
-                         f" <= {TRIALS_RATIO_TARGET} | {_fmt(r, '.2f', none='no ratio')}; target set {at_least}{_fmt(size, 'd', none='not recorded')}"
-                         f" | {_met(r is not None and r <= TRIALS_RATIO_TARGET)}"
+                         f" <= {TRIALS_RATIO_TARGET} | {fmt(r, '.2f', none='no ratio')}; target set {at_least}{fmt(size, 'd', none='not recorded')}"
+                         f" | {met(r is not None and r <= TRIALS_RATIO_TARGET)}"
                          + (" (no target set: nothing to search for)" if r is None else "") + " |")
-    realistic = load_slots_pretrained()
-    if realistic is not None:  # trials of realistic length: the tiny pretrained model's rungs (bench.slots --model)
-        figure = realistic["summary"][str(realistic["max_steps"])]
-        lines.append(f"| slot time outside trial processes / (search wall x concurrency), tuner's searches on the tiny"
-                     f" pretrained model (rungs of 20, 60 and 180 steps), median of {len(realistic['runs'])} <= {SLOT_SHARE_TARGET} |"
-                     f" {figure['slot_share_outside']:.2f} ({_slot_parts(figure)}; `{realistic['command']}`, {realistic['date']});"
-                     f" the headline's tiny-model searches (trials of 1-2 s): {_fmt(slot, '.2f')} |"
-                     f" {_met(figure['slot_share_outside'] <= SLOT_SHARE_TARGET)} |")
-    else:
-        lines.append(f"| slot time outside trial processes / (search wall x concurrency), median of {len(slots)} tuner searches <= {SLOT_SHARE_TARGET} |"
-                     f" {_fmt(slot, '.2f')} (tiny-model trials of 1-2 s: `python -m bench.slots --model tiny-pretrained` has not"
-                     f" been run) | {_met(None if slot is None else slot <= SLOT_SHARE_TARGET)} |")
+    lines.append(slots.results_row(slot, len(shares)))
     lines += ["", f"Of the {n} seed x space pairs, tuner's pick was stable on its 3 seeds in {t['stable']} (and learning in"
               f" {t['stable_learning']}), the anchor's in {a['stable']} (learning in {a['stable_learning']}); the picks'"
-              f" combinations ran at a median of {_fmt(speed_ratio, '.2f')} (tuner) and"
-              f" {_fmt(a.get('median_speed_ratio'), '.2f')} (anchor) of the best stable tokens/s of the speed reference,"
+              f" combinations ran at a median of {fmt(speed_ratio, '.2f')} (tuner) and"
+              f" {fmt(a.get('median_speed_ratio'), '.2f')} (anchor) of the best stable tokens/s of the speed reference,"
               f" and {t['fast_enough']} (tuner) and {a['fast_enough']} (anchor) were within 5% of it. On this machine a"
               f" ratio below {1 - WITHIN:.2f} by less than the noise band is not told from a pick as fast as the best:"
               f" {_noise_text(noise)}."]
@@ -538,7 +263,7 @@ def _unresolvable(band: str) -> str:
 def _speed_met(judgement: str | None, band: str) -> str:
     if judgement == "noise":
         return _unresolvable(band)
-    return _met(judgement == "fast")  # no pick at all is a miss
+    return met(judgement == "fast")  # no pick at all is a miss
 
 
 def _successes(results: dict[str, Any], side: str, noise: dict[str, Any] | None) -> tuple[int, int, int]:
@@ -564,7 +289,7 @@ def _time_ratio(value: float | None) -> str:
 
 def _time_met(value: float | None) -> str:
     # neither side with one is a miss: the target asks for tuner's pick sooner, and tuner had none
-    return _met(value is not None and value <= TIME_RATIO_TARGET)
+    return met(value is not None and value <= TIME_RATIO_TARGET)
 
 
 def target_set_size(eff: dict[str, Any]) -> int | None:
@@ -594,8 +319,8 @@ def _headline(results: dict[str, Any], summary: dict[str, Any], trainers: list[s
         for side, label in (("tuner", "tuner"), ("anchor", "anchor (Ray Tune + OptunaSearch TPE + ASHA)")):
             x = s[side]
             lines.append(f"| {t} | {label} | {x['successes']}/{s['n']} | {x['stable']}/{s['n']} | {x['fast_enough']}/{s['n']} |"
-                         f" {_fmt(x.get('median_speed_ratio'), '.2f')} | {_fmt(x['median_time_to_in_hand'])} |"
-                         f" {_fmt(x.get('median_time_to_stable'))} | {_fmt(x['median_seconds'])} | {_fmt(x['median_process_seconds'])} |")
+                         f" {fmt(x.get('median_speed_ratio'), '.2f')} | {fmt(x['median_time_to_in_hand'])} |"
+                         f" {fmt(x.get('median_time_to_stable'))} | {fmt(x['median_seconds'])} | {fmt(x['median_process_seconds'])} |")
         lines.append(f"| {t} | **tuner / anchor** | | | | | **{_ratio(s['time_ratio'])}** | {_ratio(s.get('stable_time_ratio'))} |"
                      f" {_ratio(s['seconds_ratio'])} | {_ratio(s['process_ratio'])} |")
     tuner_totals, anchor_totals = run_totals(results, "tuner"), run_totals(results, "anchor")
@@ -630,7 +355,7 @@ def _per_seed(pairs: list[dict[str, Any]]) -> list[str]:
                      if v.get("speed_ratio") is not None else "-")
             first = " (first)" if side == p["order"][0] else ""
             lines.append(f"| {p['trainer']} | {p['seed']} | {side}{first} | {_describe(v['params']) if v['params'] else 'nothing picked'} |"
-                         f" {statuses} | {speed} | {_fmt(v['own_tokens_per_second'], '.0f')} | {'yes' if v['in_hand'] else 'no'} |"
+                         f" {statuses} | {speed} | {fmt(v['own_tokens_per_second'], '.0f')} | {'yes' if v['in_hand'] else 'no'} |"
                          f" {v['seconds']:.0f} |")
     return lines
 
@@ -743,8 +468,8 @@ def _efficiency_table(results: dict[str, Any], key: str, label: str) -> list[str
                          f"{_trials(s['median_trials_to_hit'], eff['budget'])} | "
                          f"{_trials(s['median_trials_to_top_quartile'], eff['budget'])} ({s['top_quartile_hit']}/{len(s['runs'])} found) | "
                          f"{s['unstable_first_half']:.2f} | {s['unstable_second_half']:.2f} |")
-        lines.append(f"| {trainer} | **tpe / random** | | | **{_fmt(efficiency_ratio(eff), '.2f')}** | | | |")
-    per_seed = [f"{trainer} {sampler}: " + " ".join(_fmt(r["first_hit"], "d") for r in s["runs"])
+        lines.append(f"| {trainer} | **tpe / random** | | | **{fmt(efficiency_ratio(eff), '.2f')}** | | | |")
+    per_seed = [f"{trainer} {sampler}: " + " ".join(fmt(r["first_hit"], "d") for r in s["runs"])
                 for trainer, eff in results[key].items() for sampler, s in eff["samplers"].items()]
     if per_seed:
         lines += ["", "Trials to the first target config, per seed (- = not within the budget; counted as budget + 1"
@@ -767,23 +492,23 @@ def _target_set_text(eff: dict[str, Any], steps: int) -> str:
 
 
 def _overhead(results: dict[str, Any]) -> list[str]:
-    slots = slot_shares(results)
+    shares = slot_shares(results)
     tuner_first, anchor_first = first_step_seconds(results, "tuner"), first_step_seconds(results, "anchor")
-    without = sum(s["without_wall"] for s in slots)
+    without = sum(s["without_wall"] for s in shares)
     return [
         "## Slot time outside trial processes (tuner)",
         "",
         "| figure | value |",
         "|---|---|",
-        f"| (search wall x concurrency - trial process seconds) / (search wall x concurrency), median of {len(slots)} headline"
-        f" tuner searches | **{_fmt(_median(s['share'] for s in slots), '.2f')}** (per search: "
-        + " ".join(_fmt(s["share"], ".2f") for s in slots) + ") |",
+        f"| (search wall x concurrency - trial process seconds) / (search wall x concurrency), median of {len(shares)} headline"
+        f" tuner searches | **{fmt(_median(s['share'] for s in shares), '.2f')}** (per search: "
+        + " ".join(fmt(s["share"], ".2f") for s in shares) + ") |",
         f"| the same, trials stopped by successive halving counted as 0 s (they report no process time; {without} such"
-        f" trials) | {_fmt(_median(s['measured_only'] for s in slots), '.2f')} |",
+        f" trials) | {fmt(_median(s['measured_only'] for s in shares), '.2f')} |",
         f"| trial start to first optimizer step, median / p90 (s), tuner ({len(tuner_first)} runs) |"
-        f" {_fmt(_median(tuner_first), '.2f')} / {_fmt(_quantile(tuner_first, 0.9), '.2f')} |",
+        f" {fmt(_median(tuner_first), '.2f')} / {fmt(_quantile(tuner_first, 0.9), '.2f')} |",
         f"| the anchor's trainable start to first step, median / p90 (s) ({len(anchor_first)} runs) |"
-        f" {_fmt(_median(anchor_first), '.2f')} / {_fmt(_quantile(anchor_first, 0.9), '.2f')} |",
+        f" {fmt(_median(anchor_first), '.2f')} / {fmt(_quantile(anchor_first, 0.9), '.2f')} |",
         "",
         "Search wall is `run_search`'s own (Ray start to the recommendation); trial process seconds are each trial's and"
         " confirmation run's `wall_seconds` (its child process, start to verdict). A trial stopped by successive halving"

@@ -40,6 +40,7 @@ if __package__ in (None, ""):  # `python bench/run.py`: make `import bench` work
     sys.path.insert(0, str(REPO))
 
 from bench import report  # noqa: E402
+from bench.common import results as common  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -100,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.lookups:
             results.update(_lookups(results["speed_references"], results["lookup_references"],
                                     Budget(**{**results["budget"], "trainers": tuple(results["budget"]["trainers"])})))
-            results["lookups_by"] = {"command": results["rendered_by"], "versions": report.versions()}
+            results["lookups_by"] = {"command": results["rendered_by"], "versions": common.versions()}
             Path(args.render).write_text(json.dumps(results, indent=1, default=str))
         report.write_results(Path(args.output), results)
         print(f"wrote {args.output} from {args.render}")
@@ -115,15 +116,15 @@ def main(argv: list[str] | None = None) -> int:
     workdir.mkdir(parents=True, exist_ok=True)
     command = _command(argv)
     started = time.perf_counter()
-    machine_before = report.machine()
+    machine_before = common.machine()
     try:
         results = _run(budget, workdir)
     finally:
         if not keep:
             shutil.rmtree(workdir, ignore_errors=True)
     results.update(command=command, quick=args.quick, budget=asdict(budget), budget_name="quick" if args.quick else args.budget,
-                   full_budget=asdict(FULL), machine=machine_before, load_after=report.load_average(),
-                   versions=report.versions(), total_seconds=time.perf_counter() - started)
+                   full_budget=asdict(FULL), machine=machine_before, load_after=common.load_average(),
+                   versions=common.versions(), total_seconds=time.perf_counter() - started)
     output.parent.mkdir(parents=True, exist_ok=True)
     raw = output.with_name("results.json") if output.name == "RESULTS.md" else output.with_suffix(".json")
     raw.write_text(json.dumps(_slim(results), indent=1, default=str))

@@ -141,15 +141,15 @@ def main(argv: list[str] | None = None) -> int:
     cache = Path(args.cache_dir or tempfile.mkdtemp(prefix="bench-tiny-pretrained-")).resolve()
     os.environ["TUNER_CACHE_DIR"] = str(cache)  # the trial's process resolves the alias here too
 
-    from bench import report
+    from bench.common import results as common
     from tuner.inputs.models import TINY_PRETRAINED_MODEL, resolve_model
 
     started = time.perf_counter()
-    machine = report.machine()
+    machine = common.machine()
     path = resolve_model(TINY_PRETRAINED_MODEL)
     figures = measure(path, TINY_PRETRAINED_MODEL)
     figures.update(command=" ".join(["python -m bench.tiny_pretrained", *(argv if argv is not None else sys.argv[1:])]),
-                   date=machine["date"], machine=machine, versions=report.versions(),
+                   date=machine["date"], machine=machine, versions=common.versions(),
                    recipe_fingerprint=recipe_fingerprint(), total_seconds=round(time.perf_counter() - started, 1))
     Path(args.output).write_text(json.dumps(figures, indent=1, default=str) + "\n")
     for claim in figures["claims"]:

@@ -79,6 +79,8 @@ REPO = Path(__file__).resolve().parent.parent
 if __package__ in (None, ""):
     sys.path.insert(0, str(REPO))
 
+from bench.common.results import read_recorded  # noqa: E402
+
 OUTPUT = REPO / "bench" / "warm_start.json"
 SECTION = "## Warm start: the second search against a cold one (issue 35)"
 TARGET = 0.5  # warm / cold, trials to a confirmed pick
@@ -89,11 +91,12 @@ WITHIN = 0.95  # the issue's bar, "learning speed within 5%": judged pooled over
 DRAWS = 2000  # bootstrap draws of ``pooled``
 JUDGE_SEEDS = 200  # --side-by-side: the picks' runs on seeds first seed + JUDGE_SEEDS + i, run by neither search
 SECOND = 100  # the second search's seed: s + SECOND
-# The recorded runs (in bench/) the project's target line is judged on (``pooled_target_row``; bench/report.py's
-# Targets table), arm by arm: one run's median moves with how many of its pairs fell in the wall time's slow mode,
-# and one run's pairs cannot resolve the 5% bar. Each run of the product code as of its commit, its picks run side
-# by side; a new run is added here when it is recorded. warm_start.json's pairs are daf8322's, before the challenger
-# rule (a trial that beats the earlier pick confirmed next), which changed only the same-data arm's wall time.
+# The recorded runs (in bench/) the project's target line is judged on (``pooled_target_row``; ``results_row``: the
+# Targets table of bench/report.py), arm by arm: one run's median moves with how many of its pairs fell in the wall
+# time's slow mode, and one run's pairs cannot resolve the 5% bar. Each run of the product code as of its commit, its
+# picks run side by side; a new run is added here when it is recorded. warm_start.json's pairs are daf8322's, before
+# the challenger rule (a trial that beats the earlier pick confirmed next), which changed only the same-data arm's
+# wall time.
 RECORDED = {
     "same data": ("warm_start-challenger.json", "warm_start-challenger-8-15.json", "warm_start-same16.json",
                   "warm_start-same24.json"),
@@ -349,7 +352,7 @@ def _with_env(env: dict[str, str] | None, call):
 
 def run(seeds: list[int], trainer: str, trials: int, max_steps: int, confirm_seeds: int, other_data: bool,
         workdir: Path, echo=print, pick_fails: bool = False, same_data: bool = True) -> dict[str, Any]:
-    from bench import report
+    from bench.common import results as common
 
     os.environ.setdefault("PYTHONWARNINGS", "ignore")
     started = time.perf_counter()
@@ -397,7 +400,7 @@ def run(seeds: list[int], trainer: str, trials: int, max_steps: int, confirm_see
             shutil.rmtree(copies[label, "cold"], ignore_errors=True)
     by_data = {label: summarize([p for p in pairs if p["data"] == label]) for label, _, _ in data_sets
                if any(p["data"] == label for p in pairs)}
-    return {"command": None, "machine": report.machine(), "versions": report.versions(), "model": "tiny", **sizes,
+    return {"command": None, "machine": common.machine(), "versions": common.versions(), "model": "tiny", **sizes,
             "seeds": seeds, "second_seed_offset": SECOND,
             "other_data": ("builtin rows of seed 1, as a .jsonl file" if other_data else
                            "not run (--other-data: the built-in rows of another seed as a .jsonl file)"),
@@ -515,7 +518,7 @@ def _seed_line(pair: dict[str, Any]) -> str:
 
 
 def target_row(data: dict[str, Any]) -> str:
-    """bench/report.py's target line, from a recorded run."""
+    """The Targets table's line (bench/report.py), from a recorded run."""
     s = data["summary"]["same data"]
     verdict, why = judge(s)
     q = s["quality"]
@@ -551,7 +554,7 @@ def _walls_to_pick(pairs: list[dict[str, Any]]) -> list[float]:
 
 
 def pooled_target_row(arms: dict[str, list[dict[str, Any]]]) -> str:
-    """bench/report.py's target line judged over the recorded runs pooled (``recorded``): per arm the median over its
+    """The Targets table's line (bench/report.py) judged over the recorded runs pooled (``recorded``): per arm the median over its
     pairs (``judge``) and, on the same and other data, the warm picks' 5% pooled over the pairs (``pooled``). Met when
     every arm is; not resolvable here when an arm's 5% is not resolvable and nothing is not met."""
     parts, verdicts = [], []
@@ -581,6 +584,21 @@ def pooled_target_row(arms: dict[str, list[dict[str, Any]]]) -> str:
             f" pooled over the pairs run side by side; where the earlier pick fails <= {FAILS_TARGET}) |"
             f" {'; '.join(parts)} (`python -m bench.warm_start --render` of {files} in bench/) | {mark} |")
 
+
+
+def results_row(path: Path | None = None) -> str:
+    """The warm / cold line of ``python -m bench``'s Targets table (met, not met, not resolvable here): judged over
+    the recorded runs pooled (``RECORDED``, beside ``path``, default OUTPUT), else from ``path`` alone, or not run
+    yet."""
+    path = Path(path or OUTPUT)
+    arms = recorded(path.parent)
+    if arms is not None:
+        return pooled_target_row(arms)
+    data = read_recorded(path)
+    if data is None:
+        return ("| time to a pick, warm start / cold start <= 0.5 | - | not built: `python -m bench.warm_start` has"
+                " not been run (bench/warm_start.json) |")
+    return target_row(data)
 
 def lines(data: dict[str, Any]) -> list[str]:
     m = data["machine"]
@@ -748,7 +766,7 @@ def main(argv: list[str] | None = None) -> int:
         out = lines(rejudge(json.loads(Path(args.render[0]).read_text())))
         print("\n".join(out))
         if args.results:
-            from bench.report import replace_section
+            from bench.common.results import replace_section
 
             replace_section(Path(args.results), SECTION, out)
         return 0

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from bench.headline import slot_share
+from bench.slots import slot_share
 
 # The targets of issue 38: every line met, not met, not resolvable here (noise band) or not built (as in
 # tests/unit/bench/test_bench_smoke.py).

@@ -155,18 +155,18 @@ def _figures(gpu):
 
 
 def test_the_results_section_says_plainly_when_no_gpu_was_there():
-    from bench.report import real_model_section
+    from bench.real_model import section
 
-    text = "\n".join(real_model_section(_figures(gpu=False)))
+    text = "\n".join(section(_figures(gpu=False)))
     assert "No GPU was available in this session" in text and "no GPU: GPU figures not measured" in text
     assert "| 0 | `precision=bf16-pure lora=True` | ok | 40.0 | 5.0 | 35.0 | 30.0 | 9.5 | 3300 | 7400 | 0.45 |" in text
     assert "2 trial(s) at once on cpu, bounded by host memory" in text and "`python -m bench.real_model`" in text
 
 
 def test_the_results_section_has_the_gpu_comparison_when_measured():
-    from bench.report import real_model_section
+    from bench.real_model import section
 
-    text = "\n".join(real_model_section(_figures(gpu=True)))
+    text = "\n".join(section(_figures(gpu=True)))
     assert "GPU: NVIDIA H100" in text and "whole GPU" in text
     assert "| TRL defaults | `precision=bf16-mixed` | ok |" in text
     assert "tokens/s of the pick / TRL defaults: **3.20**" in text

@@ -3,6 +3,7 @@ outcome, the bound on the failure share, and its RESULTS subsection kept when be
 
 import pytest
 
+from bench.common.results import replace_section
 from bench.horizon_picks import (
     Pick,
     pick_of,
@@ -12,7 +13,6 @@ from bench.horizon_picks import (
     summarize,
     upper_bound,
 )
-from bench.report import replace_section
 
 
 def _record(number, seed, **extra):

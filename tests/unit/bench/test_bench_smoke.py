@@ -8,8 +8,9 @@ import pytest
 
 from bench.anchor_asha import judge_run
 from bench.efficiency import NearestMeasured, SpeedAndOutcome, compare, targets
-from bench.headline import anchor_verdict, slot_share, speed_verdict, summarize, tuner_verdict
+from bench.headline import anchor_verdict, speed_verdict, summarize, tuner_verdict
 from bench.history import first_nonfinite_step, wasted_steps
+from bench.slots import slot_share
 from tuner.config.space import parse_space
 
 NAN = math.nan
@@ -223,13 +224,14 @@ def _verdict_of(row: str) -> str | None:
 
 
 def test_no_target_line_reads_undefined_when_neither_side_has_a_config_in_hand(monkeypatch, tmp_path):
-    from pathlib import Path
 
     from bench import report
+    from bench import warm_start as ws
+    from bench.common.results import RECORDED
 
-    monkeypatch.setattr(report, "WARM_START_JSON", tmp_path / "absent.json")  # bench.warm_start not run
+    monkeypatch.setattr(ws, "OUTPUT", tmp_path / "absent.json")  # bench.warm_start not run
 
-    results = json.loads((Path(report.REPO) / "bench" / "results.json").read_text())
+    results = json.loads((RECORDED / "results.json").read_text())
     for pair in results["headline"]:
         for verdict in pair["verdicts"].values():  # no pick on either side, on any seed
             verdict.update(params=None, stable=False, stable_learning=False, in_hand=False, fast_enough=False,

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from bench import report
 from bench import warm_start as ws
 
 
@@ -93,11 +92,11 @@ def test_render_writes_the_section_and_the_report_reads_the_json(tmp_path, monke
     assert "kept" in text and text.count(ws.SECTION) == 1 and "| same data | 1 | 0.17 |" in text
     assert ws.main(["--render", str(path), "--results", str(results)]) == 0  # again: replaced, not appended
     assert results.read_text().count(ws.SECTION) == 1
-    monkeypatch.setattr(report, "WARM_START_JSON", path)
-    assert report.warm_start_row().endswith("| **met** |") and "not built" not in report.warm_start_row()
-    monkeypatch.setattr(report, "WARM_START_JSON", tmp_path / "absent.json")
-    assert report.warm_start_row().endswith("has not been run (bench/warm_start.json) |")
-    assert "not built" in report.warm_start_row()
+    monkeypatch.setattr(ws, "OUTPUT", path)
+    assert ws.results_row().endswith("| **met** |") and "not built" not in ws.results_row()
+    monkeypatch.setattr(ws, "OUTPUT", tmp_path / "absent.json")
+    assert ws.results_row().endswith("has not been run (bench/warm_start.json) |")
+    assert "not built" in ws.results_row()
 
 
 def test_where_the_earlier_pick_fails_the_warm_search_may_cost_at_most_a_tenth_more():
