@@ -1,7 +1,7 @@
-"""`python -m bench`: see bench/run.py."""
+"""`python -m bench`: see bench/headline/run.py."""
 
 import sys
 
-from bench.run import main
+from bench.headline.run import main
 
 sys.exit(main())

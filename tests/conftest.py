@@ -6,7 +6,8 @@ training step, no Ray, no server, no ``tiny_model``), tests/training/ (real TRL 
 test's process or a trial's child process; no Ray, no search) and tests/e2e/ (searches, Ray, servers, clusters, the
 real model, the bench's runs). Each tier mirrors the package inside it, one folder per subsystem (and docs/, bench/,
 cli/, layout/). Every test gets its tier's mark from its path (``pytest -m unit``, ``-m "not e2e"``), so none is left
-unmarked; a test file anywhere else fails collection. Recorded data the tests read is in tests/data/.
+unmarked; a test file anywhere else fails collection. Recorded data the tests read is in tests/data/, and the
+data bench writes and tests read in bench/recorded/ (``helpers.BENCH_RECORDED``; tests/data/README.md lists both).
 
 What test files share is in tests/helpers.py (``from helpers import ...``); no test module imports another. pytest's
 default "prepend" import mode puts tests/ on sys.path when it imports this file, before any test module, so
@@ -26,7 +27,7 @@ import pytest
 # set before anything imports torch, so it holds for the trials tests run in their own process (run_trial) and for
 # every process they start. torch's default, a thread per core, spins those threads against the other xdist worker
 # and the trial processes on the same cores: a reward trial of tests/e2e/search/test_from_config.py run in the test's
-# process took 228 s with 2 threads on a loaded 2-core machine, 17 s with 1 (bench/reference.py pins it for the
+# process took 228 s with 2 threads on a loaded 2-core machine, 17 s with 1 (bench/headline/reference.py pins it for the
 # same reason). A thread count a developer has set is kept.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 

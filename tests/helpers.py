@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent  # the repository: tuner/, bench/, docs/, README.md
 DATA = TESTS / "data"  # recorded data the tests read (tests/data/README.md)
+BENCH_RECORDED = REPO / "bench" / "recorded"  # the data bench writes and tests read (tests/data/README.md, the end)
 
 # -- search spaces ---------------------------------------------------------------------------------------------------
 

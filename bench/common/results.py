@@ -11,6 +11,7 @@ import json
 import math
 import os
 import platform
+import re
 import subprocess
 from importlib import metadata
 from pathlib import Path
@@ -19,8 +20,22 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 BENCH = REPO / "bench"
 RESULTS = BENCH / "RESULTS.md"
-RECORDED = BENCH  # the recorded runs' data files, which tests read too
+RECORDED = BENCH / "recorded"  # the data files the runs write, and tests read (tests/conftest.py)
 PACKAGES = ("torch", "transformers", "trl", "peft", "accelerate", "datasets", "ray", "optuna", "mlflow")
+
+# bench's modules and shell scripts by kind (bench/<kind>/<name>.py or .sh). Runs recorded before bench became a
+# package of its kinds keep the commands they ran (``python -m bench.horizon``, ``bash bench/gpu_run.sh``,
+# ``--output bench/horizon-seed17.json.gz``) and the notes that name its old paths; a section that shows them shows
+# them through ``today``, as they run now.
+KINDS = {
+    "headline": ("run", "headline", "anchor_asha", "tuner_search", "reference", "efficiency", "lookup_targets",
+                 "report", "history"),
+    "studies": ("warm_start", "slots", "setup_time", "real_model", "smollm2", "distributed", "default_search",
+                "tiny_pretrained", "shapes"),
+    "horizon": ("horizon", "horizon_fit", "horizon_picks", "anchor", "horizon_run"),
+    "gpu": ("gpu", "gpu_run", "gpu_env", "gpu_carry", "gpu_horizon"),
+}
+_KIND = {name: kind for kind, names in KINDS.items() for name in names}
 
 
 # -- the machine and the versions -----------------------------------------------------------------
@@ -80,6 +95,26 @@ def _git_revision() -> str:
     return f"{head}{' + uncommitted changes in tuner/' if dirty else ''}" if head else "unknown"
 
 
+def today(text: str | None) -> str | None:
+    """Recorded text (a run's command, a note) as it reads today: ``python -m bench.X`` as ``python -m
+    bench.<kind>.X`` (and ``bench.X.name`` as ``bench.<kind>.X.name``), ``bench/X.sh`` (or ``.py``) as
+    ``bench/<kind>/X.sh``, a data file ``bench/X.json(.gz)`` as ``bench/recorded/X.json(.gz)``. Text recorded since
+    is left as it is, and so is a path elsewhere (``/tmp/bench/x.json``)."""
+    if text is None:
+        return None
+    text = re.sub(r"(?<![\w/.-])bench\.(\w+)(\.\w+)?", _module_today, text)
+    text = re.sub(r"(?<![\w/.-])bench/(\w+)\.(py|sh)\b",
+                  lambda m: f"bench/{_KIND[m[1]]}/{m[1]}.{m[2]}" if m[1] in _KIND else m[0], text)
+    return re.sub(r"(?<![\w/.-])bench/([\w.*{},-]+\.json(?:\.gz)?)\b", r"bench/recorded/\1", text)
+
+
+def _module_today(m: re.Match[str]) -> str:
+    name, rest = m[1], m[2] or ""
+    if name in KINDS and rest[1:] in KINDS[name] or name not in _KIND:
+        return m[0]  # bench.<kind>.<module> already, or no module of bench's (bench.common)
+    return f"bench.{_KIND[name]}.{name}{rest}"
+
+
 def read_recorded(path: Path) -> dict[str, Any] | None:
     """A recorded run's JSON, or None when no run wrote it (or it does not parse)."""
     try:
@@ -93,9 +128,10 @@ def read_recorded(path: Path) -> dict[str, Any] | None:
 
 def replace_section(path: Path, title: str, lines: list[str]) -> None:
     """Put a section (``title``, then ``lines``) into a Markdown file in place of its last version, or at its end:
-    the runs that are not part of ``python -m bench`` (bench.gpu, bench.horizon, bench.warm_start) write their own
-    section. A ``### `` subsection of the old version that ``lines`` do not write (another run's: bench.horizon_picks'
-    in bench.horizon's section) is kept at the section's end."""
+    the runs that are not part of ``python -m bench`` (bench.gpu.gpu, bench.horizon.horizon,
+    bench.studies.warm_start) write their own section. A ``### `` subsection of the old version that ``lines`` do
+    not write (another run's: bench.horizon.horizon_picks' in bench.horizon.horizon's section) is kept at the
+    section's end."""
     text = path.read_text() if path.exists() else ""
     new = "\n".join([title, "", *lines]) + "\n"
     if title in text:

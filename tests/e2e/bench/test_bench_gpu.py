@@ -1,4 +1,4 @@
-"""bench/gpu.py, the one prepared script for a lent GPU: its dry mode on this CPU runs every stage end to end (so the
+"""bench/gpu/gpu.py, the one prepared script for a lent GPU: its dry mode on this CPU runs every stage end to end (so the
 GPU's minutes go to the measurement, not to finding a typo), its reward has spread on any model, and the recorded
 GPU run renders."""
 
@@ -8,8 +8,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import BENCH_RECORDED
 
-from bench import gpu
+from bench.gpu import gpu
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -25,7 +26,7 @@ def test_the_shapes_reward_has_spread_whatever_the_text():
 @pytest.mark.slow
 def test_the_dry_run_runs_every_stage_and_writes_its_figures(tmp_path):
     out = tmp_path / "gpu.json"
-    done = subprocess.run([sys.executable, "-m", "bench.gpu", "--dry", "--output", str(out), "--signals-on", "dpo"],
+    done = subprocess.run([sys.executable, "-m", "bench.gpu.gpu", "--dry", "--output", str(out), "--signals-on", "dpo"],
                           cwd=REPO,
                           capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -60,7 +61,7 @@ def test_the_dry_run_runs_every_stage_and_writes_its_figures(tmp_path):
 def test_the_recorded_gpu_run_renders_into_results(tmp_path):
     results = tmp_path / "RESULTS.md"
     results.write_text("# Results\n\n## Earlier\n\ntext\n")
-    data = json.loads((REPO / "bench" / "gpu.json").read_text())
+    data = json.loads((BENCH_RECORDED / "gpu.json").read_text())
     gpu.write_section(data, results)
     gpu.write_section(data, results)  # again: replaced in place, not appended twice
     text = results.read_text()

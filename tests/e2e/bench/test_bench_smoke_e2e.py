@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from bench.slots import slot_share
+from bench.studies.slots import slot_share
 
 # The targets of issue 38: every line met, not met, not resolvable here (noise band) or not built (as in
 # tests/unit/bench/test_bench_smoke.py).
@@ -26,7 +26,7 @@ def _verdict_of(row: str) -> str | None:
 
 @pytest.mark.slow
 def test_quick_run_writes_every_table(tmp_path):
-    from bench.run import main
+    from bench.headline.run import main
 
     output = tmp_path / "RESULTS.md"
     assert main(["--quick", "--output", str(output)]) == 0
@@ -50,7 +50,7 @@ def test_quick_run_writes_every_table(tmp_path):
     assert speed["crossed"] == ["precision"]
     assert sorted(r["params"]["precision"] for r in speed["records"]) == sorted({r["params"]["precision"] for r in speed["records"]})
     anchor, tuner = pair["anchor"], pair["tuner"]
-    assert len(anchor["records"]) == 2 and len(tuner["records"]) == 2  # the same trial budget (bench.run.QUICK's)
+    assert len(anchor["records"]) == 2 and len(tuner["records"]) == 2  # the same trial budget (bench.headline.run.QUICK's)
     if anchor["pick"] is not None:  # its pick ran on 2 more seeds, each judged from its own logs
         assert sorted(c["seed"] for c in anchor["confirmations"]) == [1, 2]
         assert pair["verdicts"]["anchor"]["runs"] == 3

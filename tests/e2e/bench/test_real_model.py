@@ -1,12 +1,12 @@
-"""A real search on the Qwen2.5-0.5B-shaped model (bench/shapes.py) on the CPU runner: 2 trials of 1 step complete
+"""A real search on the Qwen2.5-0.5B-shaped model (bench/studies/shapes.py) on the CPU runner: 2 trials of 1 step complete
 within the search's memory plan, and every trial records tuner.trial.memory's estimate beside its measured peak.
 
-One run of ``bench.real_model.run`` (the bench script's own code; the model is built in the session's cache, ~15 s,
+One run of ``bench.studies.real_model.run`` (the bench script's own code; the model is built in the session's cache, ~15 s,
 ~1 GB) serves every slow test here: about 2 minutes on 2 cores. One step per trial (the bench runs 2): a trial
 sets up, generates, steps and holds its whole training state (weights, gradients, AdamW's moments, allocated in the
 first optimizer step) within it, so the peak is reached in step 1; a second step cost another 35-45 s of a 0.5B
-model on a CPU core and showed nothing more (the bench's own 2-step figures are in bench/real_model.json). No timing is asserted; the figures go to
-bench/RESULTS.md from ``python -m bench.real_model``. The pure pieces (overlap, step timings, the RESULTS.md section,
+model on a CPU core and showed nothing more (the bench's own 2-step figures are in bench/recorded/real_model.json). No timing is asserted; the figures go to
+bench/RESULTS.md from ``python -m bench.studies.real_model``. The pure pieces (overlap, step timings, the RESULTS.md section,
 its GPU table included) are tested on made-up figures, fast.
 """
 
@@ -37,8 +37,8 @@ def _cuda() -> bool:
 @pytest.fixture(scope="module")
 def figures(tmp_path_factory, tuner_cache_dir):
     if _cuda():
-        pytest.skip("the CPU runner's test; on a GPU run `python -m bench.real_model` (its space and figures differ)")
-    from bench.real_model import run
+        pytest.skip("the CPU runner's test; on a GPU run `python -m bench.studies.real_model` (its space and figures differ)")
+    from bench.studies.real_model import run
 
     return run(trainer="grpo", trials=2, max_steps=MAX_STEPS, store=tmp_path_factory.mktemp("real-model"),
                compare="off", time_build=False, echo=lambda line: None)
@@ -108,7 +108,7 @@ def test_every_trial_records_its_estimate_beside_its_peak(figures):
 
 
 def test_overlap_counts_runs_open_at_once_and_not_back_to_back_ones():
-    from bench.real_model import max_overlap
+    from bench.studies.real_model import max_overlap
 
     assert max_overlap([(0, 10), (1, 5), (6, 9)]) == 2
     assert max_overlap([(0, 5), (5, 9)]) == 1  # one ends as the next starts
@@ -116,7 +116,7 @@ def test_overlap_counts_runs_open_at_once_and_not_back_to_back_ones():
 
 
 def test_step_timings_split_set_up_from_trl_step_times():
-    from bench.real_model import timings
+    from bench.studies.real_model import timings
 
     record = {"seconds_to_first_step": 40.0, "wall_seconds": 90.0, "steps_run": 3}
     history = [{"step": 1, "step_time": 30.0}, {"step": 2, "step_time": 20.0}, {"step": 3, "step_time": 22.0}]
@@ -133,7 +133,7 @@ def _figures(gpu):
              "first_step_seconds": 35.0, "step_seconds": 30.0, "wall_seconds": 75.0, "tokens_per_second": 9.5,
              "peak_memory_mb": 3300.0, "memory_estimate_mb": 7400.0, "peak_over_estimate": 0.446}
     return {
-        "command": "python -m bench.real_model", "date": "2026-01-01 00:00 UTC", "total_seconds": 140.0,
+        "command": "python -m bench.studies.real_model", "date": "2026-01-01 00:00 UTC", "total_seconds": 140.0,
         "machine": {"cpu": "AMD EPYC", "cpus": 2, "memory": "23.5 GiB", "load_before": "1.00 1.00 1.00",
                     "gpu": "NVIDIA H100" if gpu else None},
         "versions": {"torch": "2.13.0", "tuner": "abc1234"},
@@ -155,16 +155,16 @@ def _figures(gpu):
 
 
 def test_the_results_section_says_plainly_when_no_gpu_was_there():
-    from bench.real_model import section
+    from bench.studies.real_model import section
 
     text = "\n".join(section(_figures(gpu=False)))
     assert "No GPU was available in this session" in text and "no GPU: GPU figures not measured" in text
     assert "| 0 | `precision=bf16-pure lora=True` | ok | 40.0 | 5.0 | 35.0 | 30.0 | 9.5 | 3300 | 7400 | 0.45 |" in text
-    assert "2 trial(s) at once on cpu, bounded by host memory" in text and "`python -m bench.real_model`" in text
+    assert "2 trial(s) at once on cpu, bounded by host memory" in text and "`python -m bench.studies.real_model`" in text
 
 
 def test_the_results_section_has_the_gpu_comparison_when_measured():
-    from bench.real_model import section
+    from bench.studies.real_model import section
 
     text = "\n".join(section(_figures(gpu=True)))
     assert "GPU: NVIDIA H100" in text and "whole GPU" in text

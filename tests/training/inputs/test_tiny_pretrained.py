@@ -2,8 +2,8 @@
 
 The full build takes minutes, so the tests build a short one (SHORT_STEPS steps: the same code, the same files,
 under the target) and put it where the alias looks. The real model (its build reaches the target, and a GRPO trial
-through tuner learns from it at a pretrained model's learning rate) is checked by ``python -m bench.tiny_pretrained``
-(bench/tiny_pretrained.json); the tests at the end hold the suite to that check: it must be for this recipe, every
+through tuner learns from it at a pretrained model's learning rate) is checked by ``python -m bench.studies.tiny_pretrained``
+(bench/recorded/tiny_pretrained.json); the tests at the end hold the suite to that check: it must be for this recipe, every
 claim must have held, and its code runs here end to end on the short build.
 """
 
@@ -135,21 +135,21 @@ def test_its_tokenizer_keeps_every_task_text_and_has_the_words_whole(cache):
         "<|im_start|>user\nQuestion:")
 
 
-# ---- the real model: its full check is bench/tiny_pretrained.py -------------------------------------------------
+# ---- the real model: its full check is bench/studies/tiny_pretrained.py -------------------------------------------------
 
 
 def test_the_real_build_was_checked_by_the_bench_for_this_very_recipe():
     """The real build (MAX_STEPS steps, minutes on a core) and its 120-step GRPO check at a pretrained model's
-    learning rate run in ``python -m bench.tiny_pretrained``, which writes bench/tiny_pretrained.json. Here: every
+    learning rate run in ``python -m bench.studies.tiny_pretrained``, which writes bench/recorded/tiny_pretrained.json. Here: every
     claim held there (target reached, start reward in its band on two other sampling seeds, a GRPO trial through
     tuner learned with a gain of at least 0.1), on the recipe this code builds. A change to the build, its
     tokenizer or its tasks fails this test until the bench has checked the new build."""
-    from bench.tiny_pretrained import GRPO_STEPS, OUTPUT, recipe_fingerprint
+    from bench.studies.tiny_pretrained import GRPO_STEPS, OUTPUT, recipe_fingerprint
 
     figures = json.loads(OUTPUT.read_text())
     assert figures["recipe_fingerprint"] == recipe_fingerprint(), (
-        "the tiny-pretrained build's code changed since bench/tiny_pretrained.json was written: bump "
-        "TINY_PRETRAINED_VERSION if the model changes, and run `python -m bench.tiny_pretrained`")
+        "the tiny-pretrained build's code changed since bench/recorded/tiny_pretrained.json was written: bump "
+        "TINY_PRETRAINED_VERSION if the model changes, and run `python -m bench.studies.tiny_pretrained`")
     record = figures["record"]
     assert record["version"] == TINY_PRETRAINED_VERSION and record["steps"] == MAX_STEPS
     assert figures["grpo"]["steps_run"] == GRPO_STEPS and figures["grpo"]["status"] == "ok"
@@ -158,7 +158,7 @@ def test_the_real_build_was_checked_by_the_bench_for_this_very_recipe():
 
 
 def test_the_recipe_fingerprint_sees_code_and_not_comments(tmp_path):
-    from bench.tiny_pretrained import RECIPE, REPO, recipe_fingerprint
+    from bench.studies.tiny_pretrained import RECIPE, REPO, recipe_fingerprint
 
     for name in RECIPE:
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
@@ -175,10 +175,10 @@ def test_the_recipe_fingerprint_sees_code_and_not_comments(tmp_path):
 
 @pytest.mark.slow
 def test_the_bench_check_runs_end_to_end_through_the_alias_on_a_short_build(cache, monkeypatch):
-    """bench.tiny_pretrained.measure, the real check's own code, on the short build where the alias looks: the start
+    """bench.studies.tiny_pretrained.measure, the real check's own code, on the short build where the alias looks: the start
     estimates on the other seeds, a GRPO trial through tuner on ``--model tiny-pretrained`` at the pretrained
     learning rate, tuner's learning judgement. The short build is under the target, and the check says so."""
-    from bench.tiny_pretrained import ESTIMATE_SEEDS, GRPO_PARAMS, measure
+    from bench.studies.tiny_pretrained import ESTIMATE_SEEDS, GRPO_PARAMS, measure
 
     monkeypatch.setenv("TUNER_CACHE_DIR", str(cache))  # the trial's own process resolves the alias there too
     figures = measure(resolve_model(TINY_PRETRAINED_MODEL), TINY_PRETRAINED_MODEL, grpo_steps=4)

@@ -1,12 +1,13 @@
-"""bench/horizon_fit.py: a classifier judged on a held-out set never saw it, and a run's features are its short
+"""bench/horizon/horizon_fit.py: a classifier judged on a held-out set never saw it, and a run's features are its short
 trial's alone (its long run, the label, plays no part)."""
 
 import copy
 
 import pytest
+from helpers import BENCH_RECORDED
 
-from bench.horizon import load
-from bench.horizon_fit import counts, features, labelled, leave_one_set_out
+from bench.horizon.horizon import load
+from bench.horizon.horizon_fit import counts, features, labelled, leave_one_set_out
 
 
 def _made_up_set(marker: float, flipped: bool) -> tuple[list[list[float]], list[int], list[int]]:
@@ -36,7 +37,7 @@ def test_counts_are_recall_and_precision_of_the_flags():
 
 
 def test_a_runs_features_are_read_off_its_short_trial_alone():
-    data = load("bench/horizon-pretrained-seed127.json.gz")
+    data = load(BENCH_RECORDED / "horizon-pretrained-seed127.json.gz")
     run = next(r for r in data["runs"] if r["long"] is not None and r["short"]["status"] == "ok")
     other = copy.deepcopy(run)
     other["long"] = {**other["long"], "status": "diverged", "stopped_at_step": 30, "history": []}

@@ -1,10 +1,10 @@
-"""bench/horizon_picks.py's pure parts: a search's pick read from its search.json, the seeds it is run on, a pick's
-outcome, the bound on the failure share, and its RESULTS subsection kept when bench/horizon.py writes its section."""
+"""bench/horizon/horizon_picks.py's pure parts: a search's pick read from its search.json, the seeds it is run on, a pick's
+outcome, the bound on the failure share, and its RESULTS subsection kept when bench/horizon/horizon.py writes its section."""
 
 import pytest
 
 from bench.common.results import replace_section
-from bench.horizon_picks import (
+from bench.horizon.horizon_picks import (
     Pick,
     pick_of,
     pick_outcome,
@@ -76,7 +76,7 @@ def test_the_subsection_is_replaced_in_place_and_survives_its_section_being_writ
     replace_subsection(path, "## A", "### picks", ["first"])
     replace_subsection(path, "## A", "### picks", ["second"])
     assert path.read_text() == "# R\n\n## A\n\nold a\n\n### picks\n\nsecond\n\n## B\n\nb\n"
-    # bench/horizon.py writes its section again: the subsection another run wrote stays at its end
+    # bench/horizon/horizon.py writes its section again: the subsection another run wrote stays at its end
     replace_section(path, "## A", ["new a"])
     assert path.read_text() == "# R\n\n## A\n\nnew a\n\n### picks\n\nsecond\n\n## B\n\nb\n"
 

@@ -6,11 +6,11 @@ import math
 
 import pytest
 
-from bench.anchor_asha import judge_run
-from bench.efficiency import NearestMeasured, SpeedAndOutcome, compare, targets
-from bench.headline import anchor_verdict, speed_verdict, summarize, tuner_verdict
-from bench.history import first_nonfinite_step, wasted_steps
-from bench.slots import slot_share
+from bench.headline.anchor_asha import judge_run
+from bench.headline.efficiency import NearestMeasured, SpeedAndOutcome, compare, targets
+from bench.headline.headline import anchor_verdict, speed_verdict, summarize, tuner_verdict
+from bench.headline.history import first_nonfinite_step, wasted_steps
+from bench.studies.slots import slot_share
 from tuner.config.space import parse_space
 
 NAN = math.nan
@@ -199,7 +199,7 @@ def test_a_pick_with_beta_0_finds_the_reference_combination_with_beta_0_0():
 
 
 def test_every_combination_within_the_noise_of_the_best_reading_is_measured_again():
-    from bench.reference import contenders
+    from bench.headline.reference import contenders
 
     readings = [100, 90, 70, 61, 59, 50]
     records = [{"status": "ok", "tokens_per_second": x, "n": i} for i, x in enumerate(readings)]
@@ -225,11 +225,11 @@ def _verdict_of(row: str) -> str | None:
 
 def test_no_target_line_reads_undefined_when_neither_side_has_a_config_in_hand(monkeypatch, tmp_path):
 
-    from bench import report
-    from bench import warm_start as ws
     from bench.common.results import RECORDED
+    from bench.headline import report
+    from bench.studies import warm_start as ws
 
-    monkeypatch.setattr(ws, "OUTPUT", tmp_path / "absent.json")  # bench.warm_start not run
+    monkeypatch.setattr(ws, "OUTPUT", tmp_path / "absent.json")  # bench.studies.warm_start not run
 
     results = json.loads((RECORDED / "results.json").read_text())
     for pair in results["headline"]:
@@ -249,7 +249,7 @@ def test_no_target_line_reads_undefined_when_neither_side_has_a_config_in_hand(m
 
 
 def test_a_speed_short_of_the_bar_by_less_than_the_noise_is_not_resolvable_here():
-    from bench.headline import speed_judgement, speed_noise
+    from bench.headline.headline import speed_judgement, speed_noise
 
     noisy = {"records": [{"status": "ok", "tokens_per_second": 100.0, "tokens_per_second_runs": [62.0, 100.0, 130.0]},
                          {"status": "ok", "tokens_per_second": 80.0, "tokens_per_second_runs": [70.0, 80.0, 95.0]}]}
@@ -266,7 +266,7 @@ def test_a_speed_short_of_the_bar_by_less_than_the_noise_is_not_resolvable_here(
 
 
 def test_the_target_set_is_never_empty_while_the_reference_has_a_stable_learning_trial():
-    from bench.efficiency import factored_targets
+    from bench.headline.efficiency import factored_targets
 
     # one fast learner far ahead: within 5% of it holds it alone; the target takes the 3 fastest learners
     records = [record(0, "fp32", 1e-4, 8, tps=300.0), record(1, "fp32", 1e-3, 4, tps=100.0),
@@ -287,7 +287,7 @@ def test_the_target_set_is_never_empty_while_the_reference_has_a_stable_learning
 
 
 def test_a_run_keeps_the_sections_it_does_not_write():
-    from bench.report import keep_other_sections
+    from bench.headline.report import keep_other_sections
 
     old = "# B\n\n## Targets (issue 11)\n\nold\n\n## Run to run (written by hand)\n\nkept\n\n## Method notes\n\nold\n"
     new = "# B\n\n## Targets (issue 38)\n\nnew\n\n## Method notes\n\nnew\n"

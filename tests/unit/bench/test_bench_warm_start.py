@@ -1,17 +1,17 @@
-"""bench/warm_start.py: its judgement and tables on a hand-made run, the report's target line, one --quick run."""
+"""bench/studies/warm_start.py: its judgement and tables on a hand-made run, the report's target line, one --quick run."""
 
 import json
 import math
 import statistics
-from pathlib import Path
 
 import pytest
+from helpers import BENCH_RECORDED
 
-from bench import warm_start as ws
+from bench.studies import warm_start as ws
 
 
 def side(number, objectives, params=None, seconds=60.0, to_pick=30.0, statuses=None):
-    """A second search as bench.warm_start keeps it (measure's fields included); number None: no confirmed pick."""
+    """A second search as bench.studies.warm_start keeps it (measure's fields included); number None: no confirmed pick."""
     if number is None:
         return {"seconds": seconds, "seconds_to_pick": None, "confirmed_pick": False, "trials_to_pick": math.inf,
                 "pick": None}
@@ -29,7 +29,7 @@ def pair(seed, warm, cold, trial0=True):
             "comparison": comparison}
 
 
-def made_up(pairs, command="python -m bench.warm_start"):
+def made_up(pairs, command="python -m bench.studies.warm_start"):
     return {"command": command, "machine": {"cpu": "x86", "cpus": 2, "date": "2026-01-01"}, "model": "tiny",
             "trainer": "grpo", "trials": 12, "max_steps": 20, "confirm_seeds": 2, "seeds": [p["seed"] for p in pairs],
             "second_seed_offset": 100, "other_data": "not run", "seconds": 900, "pairs": pairs,
@@ -95,7 +95,7 @@ def test_render_writes_the_section_and_the_report_reads_the_json(tmp_path, monke
     monkeypatch.setattr(ws, "OUTPUT", path)
     assert ws.results_row().endswith("| **met** |") and "not built" not in ws.results_row()
     monkeypatch.setattr(ws, "OUTPUT", tmp_path / "absent.json")
-    assert ws.results_row().endswith("has not been run (bench/warm_start.json) |")
+    assert ws.results_row().endswith("has not been run (bench/recorded/warm_start.json) |")
     assert "not built" in ws.results_row()
 
 
@@ -123,12 +123,12 @@ def test_the_picks_run_again_side_by_side_are_judged_on_those_runs_alone():
     slower = {**runs, "warm": [60.0, 62.0, 58.0, 61.0]}
     assert ws.quality(warm["pick"], cold["pick"], slower)["verdict"] == "worse"
     data = made_up([{**pair(0, warm, cold), "side_by_side": runs}])
-    data["side_by_side"] = {"runs": 4, "seconds": 33, "command": "python -m bench.warm_start --side-by-side x.json"}
+    data["side_by_side"] = {"runs": 4, "seconds": 33, "command": "python -m bench.studies.warm_start --side-by-side x.json"}
     judged = ws.rejudge(data)
     assert judged["pairs"][0]["comparison"]["quality"]["verdict"] == "good"
     assert judged["summary"]["same data"]["quality"]["good"] == 1
     text = "\n".join(ws.lines(judged))
-    assert "**The picks judged side by side** (`python -m bench.warm_start --side-by-side x.json`, 33 s)" in text
+    assert "**The picks judged side by side** (`python -m bench.studies.warm_start --side-by-side x.json`, 33 s)" in text
     assert "| 95, 100, 105, 98 / 100, 97, 103, 101 | 0.98 (0.92-1.08) | good |" in text
 
 
@@ -160,7 +160,7 @@ def test_the_issues_5_percent_is_judged_pooled_over_the_pairs_with_a_bootstrap_i
     assert ws.pooled([pair(0, side(None, []), side(None, []))]) is None
     # the tables say it, once the picks were run side by side
     data = made_up(_judged_pairs([80.0, 81.0, 79.0, 80.0], [100.0, 101.0, 99.0, 100.0]))
-    data["side_by_side"] = {"runs": 4, "seconds": 33, "command": "python -m bench.warm_start --side-by-side x.json"}
+    data["side_by_side"] = {"runs": 4, "seconds": 33, "command": "python -m bench.studies.warm_start --side-by-side x.json"}
     text = "\n".join(ws.lines(ws.rejudge(data)))
     assert "same data 0.80x (" in text and "8 pairs): worse by over 5%." in text
 
@@ -181,11 +181,11 @@ def test_several_runs_render_pooled_with_the_median_the_mean_and_the_pairs_under
     paths = []
     for name, pairs in (("a", fast), ("b", slow)):
         paths.append(tmp_path / f"{name}.json")
-        paths[-1].write_text(json.dumps(made_up(pairs, command=f"python -m bench.warm_start --output {name}")))
+        paths[-1].write_text(json.dumps(made_up(pairs, command=f"python -m bench.studies.warm_start --output {name}")))
     assert ws.main(["--render", *map(str, paths)]) == 0
     out = capsys.readouterr().out
-    assert "- `python -m bench.warm_start --output a`, 2026-01-01, tuner ?: 3 pairs" in out
-    assert "- `python -m bench.warm_start --output b`, 2026-01-01, tuner ?: 2 pairs" in out
+    assert "- `python -m bench.studies.warm_start --output a`, 2026-01-01, tuner ?: 3 pairs" in out
+    assert "- `python -m bench.studies.warm_start --output b`, 2026-01-01, tuner ?: 2 pairs" in out
     # trials 1/6 (x3) and 3/6 (x2); wall to the pick 0.4 (x3) and 0.7 (x2): median 0.4, mean 0.52
     assert "| same data | 5 | 0.17 | 0.40 | 0.52 | 3 of 5 |" in out
     # one config on both sides of every pair: as good, and the pooled bar judged on their own readings
@@ -198,11 +198,11 @@ def test_several_runs_render_pooled_with_the_median_the_mean_and_the_pairs_under
 
 def test_the_recorded_runs_meet_the_issues_target_as_the_readme_says():
     # The README's row, bench/RESULTS.md's Targets line and its subsections ("The same data over 56 pairs", "Other
-    # data over 48 pairs") from the recorded runs (bench.warm_start.RECORDED), pooled as `--render A B ...` pools
+    # data over 48 pairs") from the recorded runs (bench.studies.warm_start.RECORDED), pooled as `--render A B ...` pools
     # them: trials and wall time to a confirmed pick at most 0.5x cold by the median over the pairs, every warm search
     # with a confirmed pick, and the warm picks within 5% of the cold ones pooled over the pairs run side by side (the
     # bootstrap is seeded: the same interval every time); where the earlier pick fails, at most 1.1x.
-    arms = ws.recorded(Path(__file__).resolve().parents[3] / "bench")
+    arms = ws.recorded(BENCH_RECORDED)
     assert arms is not None and {arm: len(pairs) for arm, pairs in arms.items()} == {
         "same data": 56, "other data": 48, ws.PICK_FAILS: 16}
     for arm in ("same data", "other data"):

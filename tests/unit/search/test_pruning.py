@@ -117,7 +117,7 @@ def test_the_trials_a_search_keeps_are_handed_out_unprunable_and_halving_lets_th
 def test_a_rung_holds_the_trials_figures_at_the_rung_never_a_run_at_its_end():
     """Ray Tune's ASHA records a trial that ends unrecorded at its last result: a warm search's earlier recommendation
     (kept) and confirmation runs, ended at step 20, set the bar at the rung (step 6) for the trials after them
-    (bench/warm_start.py: 23 of the 32 warm trials that started after the recommendation had ended were stopped
+    (bench/studies/warm_start.py: 23 of the 32 warm trials that started after the recommendation had ended were stopped
     there). A kept trial counts by its figures at the rung; a re-run counts not at all; nothing counts by its end."""
     halving = execution.Halving(max_steps=20)
     rung = halving.grace

@@ -1,4 +1,4 @@
-"""GRPO's KL anchor on its recorded ground truth (bench/anchor.py, bench/anchor.json.gz): the tiny pretrained model's
+"""GRPO's KL anchor on its recorded ground truth (bench/horizon/anchor.py, bench/recorded/anchor.json.gz): the tiny pretrained model's
 GRPO pick of default search seed 1 (fp32, dapo, lr 7.6e-5, 60 steps) run to 1,500 steps on 4 fresh seeds with beta 0
 as picked and with beta 0.04, nothing else changed. The figures docs/horizon.md and bench/RESULTS.md state are
 asserted here, so a re-recording that changes them fails until the text follows."""
@@ -6,9 +6,10 @@ asserted here, so a re-recording that changes them fails until the text follows.
 from pathlib import Path
 
 import pytest
+from helpers import BENCH_RECORDED
 
-from bench.anchor import TITLE, _replayed, lines, spread
-from bench.horizon import FAILED, load
+from bench.horizon.anchor import TITLE, _replayed, lines, spread
+from bench.horizon.horizon import FAILED, load
 from tuner.verdicts.forecast import forecast
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -16,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[3]
 
 @pytest.fixture(scope="module")
 def recorded():
-    return load(ROOT / "bench" / "anchor.json.gz")
+    return load(BENCH_RECORDED / "anchor.json.gz")
 
 
 def test_with_beta_0_every_run_lost_its_spread_and_collapsed_and_with_beta_004_every_run_held(recorded):

@@ -86,13 +86,13 @@ def test_grpo_reward_spread_fading_below_the_ceiling_is_a_collapse_ahead():
     assert not forecast(_fading(40, reward_rising=True), "grpo", "fp32", horizon_steps(40))
     # and the rule is GRPO's own signal
     assert not forecast(_fading(40, reward_rising=False), "dpo", "fp32", horizon_steps(40))
-    # ... without a KL anchor: with beta > 0 (TRL logs "kl") the share levels off below 1 (bench/anchor.py)
+    # ... without a KL anchor: with beta > 0 (TRL logs "kl") the share levels off below 1 (bench/horizon/anchor.py)
     anchored = [{**row, "kl": 0.01} for row in _fading(40, reward_rising=False)]
     assert not forecast(anchored, "grpo", "fp32", horizon_steps(40))
 
 
 def test_half_precision_updates_that_round_away_are_a_note_for_half_weights_not_a_late_failure_risk():
-    # bench/horizon.py: a bf16-pure KTO config with 81% of its sampled weights unchanged a step learned 14x more
+    # bench/horizon/horizon.py: a bf16-pure KTO config with 81% of its sampled weights unchanged a step learned 14x more
     # over 500 steps than over 20: rounding is worth saying, but it did not foretell a failure
     rows = [{"step": s, "learning_rate": 1e-6, "update_lost": 0.8, "loss": 1.0} for s in range(1, 21)]
     assert not forecast(rows, "sft", "bf16-pure", horizon_steps(20))
@@ -111,7 +111,7 @@ def test_headroom_already_near_the_top_is_a_risk_and_says_where():
 
 
 def test_activations_the_training_grew_to_a_hundredth_of_the_range_stay_a_risk_when_their_growth_stops():
-    # bench/horizon.py, config seed 67, GRPO config 2 (fp16-pure LoRA, lr 0.011), seed 3: flagged at 20 steps
+    # bench/horizon/horizon.py, config seed 67, GRPO config 2 (fp16-pure LoRA, lr 0.011), seed 3: flagged at 20 steps
     # (overflow projected near step 45); on the 500-step schedule its activations rose to 8.6% of float16's range at
     # step 70, fell back to 5% by step 90, and it overflowed at step 251. Its risk rung (90 steps) must not clear it.
     shares = {1: 5.5e-5, 10: 1.9e-4, 20: 3.2e-3, 30: 1.3e-2, 40: 3.4e-2, 50: 5.1e-2, 60: 6.4e-2, 70: 8.6e-2,
@@ -157,7 +157,7 @@ def test_grown_activations_of_a_margin_loss_that_has_separated_its_pairs_are_no_
 
 
 def test_float16_trainable_weights_are_a_risk_and_float32_adapters_are_not():
-    # bench/horizon.py: every fp16-pure full fine-tune ok at 20 steps failed by step 500 (5 of 5)
+    # bench/horizon/horizon.py: every fp16-pure full fine-tune ok at 20 steps failed by step 500 (5 of 5)
     rows = [{"step": s, "loss": 1.0, "grad_norm": 1.0, **({"weights_fp16": 1.0} if s % 5 == 0 else {})}
             for s in range(1, 21)]
     (risk,) = forecast(rows, "reward", "fp16-pure", horizon_steps(20))
@@ -168,7 +168,7 @@ def test_float16_trainable_weights_are_a_risk_and_float32_adapters_are_not():
 
 
 def test_grpo_reward_spread_fading_at_the_rewards_best_is_the_task_solved():
-    # bench/horizon.py (config seed 37): rewards 0.25 -> 0.9 of a 1.0 ceiling, groups losing their spread because
+    # bench/horizon/horizon.py (config seed 37): rewards 0.25 -> 0.9 of a 1.0 ceiling, groups losing their spread because
     # every completion is right; it held 500 steps. The same fading below the reward's best stays a risk.
     rows = _fading(40, reward_rising=False)
     solved = [{**row, "reward": min(1.0, 0.25 + 0.05 * row["step"]) - 0.02 * (row["step"] % 2)} for row in rows]

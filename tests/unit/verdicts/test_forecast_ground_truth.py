@@ -1,16 +1,16 @@
-"""The forecast (tuner.verdicts.forecast) on the recorded ground truth of bench/horizon.py: configs from the shipped
-spaces run 20 steps and 500, their per-step histories kept (bench/horizon-seed*.json.gz). The forecast is re-run
+"""The forecast (tuner.verdicts.forecast) on the recorded ground truth of bench/horizon/horizon.py: configs from the shipped
+spaces run 20 steps and 500, their per-step histories kept (bench/recorded/horizon-seed*.json.gz). The forecast is re-run
 offline on each 20-step history, as the search would see it."""
 
 import math
-from pathlib import Path
 
 import pytest
+from helpers import BENCH_RECORDED
 
-from bench.horizon import FAILED, forecast_again, judged_again, load, with_fp16_share
+from bench.horizon.horizon import FAILED, forecast_again, judged_again, load, with_fp16_share
 from tuner.verdicts.forecast import SATURATED, forecast, horizon_steps
 
-SETS = sorted((Path(__file__).resolve().parents[3] / "bench").glob("horizon-seed*.json.gz"))
+SETS = sorted(BENCH_RECORDED.glob("horizon-seed*.json.gz"))
 
 
 @pytest.fixture(scope="module", params=SETS, ids=lambda p: p.name)
@@ -161,7 +161,7 @@ def test_a_gradient_norm_rising_from_near_zero_on_a_config_that_does_not_learn_i
     # config seed 37 (a fitting set), SFT config 0 on seeds 3 and 4: fp32 at lr 6e-3, its loss rising from step 1,
     # its gradient norm from 0.007 to 0.3 (40x) over 20 steps; both held 500 steps. The grad_norm rule (removed)
     # flagged both: on the fitting sets it flagged 6 runs, 4 that failed (all 4 flagged by fp16_weights too), and these 2.
-    data = load(Path(__file__).resolve().parents[3] / "bench" / "horizon-seed37.json.gz")
+    data = load(BENCH_RECORDED / "horizon-seed37.json.gz")
     runs = [r for r in data["runs"] if r["trainer"] == "sft" and r["config"] == 0]
     assert len(runs) == 2
     for run in runs:
@@ -252,11 +252,11 @@ def test_after_their_risk_rungs_no_true_flag_was_cleared(clause, request):
     assert all(r["outcome"] == "held" for r in flagged if not r["after_rung"])
 
 
-PRETRAINED = sorted((Path(__file__).resolve().parents[3] / "bench").glob("horizon-pretrained-seed*.json.gz"))
+PRETRAINED = sorted(BENCH_RECORDED.glob("horizon-pretrained-seed*.json.gz"))
 
 
 def test_on_the_tiny_pretrained_model_no_learning_config_failed_late_and_fp16_weights_is_every_flag():
-    # bench/horizon.py on the tiny pretrained model, configs from the pretrained ranges, every set held out: config
+    # bench/horizon/horizon.py on the tiny pretrained model, configs from the pretrained ranges, every set held out: config
     # seeds 71 and 73 run 20 steps and 1,000 (50x), 113, 127 and 137 run 20 and 500 (25x, the forecast's horizon).
     # 235 ok at 20 steps, 9 failed in their long run, 12 flagged, 7 of them true: recall 0.78, precision 0.58, all by
     # fp16_weights. Its 5 false flags are fp16-pure full fine-tunes at low learning rates: set 127's (a GRPO config
@@ -288,10 +288,10 @@ def test_on_the_tiny_pretrained_model_no_learning_config_failed_late_and_fp16_we
 
 
 def test_read_as_the_long_run_s_first_steps_early_failures_are_caught_and_flags_lost_are_in_warmup():
-    # bench.horizon.on_the_long_schedule: each held-out config's trial read as the first 20 steps of its 500-step run
+    # bench.horizon.horizon.on_the_long_schedule: each held-out config's trial read as the first 20 steps of its 500-step run
     # (the same run step for step). A run that stopped within them is caught; the flags lost against the recorded
     # trials are all on configs still warming up at step 20 (warmup a share of the run, below half the peak there).
-    from bench.horizon import on_the_long_schedule
+    from bench.horizon.horizon import on_the_long_schedule
 
     rows = [row for data in map(load, SETS) if data.get("held_out") for row in on_the_long_schedule(data)]
     caught = [r for r in rows if r["caught"]]

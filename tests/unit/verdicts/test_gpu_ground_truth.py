@@ -1,14 +1,13 @@
-"""The forecast on ground truth recorded on a GPU (bench/horizon-gpu-seed107.json.gz: an H100, the tiny model's
+"""The forecast on ground truth recorded on a GPU (bench/recorded/horizon-gpu-seed107.json.gz: an H100, the tiny model's
 trials on CUDA, configs drawn only in fp16-mixed and fp16-pure, 20 steps and 500; recorded with the rules frozen).
 The forecast is re-run offline on each 20-step history with today's rules, as on the CPU's sets."""
 
-from pathlib import Path
-
 import pytest
+from helpers import BENCH_RECORDED
 
-from bench.horizon import FAILED, judged_again, load
+from bench.horizon.horizon import FAILED, judged_again, load
 
-GPU_SET = Path(__file__).resolve().parents[3] / "bench" / "horizon-gpu-seed107.json.gz"
+GPU_SET = BENCH_RECORDED / "horizon-gpu-seed107.json.gz"
 
 
 @pytest.fixture(scope="module")

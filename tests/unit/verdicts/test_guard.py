@@ -419,7 +419,7 @@ def test_no_reward_spread_after_the_reward_rose_says_it_rose_and_fell_short_of_i
 
 def test_an_anchored_run_whose_reward_rose_goes_on_through_a_no_spread_streak_and_says_so():
     # GRPO with beta > 0 (TRL logs "kl" only then): the KL penalty keeps pulling a deterministic policy back toward
-    # the reference's spread, so a streak there is a thin signal, not the end of learning (bench/anchor.py). The same
+    # the reference's spread, so a streak there is a thin signal, not the end of learning (bench/horizon/anchor.py). The same
     # rows without "kl" (beta 0: zero advantages, zero gradient) are the collapse they were.
     start = {"loss": 0.0, "grad_norm": 0.5, "reward": 0.13, "reward_std": 0.2, "frac_reward_zero_std": 0.0, "kl": 0.0}
     best = {**start, "reward": 0.9}

@@ -1,17 +1,18 @@
-"""The recommendation's reach on the recorded ground truth of bench/horizon_picks.py: whole default searches per
+"""The recommendation's reach on the recorded ground truth of bench/horizon/horizon_picks.py: whole default searches per
 trainer on the tiny model, each pick run on 2 seeds the search never used at its trial length and 25x it
-(bench/horizon-picks.json.gz). The figures bench/RESULTS.md and docs/horizon.md state are asserted here, so a
+(bench/recorded/horizon-picks.json.gz). The figures bench/RESULTS.md and docs/horizon.md state are asserted here, so a
 re-recording that changes them fails until the text follows."""
 
 from pathlib import Path
 
 import pytest
+from helpers import BENCH_RECORDED
 
-from bench.horizon import FAILED, load
-from bench.horizon_picks import SUBSECTION, TARGET, Pick, lines, pick_outcome, subsection, summarize
+from bench.horizon.horizon import FAILED, load
+from bench.horizon.horizon_picks import SUBSECTION, TARGET, Pick, lines, pick_outcome, subsection, summarize
 
 ROOT = Path(__file__).resolve().parents[3]
-RECORDED = ROOT / "bench" / "horizon-picks.json.gz"
+RECORDED = BENCH_RECORDED / "horizon-picks.json.gz"
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +53,7 @@ def test_the_picks_and_their_failures_are_the_figures_results_states(recorded):
 
 
 def test_results_md_carries_this_recording_s_rendering(recorded):
-    # bench/RESULTS.md's subsection is `python -m bench.horizon_picks --render` of this file: re-recorded figures
+    # bench/RESULTS.md's subsection is `python -m bench.horizon.horizon_picks --render` of this file: re-recorded figures
     # must be rendered into it again
     text = (ROOT / "bench" / "RESULTS.md").read_text()
     assert SUBSECTION in text
@@ -67,11 +68,11 @@ def test_a_pick_that_failed_failed_in_its_long_run(recorded):
             assert any(run["long"]["status"] != "ok" or run["outcome"] == "regressed" for run in row["runs"])
 
 
-PRETRAINED = ROOT / "bench" / "horizon-picks-pretrained.json.gz"
+PRETRAINED = BENCH_RECORDED / "horizon-picks-pretrained.json.gz"
 
 
 def test_on_the_tiny_pretrained_model_the_grpo_picks_were_recommended_at_risk_and_that_risk_came_true():
-    # python -m bench.horizon_picks --model tiny-pretrained --seeds 0,1 (2026-11-27): 10 default searches, 10 picks,
+    # python -m bench.horizon.horizon_picks --model tiny-pretrained --seeds 0,1 (2026-11-27): 10 default searches, 10 picks,
     # each run 25x its trial length on 2 fresh seeds (500 steps for a 20-step pick; GRPO's picks came from its 60- and
     # 180-step rungs: 1,500 and 4,500). The 8 DPO, KTO, reward and SFT picks held on both seeds. Both GRPO picks were
     # recommended with the forecast's reward-spread risk stated (the search ranks a safe config first when it learns
@@ -96,19 +97,19 @@ def test_on_the_tiny_pretrained_model_the_grpo_picks_were_recommended_at_risk_an
     assert body and all(line in body for line in lines(data))
 
 
-PRETRAINED_GRPO = ROOT / "bench" / "horizon-picks-pretrained-grpo.json.gz"
+PRETRAINED_GRPO = BENCH_RECORDED / "horizon-picks-pretrained-grpo.json.gz"
 
 
 def test_with_the_anchored_twin_both_pretrained_grpo_searches_pick_a_config_with_the_kl_penalty_and_it_holds():
-    # python -m bench.horizon_picks --model tiny-pretrained --trainers grpo --seeds 0,1 at 44f4619 (the anchored twin,
+    # python -m bench.horizon.horizon_picks --model tiny-pretrained --trainers grpo --seeds 0,1 at 44f4619 (the anchored twin,
     # tuner.search._anchor; the confirmation seeds' risk; tuner.verdicts.recommend.risk_weight): both searches picked
     # their anchored twin (trial 12, the number after the 12 search trials; beta 0.04), not at risk, and it held its
     # 4,500 steps on both fresh seeds, learning. Search seed 0's twin is the former pick's config with beta 0.04;
     # search seed 1's is of a bf16-mixed trial (the staged search's draws follow measured tokens/s, which differ on a
     # loaded machine). Each of the 4 long runs held only by the guard's exemption for anchored runs: without it, the
     # no-spread rule would have stopped it at steps 2683-3714, its reward (~0.76) still rising.
-    from bench.anchor import _replayed, spread
-    from bench.horizon_picks import trainers_of
+    from bench.horizon.anchor import _replayed, spread
+    from bench.horizon.horizon_picks import trainers_of
 
     data, before = load(PRETRAINED_GRPO), load(PRETRAINED)
     assert data["model"] == "tiny-pretrained" and trainers_of(data) == ("grpo",) and data["factor"] == 25
@@ -140,11 +141,11 @@ def test_the_tiny_pretrained_model_s_picks_with_today_s_rules_pooled_none_failed
     # twin (44f4619), and seeds 2-3 of DPO, KTO, reward and SFT and seed 2 of GRPO (f1a9ac7, 2026-11-28), each search
     # once and the newest: 19 searches, 19 picks, none failed by 25x on either fresh seed; 0 of 19 rules out only a
     # failure share above 0.15.
-    from bench.horizon_picks import pooled_recordings
+    from bench.horizon.horizon_picks import pooled_recordings
 
     names = ["horizon-picks-pretrained.json.gz", "horizon-picks-pretrained-grpo.json.gz",
              "horizon-picks-pretrained-2-3.json.gz", "horizon-picks-pretrained-grpo-2.json.gz"]
-    data = pooled_recordings([load(ROOT / "bench" / name) for name in names])
+    data = pooled_recordings([load(BENCH_RECORDED / name) for name in names])
     summary = summarize(data["searches"])
     assert (summary["all"]["searches"], summary["all"]["picks"], summary["all"]["failed"]) == (19, 19, 0)
     assert summary["all"]["runs"] == 38 and summary["all"]["upper_95"] == 0.146

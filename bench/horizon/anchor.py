@@ -1,16 +1,16 @@
 """GRPO's KL anchor against the late loss of reward spread: a search's pick run 25x its trial, with beta 0 and 0.04.
 
-    python -m bench.anchor                                   # the pretrained GRPO pick of search seed 1, seeds 4-7
-    python -m bench.anchor --pick 0 --seeds 3,4              # search seed 0's pick (180 -> 4,500 steps: ~20 min a run)
-    python -m bench.anchor --render bench/anchor.json.gz --results bench/RESULTS.md   # its summary, into RESULTS
+    python -m bench.horizon.anchor                                   # the pretrained GRPO pick of search seed 1, seeds 4-7
+    python -m bench.horizon.anchor --pick 0 --seeds 3,4              # search seed 0's pick (180 -> 4,500 steps: ~20 min a run)
+    python -m bench.horizon.anchor --render bench/recorded/anchor.json.gz --results bench/RESULTS.md   # its summary, into RESULTS
 
-bench/horizon_picks.py ran the tiny pretrained model's default GRPO searches and their picks 25x: both picks (fp32,
+bench/horizon/horizon_picks.py ran the tiny pretrained model's default GRPO searches and their picks 25x: both picks (fp32,
 dapo, beta 0) lost their reward spread late and the guard stopped every long run at steps 1097-1451. This bench runs
 a recorded pick (``--pick``: its search seed) as it was recommended and with the KL penalty to the reference
 turned on (``beta`` 0.04, TRL's default before 0.19 and the shipped space's other choice), nothing else changed, at
-its trial length and at ``--factor`` times it, on each seed, as ``tuner trial`` runs them (bench.horizon._trial).
-Each row is a bench/horizon.py row (trainer, config: the beta, seed, params, short, long, outcome), so its
-per-step histories replay through today's guard and forecast offline (bench.horizon.judged_again,
+its trial length and at ``--factor`` times it, on each seed, as ``tuner trial`` runs them (bench.horizon.horizon._trial).
+Each row is a bench/horizon/horizon.py row (trainer, config: the beta, seed, params, short, long, outcome), so its
+per-step histories replay through today's guard and forecast offline (bench.horizon.horizon.judged_again,
 tuner.verdicts.guard.first_verdict).
 """
 
@@ -24,15 +24,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 if __package__ in (None, ""):
     sys.path.insert(0, str(REPO))
 
-from bench.horizon import _trial, classify, judged_again, load, save, summarize  # noqa: E402
+from bench.horizon.horizon import _trial, classify, judged_again, load, save, summarize  # noqa: E402
 
-PICKS = REPO / "bench" / "horizon-picks-pretrained.json.gz"
-OUTPUT = REPO / "bench" / "anchor.json.gz"
-TITLE = "### GRPO's KL anchor, 25x (python -m bench.anchor)"  # its subsection of RESULTS.md's "Stable for how long"
+PICKS = REPO / "bench" / "recorded" / "horizon-picks-pretrained.json.gz"
+OUTPUT = REPO / "bench" / "recorded" / "anchor.json.gz"
+TITLE = "### GRPO's KL anchor, 25x (python -m bench.horizon.anchor)"  # its subsection of RESULTS.md's "Stable for how long"
 BETAS = (0.0, 0.04)
 
 
@@ -141,13 +141,13 @@ def main(argv: list[str] | None = None) -> int:
         out = lines(load(args.render))
         print("\n".join(out))
         if args.results:
-            from bench.horizon import SECTION
-            from bench.horizon_picks import replace_subsection
+            from bench.horizon.horizon import SECTION
+            from bench.horizon.horizon_picks import replace_subsection
 
             replace_subsection(Path(args.results), SECTION, TITLE, out)
         return 0
     data = run(args.pick, [int(s) for s in args.seeds.split(",")], args.factor)
-    data["command"] = "python -m bench.anchor " + " ".join(argv if argv is not None else sys.argv[1:])
+    data["command"] = "python -m bench.horizon.anchor " + " ".join(argv if argv is not None else sys.argv[1:])
     save(data, args.output)
     print("\n".join(lines(data)))
     return 0

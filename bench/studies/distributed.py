@@ -1,7 +1,7 @@
 """A trial of several ranks against one process, side by side on this machine: tokens/s and peak memory per rank.
 
-    python -m bench.distributed                          # -> bench/distributed.json
-    python -m bench.distributed --model shape --steps 20 # the Qwen2.5-0.5B shape (bench/shapes.py), 20 SFT steps
+    python -m bench.studies.distributed                          # -> bench/recorded/distributed.json
+    python -m bench.studies.distributed --model shape --steps 20 # the Qwen2.5-0.5B shape (bench/studies/shapes.py), 20 SFT steps
 
 What runs, by what the machine has (the same SFT trial each time, the same data and seed, one after the other):
 
@@ -26,11 +26,11 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 if __package__ in (None, ""):
     sys.path.insert(0, str(REPO))
 
-OUTPUT = REPO / "bench" / "distributed.json"
+OUTPUT = REPO / "bench" / "recorded" / "distributed.json"
 PARAMS = {"learning_rate": 1e-5, "per_device_train_batch_size": 8, "max_length": 256, "lr_scheduler_type": "constant"}
 
 
@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
 
     model = args.model
     if model == "shape":
-        from bench.shapes import QWEN25_05B, build_shaped_model
+        from bench.studies.shapes import QWEN25_05B, build_shaped_model
 
         model = str(build_shaped_model(QWEN25_05B))
     gpus = torch.cuda.device_count()
@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     device = torch.cuda.get_device_name(0) if gpus else "cpu"
     figures = {"device": device, "gpus": gpus, "model": args.model, "trainer": "sft", "steps": args.steps,
                "params": base, "torch": torch.__version__, "summary": summary, "rows": rows,
-               "command": "python -m bench.distributed " + " ".join(argv if argv is not None else sys.argv[1:])}
+               "command": "python -m bench.studies.distributed " + " ".join(argv if argv is not None else sys.argv[1:])}
     Path(args.output).write_text(json.dumps(figures, indent=1) + "\n")
     print(f"wrote {args.output}")
     return 0 if all(row["status"] == "ok" for row in rows) else 1

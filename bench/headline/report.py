@@ -2,7 +2,8 @@
 
 It writes the headline's own sections (``RENDERED``); the lines and sections that other runs record (the warm start's
 and the slot time's target lines, the real model's and the GPU's sections) come from their modules, which render
-them (bench.warm_start, bench.slots, bench.real_model, bench.gpu): this imports them, and none of them imports this.
+them (bench.studies.warm_start, bench.studies.slots, bench.studies.real_model, bench.gpu.gpu): this imports them,
+and none of them imports this.
 
 Every figure is a count or a ratio measured in the same run; seconds are shown beside their
 ratio only so a reader can tell a 2 s difference from a 2 min one.
@@ -16,10 +17,11 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from bench import gpu, real_model, slots, warm_start
-from bench.common.results import fmt, met, read_recorded
-from bench.efficiency import MIN_TARGETS
-from bench.headline import WITHIN
+from bench.common.results import fmt, met, read_recorded, today
+from bench.gpu import gpu
+from bench.headline.efficiency import MIN_TARGETS
+from bench.headline.headline import WITHIN
+from bench.studies import real_model, slots, warm_start
 
 # -- figures ---------------------------------------------------------------------------------------
 
@@ -43,8 +45,8 @@ TRIALS_RATIO_TARGET = 0.5  # trials to target, tuner's default sampler / random:
 
 
 def headline_summary(results: dict[str, Any]) -> dict[str, Any]:
-    """bench.headline.summarize per trainer and over every pair ("all")."""
-    from bench.headline import summarize
+    """bench.headline.headline.summarize per trainer and over every pair ("all")."""
+    from bench.headline.headline import summarize
 
     pairs = results["headline"]
     by = {t: summarize([p["verdicts"] for p in pairs if p["trainer"] == t]) for t in dict.fromkeys(p["trainer"] for p in pairs)}
@@ -97,11 +99,11 @@ def render(results: dict[str, Any]) -> str:
         "",
         "Written by the harness in bench/ (see bench/README.md); every figure below comes from the one run described here.",
         "",
-        f"- command: `{results['command']}`" + (" (quick: a harness check with a tiny budget, not figures to quote)" if results["quick"] else ""),
+        f"- command: `{today(results['command'])}`" + (" (quick: a harness check with a tiny budget, not figures to quote)" if results["quick"] else ""),
         f"- date: {m['date']}; total time {results['total_seconds'] / 60:.1f} min",
-        *([f"- rendered again from this run's raw numbers by `{results['rendered_by']}` (a change of the report's"
+        *([f"- rendered again from this run's raw numbers by `{today(results['rendered_by'])}` (a change of the report's"
            " layout; nothing was measured again)"] if results.get("rendered_by") and not results.get("lookups_by") else []),
-        *([f"- the trials-to-target lookups run again on this run's own references by `{results['lookups_by']['command']}`"
+        *([f"- the trials-to-target lookups run again on this run's own references by `{today(results['lookups_by']['command'])}`"
            f" (tuner {results['lookups_by']['versions'].get('tuner', '?')}; no training; the headline, references and"
            " slot figures are this run's)"] if results.get("lookups_by") else []),
         f"- machine: {m['cpu']}, {m['cpus']} CPU cores, {m['memory']} memory, {m['platform']}, Python {m['python']}",
@@ -124,17 +126,17 @@ def render(results: dict[str, Any]) -> str:
               "", *_overhead(results), "", *_notes(results)]
     if results["quick"]:
         lines += ["- This was a --quick run: the budget is too small for the figures to mean anything."]
-    recorded = real_model.load()  # bench.real_model's run: its section is rendered with every run of the bench
+    recorded = real_model.load()  # bench.studies.real_model's run: its section is rendered with every run of the bench
     if recorded is not None:
         lines += ["", *real_model.section(recorded)]
-    recorded = read_recorded(gpu.OUTPUT)  # bench.gpu's run on a lent GPU: the same
+    recorded = read_recorded(gpu.OUTPUT)  # bench.gpu.gpu's run on a lent GPU: the same
     if recorded is not None:
         lines += ["", *gpu.section(recorded)]
     return "\n".join(lines) + "\n"
 
 
 # The sections render() writes; any other section of an existing RESULTS.md (written by hand, or by a run of its own
-# such as bench.slots or bench.horizon through replace_section) is kept when the run writes the file again.
+# such as bench.studies.slots or bench.horizon.horizon through replace_section) is kept when the run writes the file again.
 RENDERED = ("## Targets", "## Headline", "## The speed reference", "## Trials to target",
             "## Slot time outside trial processes (tuner)", "## Method notes", "## A real model's shape",
             "## On a GPU: the headline command")
@@ -178,7 +180,7 @@ def _describe_all(params: dict[str, Any]) -> str:
 def _targets(results: dict[str, Any], summary: dict[str, Any], trainers: list[str]) -> list[str]:
     """The targets the project steers by (issue 38), each line met, not met, not resolvable here (with the noise
     band that decides it) or not built: never undefined."""
-    from bench.headline import speed_judgement
+    from bench.headline.headline import speed_judgement
 
     pooled = summary["all"]
     n = pooled["n"]
@@ -237,8 +239,8 @@ def _targets(results: dict[str, Any], summary: dict[str, Any], trainers: list[st
 
 
 def speed_noise(results: dict[str, Any]) -> dict[str, Any] | None:
-    """bench.headline.speed_noise over every speed reference of the run."""
-    from bench.headline import speed_noise as noise
+    """bench.headline.headline.speed_noise over every speed reference of the run."""
+    from bench.headline.headline import speed_noise as noise
 
     return noise(list(results["speed_references"].values()))
 
@@ -269,7 +271,7 @@ def _speed_met(judgement: str | None, band: str) -> str:
 def _successes(results: dict[str, Any], side: str, noise: dict[str, Any] | None) -> tuple[int, int, int]:
     """(picks stable and learning on 3 seeds whose speed is >= 0.95 or within the noise band, of them >= 0.95,
     of them within the noise band only)."""
-    from bench.headline import _stable_learning, speed_judgement
+    from bench.headline.headline import _stable_learning, speed_judgement
 
     judged = [speed_judgement(v.get("speed_ratio"), noise) for p in results["headline"]
               for v in [p["verdicts"][side]] if _stable_learning(v)]
@@ -293,7 +295,7 @@ def _time_met(value: float | None) -> str:
 
 
 def target_set_size(eff: dict[str, Any]) -> int | None:
-    """How many configs the lookup's target set holds (bench/efficiency.py records it as ``target_set``)."""
+    """How many configs the lookup's target set holds (bench/headline/efficiency.py records it as ``target_set``)."""
     if eff.get("target_set") is not None:
         return len(eff["target_set"])
     return len(eff["targets"]) if eff.get("targets") is not None else None
@@ -361,8 +363,8 @@ def _per_seed(pairs: list[dict[str, Any]]) -> list[str]:
 
 
 def _references(results: dict[str, Any], trainers: list[str]) -> list[str]:
-    from bench.headline import best_stable
-    from bench.reference import NOISE_BAND, REMEASURE
+    from bench.headline.headline import best_stable
+    from bench.headline.reference import NOISE_BAND, REMEASURE
 
     lines = ["## The speed reference", ""]
     for t in trainers:
@@ -395,7 +397,7 @@ def _references(results: dict[str, Any], trainers: list[str]) -> list[str]:
     return lines
 
 
-# The trials-to-target lookups (bench/efficiency.py), as results.json keys them, each with its label.
+# The trials-to-target lookups (bench/headline/efficiency.py), as results.json keys them, each with its label.
 LOOKUPS = (("efficiency_factored", "factored lookup: speed from the speed reference"),
            ("efficiency", "nearest-trial lookup"))
 
@@ -529,7 +531,7 @@ def _notes(results: dict[str, Any]) -> list[str]:
         " time; both use seed i for the sampler and the training of seed i's search, and seeds i+1, i+2 for the pick's"
         " confirmation runs; both search the same shipped space (the anchor samples it through the space's own"
         " define-by-run `suggest`), the same trial budget and steps.",
-        "- The anchor (bench/anchor_asha.py) is what a user writes today: `tune.Tuner` + `OptunaSearch` (Optuna's TPE,"
+        "- The anchor (bench/headline/anchor_asha.py) is what a user writes today: `tune.Tuner` + `OptunaSearch` (Optuna's TPE,"
         " its defaults, seeded) + `ASHAScheduler` (grace period a quarter of the steps), plain TRL trainers with their"
         " defaults (nan/inf filter on, no guard), reporting the trainer's logged objective (reward models: loss, min;"
         " GRPO: reward, max) every step; its pick is the best trial by that metric at its last report; then it runs the"
@@ -537,9 +539,9 @@ def _notes(results: dict[str, Any]) -> list[str]:
         " is unstable (TRL's filter hides a NaN loss; the grad_norm still shows it), an error is unstable. The learned"
         " column is tuner's learning test run on the anchor's own logged metric, shown beside the status, not required"
         " of the anchor.",
-        "- tuner (bench/tuner_search.py) is `prepare` + `run_search` with its defaults (TPE, successive halving, the top 2"
+        "- tuner (bench/headline/tuner_search.py) is `prepare` + `run_search` with its defaults (TPE, successive halving, the top 2"
         " candidates re-run on 2 more seeds); its pick is its recommendation.",
-        "- The speed reference (bench/reference.py) and the lookup's random reference run tuner's own trials directly"
+        "- The speed reference (bench/headline/reference.py) and the lookup's random reference run tuner's own trials directly"
         " (no search, no Ray, no MLflow), 2 at a time with one thread each as in a search, in a shuffled order, before"
         " the headline. A pick's speed is looked up there, so both sides' picks are held to the best under the same"
         " load, not to a measurement taken at another moment of a shared machine.",

@@ -1,20 +1,20 @@
 """On one GPU, in one go: the headline command on the Qwen2.5-0.5B shape, the speed claim against TRL's defaults,
 the early-warning signals' cost, and fp16-mixed's GradScaler.
 
-    source bench/gpu_env.sh && python -m bench.gpu      # on the GPU machine -> bench/gpu.json (and $OUT/gpu.json)
-    python -m bench.gpu --dry                           # on a CPU: the tiny model, every stage in ~1 min: the plumbing
-    python -m bench.gpu --render bench/gpu.json         # the "On a GPU" section of bench/RESULTS.md, again
+    source bench/gpu/gpu_env.sh && python -m bench.gpu.gpu      # on the GPU machine -> bench/recorded/gpu.json (and $OUT/gpu.json)
+    python -m bench.gpu.gpu --dry                           # on a CPU: the tiny model, every stage in ~1 min: the plumbing
+    python -m bench.gpu.gpu --render bench/recorded/gpu.json         # the "On a GPU" section of bench/RESULTS.md, again
 
 A GPU is lent here for ~15 minutes in all, on a machine with no network that starts bare, so this is one script
 that runs every stage in turn within ``--budget-seconds`` (a stage that would not fit is skipped and says so) and
 writes the JSON after each stage: a run cut short keeps what it measured.
 
 1. ``search``: tuner's search (``prepare`` + ``run_search``, as ``tuner search --model Qwen2.5-0.5B --trainer grpo``
-   runs it) on the Qwen2.5-0.5B shape (bench/shapes.py: its published config, seeded random weights, built on the
+   runs it) on the Qwen2.5-0.5B shape (bench/studies/shapes.py: its published config, seeded random weights, built on the
    machine; GRPO's reward: ``hash_reward`` below, since a random model scores 0 on the built-in task), for GRPO and
    for DPO, with the shipped spaces (fp16-mixed included) and the memory plan deciding how
    many trials share the GPU. Per trial: status, tokens/s, peak GPU memory against the estimate; per search: the
-   plan, trials at once (their MLflow runs' overlap), wall time, the pick (bench.real_model).
+   plan, trials at once (their MLflow runs' overlap), wall time, the pick (bench.studies.real_model).
 2. ``speed``: GRPO's pick against TRL's defaults at the shipped space's generation lengths (``precision:
    bf16-mixed`` with nothing else set, as ``trl grpo`` trains, plus the space's ``fixed:`` values; TRL's own
    256-token completions would make tokens/s a figure of the sampler's length, not of the config), alternating
@@ -30,7 +30,7 @@ writes the JSON after each stage: a run cut short keeps what it measured.
    pairs of tokens/s off over on (tuner's tokens/s, the steps after the 2 warm-up steps), and for GRPO also of TRL's
    mean step time on over off.
 
-    REUSE=bench/gpu.json STAGES=signals bash bench/gpu_run.sh   # the signals' cost alone, on an earlier run's picks
+    REUSE=bench/recorded/gpu.json STAGES=signals bash bench/gpu/gpu_run.sh   # the signals' cost alone, on an earlier run's picks
 """
 
 from __future__ import annotations
@@ -45,25 +45,27 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 if __package__ in (None, ""):
     sys.path.insert(0, str(REPO))
 
-OUTPUT = REPO / "bench" / "gpu.json"
+from bench.common.results import today  # noqa: E402
+
+OUTPUT = REPO / "bench" / "recorded" / "gpu.json"
 RESULTS = REPO / "bench" / "RESULTS.md"
 SECTION = "## On a GPU: the headline command and the speed claim (issue 37)"
 # The GPU run's sizes: what fits ~5 minutes on one H100 with the machine's start and a rerun in 15 minutes.
 GPU = {"trials": 4, "max_steps": 8, "repeats": 3, "speed_steps": 10, "signal_pairs": 4, "signal_steps": 12}
 DRY = {"trials": 2, "max_steps": 3, "repeats": 1, "speed_steps": 3, "signal_pairs": 1, "signal_steps": 6}
 STAGES = ("search", "speed", "fp16", "signals")
-SEED = 4  # the search's seed (bench.real_model.SEED: TPE's first draws cover both ends of the memory plan)
+SEED = 4  # the search's seed (bench.studies.real_model.SEED: TPE's first draws cover both ends of the memory plan)
 # GRPO's reward on the shaped model. Its weights are random: every completion scores 0 on the built-in task, every
 # group has no reward spread, and the guard rightly stops each trial as collapsed at step 5 (the first GPU run,
 # 2026-11-26: all 4 GRPO trials). A reward with spread on any text lets the trials run their steps, as a pretrained
 # model's would: a hash of the completion's token ids, in [0, 1) (its text will not do: the shape's 151,936-token
 # vocabulary is mostly outside the tiny tokenizer's, so most completions decode to ""; the second GPU run's trials
 # collapsed on a text hash). It measures speed and memory, not learning.
-REWARD = "bench.gpu:hash_reward"
+REWARD = "bench.gpu.gpu:hash_reward"
 
 
 def hash_reward(completions, **kwargs) -> list[float]:
@@ -98,7 +100,7 @@ class Clock:
 
 def _search(trainer: str, sizes: dict[str, int], model: str | None, store: Path, dry: bool,
             echo: Callable[[str], None]) -> dict[str, Any]:
-    from bench import real_model
+    from bench.studies import real_model
 
     space = str(REPO / "tuner" / "search_spaces" / f"{trainer}.yaml") if dry else None
     figures = real_model.run(trainer=trainer, trials=sizes["trials"], max_steps=sizes["max_steps"], seed=SEED,
@@ -276,7 +278,7 @@ def run(*, dry: bool, budget: float, output: Path, echo: Callable[[str], None] =
         def search(trainer: str, estimate: float) -> None:
             earlier = (reuse or {}).get("stages", {}).get(f"search_{trainer}")
             if earlier and "trials" in earlier:  # --reuse: that run's search, its model built again here
-                from bench import real_model
+                from bench.studies import real_model
 
                 earlier["model"] = {**earlier["model"], **real_model.build_model(None if not dry else "tiny",
                                                                                  time_build=False)}
@@ -363,11 +365,12 @@ def _write(figures: dict[str, Any], output: Path, clock: Clock | None = None) ->
 
 
 def section(data: dict[str, Any]) -> list[str]:
-    """The Markdown section of one run (its command, device and date)."""
+    """The Markdown section of one run (its command, device and date); what the run recorded (its command, its notes)
+    with bench's paths of today (bench.common.results.today)."""
     lines = [SECTION, "",
-             f"Written from `bench/gpu.json` by `{data.get('command')}` on {data['device']} "
+             f"Written from `bench/recorded/gpu.json` by `{data.get('command')}` on {data['device']} "
              f"({data['machine'].get('date')}; {data['seconds']:.0f} s in all; torch {data['versions'].get('torch')}). "
-             "The model is the Qwen2.5-0.5B shape with seeded random weights (bench/shapes.py): speed and memory are "
+             "The model is the Qwen2.5-0.5B shape with seeded random weights (bench/studies/shapes.py): speed and memory are "
              "the real size's, learning is not a pretrained model's."]
     if data.get("dry"):
         lines += ["", "**A dry run** (`--dry`: the tiny model on a CPU): the plumbing, not a GPU figure."]
@@ -428,7 +431,7 @@ def section(data: dict[str, Any]) -> list[str]:
         lines += ["", "Runs behind these figures: " + "; ".join(f"{k}: {v}" for k, v in data["runs"].items()) + "."]
     if data.get("skipped"):
         lines += ["", "Skipped: " + "; ".join(data["skipped"]) + "."]
-    return lines
+    return [today(line) for line in lines]
 
 
 def _signals_lines(key: str, signals: dict[str, Any]) -> list[str]:
@@ -478,13 +481,13 @@ def write_section(data: dict[str, Any], results: Path = RESULTS) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.gpu", description=__doc__.splitlines()[0],
+    parser = argparse.ArgumentParser(prog="python -m bench.gpu.gpu", description=__doc__.splitlines()[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog="\n".join(__doc__.splitlines()[2:6]))
     parser.add_argument("--dry", action="store_true", help="the tiny model on this machine: every stage, small")
     parser.add_argument("--budget-seconds", type=float, default=270.0,
                         help="stop starting stages past this (default %(default)s: a rerun must fit the lease)")
-    parser.add_argument("--output", default=None, help="default: bench/gpu.json (--dry: a temporary file)")
+    parser.add_argument("--output", default=None, help="default: bench/recorded/gpu.json (--dry: a temporary file)")
     parser.add_argument("--render", metavar="JSON", help="write the RESULTS section from JSON and stop")
     parser.add_argument("--reuse", metavar="JSON", help="take the searches from this earlier run (a rerun of the "
                                                         "later stages when the lease is short)")
@@ -508,7 +511,7 @@ def main(argv: list[str] | None = None) -> int:
         (DRY if args.dry else GPU)["signal_steps"] = args.signal_steps
     figures = run(dry=args.dry, budget=args.budget_seconds, output=output, reuse=reuse, stages=stages,
                   signals_on=tuple(args.signals_on.split(",")))
-    figures["command"] = " ".join(["python -m bench.gpu", *(sys.argv[1:] if argv is None else argv)])
+    figures["command"] = " ".join(["python -m bench.gpu.gpu", *(sys.argv[1:] if argv is None else argv)])
     _write(figures, output)
     print("\n".join(section(figures)))
     print(f"wrote {output}")

@@ -1,8 +1,8 @@
-# Source from the repo root on the (offline) GPU machine:  source bench/gpu_env.sh || exit
+# Source from the repo root on the (offline) GPU machine:  source bench/gpu/gpu_env.sh || exit
 #
 # The image there has torch, transformers, accelerate, numpy, pandas, pyarrow... but not ray, trl, optuna, mlflow,
 # datasets, pydantic, SQLAlchemy etc. Those travel, pruned (no Ray Java/dashboard UI/RLlib/Serve, no MLflow UI), as
-# .gpu/site312.tar.xz (built by bench/gpu_carry.sh, ignored by git; name `.gpu` in the device tool's `carry`). This unpacks it
+# .gpu/site312.tar.xz (built by bench/gpu/gpu_carry.sh, ignored by git; name `.gpu` in the device tool's `carry`). This unpacks it
 # into /tmp/site, puts it and the repo ahead of the image's packages, and checks the imports: non-zero if any fails.
 
 _gpu_env() {

@@ -1,12 +1,12 @@
 """The tiny pretrained model's real build (``--model tiny-pretrained``), checked: it starts GRPO in its target band
 and a GRPO trial through tuner learns from it at a pretrained model's learning rate.
 
-    python -m bench.tiny_pretrained                      # builds it (~4 min on a CPU core), then ~3 min of checks
-    python -m bench.tiny_pretrained --cache-dir DIR      # a build already in DIR is reused (the tuner cache layout)
+    python -m bench.studies.tiny_pretrained                      # builds it (~4 min on a CPU core), then ~3 min of checks
+    python -m bench.studies.tiny_pretrained --cache-dir DIR      # a build already in DIR is reused (the tuner cache layout)
 
 The build is deterministic on one machine (tuner/inputs/_tiny_pretrained.py) and takes minutes, and the GRPO check
 needs 120 steps to tell its start from its end; together they were the test suite's longest test (11-15 minutes on
-the 2-core runner). So the full check runs here and writes bench/tiny_pretrained.json: the build's record, the
+the 2-core runner). So the full check runs here and writes bench/recorded/tiny_pretrained.json: the build's record, the
 claims with their bounds and figures, and the fingerprint of the build's recipe (``recipe_fingerprint``: the code
 of the build, its tokenizer and its tasks, comments and docstrings aside). The test suite
 (tests/training/inputs/test_tiny_pretrained.py) covers the claim in two ways: it fails when the recipe's fingerprint is
@@ -31,11 +31,11 @@ import tokenize
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
-if __package__ in (None, ""):  # `python bench/tiny_pretrained.py`
+REPO = Path(__file__).resolve().parents[2]
+if __package__ in (None, ""):  # `python bench/studies/tiny_pretrained.py`
     sys.path.insert(0, str(REPO))
 
-OUTPUT = REPO / "bench" / "tiny_pretrained.json"
+OUTPUT = REPO / "bench" / "recorded" / "tiny_pretrained.json"
 # The files whose code decides the build's bytes: the build itself, its tokenizer, the tasks it learns.
 RECIPE = ("tuner/inputs/_tiny_pretrained.py", "tuner/inputs/_word_tokenizer.py", "tuner/inputs/tasks.py")
 
@@ -133,7 +133,7 @@ def measure(path: str | os.PathLike, model: str, grpo_steps: int = GRPO_STEPS) -
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.tiny_pretrained", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.studies.tiny_pretrained", description=__doc__.splitlines()[0])
     parser.add_argument("--cache-dir", default=None, help="the tuner cache to build into or reuse (default: a new "
                         "temporary folder: a fresh build)")
     parser.add_argument("--output", default=str(OUTPUT))
@@ -148,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     machine = common.machine()
     path = resolve_model(TINY_PRETRAINED_MODEL)
     figures = measure(path, TINY_PRETRAINED_MODEL)
-    figures.update(command=" ".join(["python -m bench.tiny_pretrained", *(argv if argv is not None else sys.argv[1:])]),
+    figures.update(command=" ".join(["python -m bench.studies.tiny_pretrained", *(argv if argv is not None else sys.argv[1:])]),
                    date=machine["date"], machine=machine, versions=common.versions(),
                    recipe_fingerprint=recipe_fingerprint(), total_seconds=round(time.perf_counter() - started, 1))
     Path(args.output).write_text(json.dumps(figures, indent=1, default=str) + "\n")

@@ -1,11 +1,11 @@
 """The warm start against a cold one: a second search in a store that holds a first one, side by side (issue 35).
 
-    python -m bench.warm_start                       # 3 seeds; grpo on the tiny model, tuner's defaults (12 x 20 steps)
-    python -m bench.warm_start --quick               # 1 seed, the smallest sizes (reward, 2 trials of 6 steps): a harness check
-    python -m bench.warm_start --other-data          # also the second search on other data of the same task
-    python -m bench.warm_start --render bench/warm_start.json --results bench/RESULTS.md
-    python -m bench.warm_start --side-by-side bench/warm_start.json --runs 4   # the picks again, taking turns
-    python -m bench.warm_start --render bench/warm_start-a.json bench/warm_start-b.json   # runs pooled
+    python -m bench.studies.warm_start                       # 3 seeds; grpo on the tiny model, tuner's defaults (12 x 20 steps)
+    python -m bench.studies.warm_start --quick               # 1 seed, the smallest sizes (reward, 2 trials of 6 steps): a harness check
+    python -m bench.studies.warm_start --other-data          # also the second search on other data of the same task
+    python -m bench.studies.warm_start --render bench/recorded/warm_start.json --results bench/RESULTS.md
+    python -m bench.studies.warm_start --side-by-side bench/recorded/warm_start.json --runs 4   # the picks again, taking turns
+    python -m bench.studies.warm_start --render bench/recorded/warm_start-a.json bench/recorded/warm_start-b.json   # runs pooled
 
 For each seed s, in a fresh store: a first search (cold, seed s, the trainer's shipped space on the tiny model,
 tuner's default options: trials, steps, confirmation on 2 more seeds). Then a copy of that store is taken, and a
@@ -75,13 +75,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 if __package__ in (None, ""):
     sys.path.insert(0, str(REPO))
 
-from bench.common.results import read_recorded  # noqa: E402
+from bench.common.results import read_recorded, today  # noqa: E402
 
-OUTPUT = REPO / "bench" / "warm_start.json"
+OUTPUT = REPO / "bench" / "recorded" / "warm_start.json"
 SECTION = "## Warm start: the second search against a cold one (issue 35)"
 TARGET = 0.5  # warm / cold, trials to a confirmed pick
 FAILS_TARGET = 1.1  # the same where the earlier pick fails here
@@ -91,12 +91,12 @@ WITHIN = 0.95  # the issue's bar, "learning speed within 5%": judged pooled over
 DRAWS = 2000  # bootstrap draws of ``pooled``
 JUDGE_SEEDS = 200  # --side-by-side: the picks' runs on seeds first seed + JUDGE_SEEDS + i, run by neither search
 SECOND = 100  # the second search's seed: s + SECOND
-# The recorded runs (in bench/) the project's target line is judged on (``pooled_target_row``; ``results_row``: the
-# Targets table of bench/report.py), arm by arm: one run's median moves with how many of its pairs fell in the wall
-# time's slow mode, and one run's pairs cannot resolve the 5% bar. Each run of the product code as of its commit, its
-# picks run side by side; a new run is added here when it is recorded. warm_start.json's pairs are daf8322's, before
-# the challenger rule (a trial that beats the earlier pick confirmed next), which changed only the same-data arm's
-# wall time.
+# The recorded runs (in bench/recorded/) the project's target line is judged on (``pooled_target_row``;
+# ``results_row``: the Targets table of bench/headline/report.py), arm by arm: one run's median moves with how many of
+# its pairs fell in the wall time's slow mode, and one run's pairs cannot resolve the 5% bar. Each run of the product
+# code as of its commit, its picks run side by side; a new run is added here when it is recorded. warm_start.json's
+# pairs are daf8322's, before the challenger rule (a trial that beats the earlier pick confirmed next), which changed
+# only the same-data arm's wall time.
 RECORDED = {
     "same data": ("warm_start-challenger.json", "warm_start-challenger-8-15.json", "warm_start-same16.json",
                   "warm_start-same24.json"),
@@ -518,7 +518,7 @@ def _seed_line(pair: dict[str, Any]) -> str:
 
 
 def target_row(data: dict[str, Any]) -> str:
-    """The Targets table's line (bench/report.py), from a recorded run."""
+    """The Targets table's line (bench/headline/report.py), from a recorded run."""
     s = data["summary"]["same data"]
     verdict, why = judge(s)
     q = s["quality"]
@@ -534,7 +534,7 @@ def target_row(data: dict[str, Any]) -> str:
             f" median over {s['seeds']} seeds; the warm pick as good: >= {AS_GOOD}x the cold pick's learning speed) |"
             f" {_fmt(s['trials_ratio'])} (wall to the confirmed pick {_fmt(s['wall_to_pick_ratio'])}, to the end"
             f" {_fmt(s['wall_ratio'])}); pick as good on {q['good']}, worse on {q['worse']}, not resolvable on"
-            f" {q['not resolvable']} of {s['seeds']} (`{data.get('command')}`, {data['machine'].get('date')}) | {mark} |")
+            f" {q['not resolvable']} of {s['seeds']} (`{today(data.get('command'))}`, {data['machine'].get('date')}) | {mark} |")
 
 
 def recorded(folder: Path, runs: dict[str, tuple[str, ...]] = RECORDED) -> dict[str, list[dict[str, Any]]] | None:
@@ -554,7 +554,7 @@ def _walls_to_pick(pairs: list[dict[str, Any]]) -> list[float]:
 
 
 def pooled_target_row(arms: dict[str, list[dict[str, Any]]]) -> str:
-    """The Targets table's line (bench/report.py) judged over the recorded runs pooled (``recorded``): per arm the median over its
+    """The Targets table's line (bench/headline/report.py) judged over the recorded runs pooled (``recorded``): per arm the median over its
     pairs (``judge``) and, on the same and other data, the warm picks' 5% pooled over the pairs (``pooled``). Met when
     every arm is; not resolvable here when an arm's 5% is not resolvable and nothing is not met."""
     parts, verdicts = [], []
@@ -582,7 +582,7 @@ def pooled_target_row(arms: dict[str, list[dict[str, Any]]]) -> str:
     return (f"| time to a pick, warm start / cold start <= {TARGET} (trials and wall time to a confirmed pick, median"
             f" over the pairs of the recorded runs pooled; the warm picks' learning speed within 5% of the cold ones',"
             f" pooled over the pairs run side by side; where the earlier pick fails <= {FAILS_TARGET}) |"
-            f" {'; '.join(parts)} (`python -m bench.warm_start --render` of {files} in bench/) | {mark} |")
+            f" {'; '.join(parts)} (`python -m bench.studies.warm_start --render` of {files} in bench/recorded/) | {mark} |")
 
 
 
@@ -596,13 +596,13 @@ def results_row(path: Path | None = None) -> str:
         return pooled_target_row(arms)
     data = read_recorded(path)
     if data is None:
-        return ("| time to a pick, warm start / cold start <= 0.5 | - | not built: `python -m bench.warm_start` has"
-                " not been run (bench/warm_start.json) |")
+        return ("| time to a pick, warm start / cold start <= 0.5 | - | not built: `python -m bench.studies.warm_start` has"
+                " not been run (bench/recorded/warm_start.json) |")
     return target_row(data)
 
 def lines(data: dict[str, Any]) -> list[str]:
     m = data["machine"]
-    out = [f"`{data.get('command')}` on {m.get('cpu')} ({m.get('cpus')} cores), {m.get('date')}: {data['trainer']} on"
+    out = [f"`{today(data.get('command'))}` on {m.get('cpu')} ({m.get('cpus')} cores), {m.get('date')}: {data['trainer']} on"
            f" the {data['model']} model, the shipped space, {data['trials']} trials of {data['max_steps']} steps,"
            f" confirmation on {data['confirm_seeds']} more seeds; seeds {data['seeds']} (the second search's seed"
            f" + {data['second_seed_offset']}); other data: {data['other_data']}; where the first pick fails:"
@@ -612,7 +612,7 @@ def lines(data: dict[str, Any]) -> list[str]:
            " on each of its seeds (its search run, then its confirmation re-runs); the medians compared on the"
            " confirmation seeds alone, the same two for both picks (the reading on the search's own seed is the"
            " best of that search's trials there: biased up, the more trials the more).", "",
-           *([f"**The picks judged side by side** (`{data['side_by_side'].get('command')}`,"
+           *([f"**The picks judged side by side** (`{today(data['side_by_side'].get('command'))}`,"
               f" {data['side_by_side']['seconds']} s): each pair's two picks run again {data['side_by_side']['runs']}"
               " times each, one run at a time and taking turns, on seeds neither search ran (the first search's seed"
               f" + {JUDGE_SEEDS} + i), on their arm's data; the column \"side by side\" holds those readings, and"
@@ -674,7 +674,7 @@ def pooled_lines(runs: list[dict[str, Any]]) -> list[str]:
     for data in runs:
         m, n = data["machine"], len(data["pairs"])
         side = " (picks run side by side)" if data.get("side_by_side") else ""
-        out.append(f"- `{data.get('command')}`, {m.get('date')}, tuner {data.get('versions', {}).get('tuner', '?')}:"
+        out.append(f"- `{today(data.get('command'))}`, {m.get('date')}, tuner {data.get('versions', {}).get('tuner', '?')}:"
                    f" {n} pair{'s' * (n != 1)}{side}")
     out += ["", "| data | pairs | trials to a pick, warm / cold (median) | wall to the pick: median | mean |"
             f" pairs at or under {TARGET} | wall to the end | every run to the end | warm pick as good (>= {AS_GOOD}x) |",
@@ -722,7 +722,7 @@ def _json_default(value):
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.warm_start", description=__doc__.splitlines()[0],
+    parser = argparse.ArgumentParser(prog="python -m bench.studies.warm_start", description=__doc__.splitlines()[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog="\n".join(__doc__.splitlines()[2:8]))
     parser.add_argument("--seeds", default="0,1,2", help="comma-separated first-search seeds (default %(default)s)")
@@ -751,7 +751,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.side_by_side:
         path = Path(args.side_by_side)
         data = side_by_side(json.loads(path.read_text()), args.runs)
-        data["side_by_side"]["command"] = " ".join(["python -m bench.warm_start",
+        data["side_by_side"]["command"] = " ".join(["python -m bench.studies.warm_start",
                                                    *(sys.argv[1:] if argv is None else argv)])
         path.write_text(json.dumps(data, indent=1, default=_json_default) + "\n")
         print("\n".join(lines(data)))
@@ -782,7 +782,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if not keep:
             shutil.rmtree(workdir, ignore_errors=True)
-    data["command"] = " ".join(["python -m bench.warm_start", *(sys.argv[1:] if argv is None else argv)])
+    data["command"] = " ".join(["python -m bench.studies.warm_start", *(sys.argv[1:] if argv is None else argv)])
     data["quick"] = args.quick
     output = Path(args.output or (Path(tempfile.gettempdir()) / "warm_start-quick.json" if args.quick else OUTPUT))
     output.write_text(json.dumps(data, indent=1, default=_json_default) + "\n")

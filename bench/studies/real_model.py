@@ -1,9 +1,9 @@
-"""A real tuner search on the Qwen2.5-0.5B-shaped model (bench/shapes.py): set-up time, step time, peak memory
+"""A real tuner search on the Qwen2.5-0.5B-shaped model (bench/studies/shapes.py): set-up time, step time, peak memory
 against tuner.trial.memory's estimate, and the memory plan the search ran under; on a GPU, also tokens/s of the
 search's pick against TRL's default config.
 
-    python -m bench.real_model                                  # grpo, 2 trials of 2 steps -> bench/real_model.json
-    python -m bench.real_model --trainer grpo --trials 2 --max-steps 2 --output bench/real_model.json
+    python -m bench.studies.real_model                                  # grpo, 2 trials of 2 steps -> bench/recorded/real_model.json
+    python -m bench.studies.real_model --trainer grpo --trials 2 --max-steps 2 --output bench/recorded/real_model.json
 
 What it does:
 
@@ -27,7 +27,7 @@ to 8 x 2 accumulation) would make one 2-step trial of a 0.5B model take several 
 the shipped space.
 
 ``section`` (below) renders the JSON as the "real model" section of bench/RESULTS.md, which ``python -m bench``
-writes (bench/report.py).
+writes (bench/headline/report.py).
 """
 
 from __future__ import annotations
@@ -42,13 +42,13 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-REPO = Path(__file__).resolve().parent.parent
-if __package__ in (None, ""):  # `python bench/real_model.py`
+REPO = Path(__file__).resolve().parents[2]
+if __package__ in (None, ""):  # `python bench/studies/real_model.py`
     sys.path.insert(0, str(REPO))
 
-from bench.common.results import fmt, read_recorded  # noqa: E402
+from bench.common.results import fmt, read_recorded, today  # noqa: E402
 
-OUTPUT = REPO / "bench" / "real_model.json"
+OUTPUT = REPO / "bench" / "recorded" / "real_model.json"
 NO_GPU = "no GPU: GPU figures not measured"
 
 # The CPU run's space. Why these values (measured on the 2-core runner, 1 thread per trial as Ray gives it):
@@ -63,7 +63,7 @@ NO_GPU = "no GPU: GPU figures not measured"
 #   rate range (TRL's 1e-6 default up to LoRA's ~1e-4).
 CPU_SPACE: dict[str, Any] = {
     "trainer": "grpo",
-    "description": "bench/real_model.py on a CPU: GRPO on the Qwen2.5-0.5B-shaped model, smallest steps",
+    "description": "bench/studies/real_model.py on a CPU: GRPO on the Qwen2.5-0.5B-shaped model, smallest steps",
     "fixed": {"precision": "bf16-pure", "per_device_train_batch_size": 4, "gradient_accumulation_steps": 1,
               "num_generations": 4, "max_completion_length": 8, "temperature": 1.0},
     "params": {
@@ -110,7 +110,7 @@ def build_model(model: str | None, time_build: bool = True) -> dict[str, Any]:
 
     from transformers import AutoConfig
 
-    from bench.shapes import QWEN25_05B, build_shaped_model, shape_dir
+    from bench.studies.shapes import QWEN25_05B, build_shaped_model, shape_dir
     from tuner.inputs.models import resolve_model
     from tuner.trial import memory
 
@@ -257,7 +257,7 @@ def run(*, trainer: str = "grpo", trials: int = 2, max_steps: int = 2, seed: int
         search_space = str(store / "cpu_space.yaml")
         space = {**CPU_SPACE, "fixed": {**CPU_SPACE["fixed"], "precision": cpu_precision()}}
         Path(search_space).write_text(yaml.safe_dump(space, sort_keys=False))
-        space_note = (f"bench.real_model.CPU_SPACE in {space['fixed']['precision']} (this CPU's fast precision): the "
+        space_note = (f"bench.studies.real_model.CPU_SPACE in {space['fixed']['precision']} (this CPU's fast precision): the "
                       "shipped space's batch 8 x 2 trials take minutes a step on the 1 core each trial gets (why each "
                       "value: the comment above CPU_SPACE)")
     elif search_space is None:
@@ -379,15 +379,16 @@ def load(path: Path | None = None) -> dict[str, Any] | None:
 
 
 def section(data: dict[str, Any]) -> list[str]:
-    """The Markdown section of one ``python -m bench.real_model`` run (its own command, date and machine), which
-    ``python -m bench`` renders into bench/RESULTS.md from OUTPUT with every run of the bench."""
+    """The Markdown section of one ``python -m bench.studies.real_model`` run (its own command, date and machine), which
+    ``python -m bench`` renders into bench/RESULTS.md from OUTPUT with every run of the bench; what the run recorded
+    (its command, its notes) with bench's paths of today (bench.common.results.today)."""
     m, s, model, gpu = data["machine"], data["search"], data["model"], data["gpu"]
     plan = s.get("plan")
     on_gpu = bool(m.get("gpu"))
     lines = [
         "## A real model's shape: Qwen2.5-0.5B (issue 10)",
         "",
-        f"Written from `bench/real_model.json` by `{data['command']}` ({data['date']}; {data['total_seconds']:.0f} s in all),"
+        f"Written from `bench/recorded/real_model.json` by `{data['command']}` ({data['date']}; {data['total_seconds']:.0f} s in all),"
         f" not by `python -m bench`: its own run on {m['cpu']}, {m['cpus']} CPU cores, {m['memory']} memory,"
         f" load average (1, 5, 15 min) before {m['load_before']}, after {data.get('load_after', '-')}"
         " (seconds on a shared CPU move with its load: compare them within one run; peak memory is steadier); "
@@ -395,7 +396,7 @@ def section(data: dict[str, Any]) -> list[str]:
         + ".",
         "",
         f"- GPU: {m['gpu'] if on_gpu else 'none. No GPU was available in this session: the GPU figures (trials packed per GPU, tokens/s of the pick vs TRL defaults) were not measured'}",
-        f"- model: {model['name']} (`bench/shapes.py`: Qwen2.5-0.5B's config numbers, seeded random {model['dtype']}"
+        f"- model: {model['name']} (`bench/studies/shapes.py`: Qwen2.5-0.5B's config numbers, seeded random {model['dtype']}"
         f" weights, the tiny tokenizer), {model['parameters'] / 1e6:.0f}M parameters;"
         + (f" building it (config, random init, save) takes {model['build_seconds']:.1f} s"
            + (" (timed on a fresh copy; the run used the one already built)" if model["reused"] else "")
@@ -457,7 +458,7 @@ def section(data: dict[str, Any]) -> list[str]:
                   " generations of up to 512 tokens, activation checkpointing on)."]
     else:
         lines += ["", f"GPU comparison: {gpu.get('note')}."]
-    return lines
+    return [today(line) for line in lines]
 
 
 def _row(name: str, t: dict[str, Any]) -> str:
@@ -485,14 +486,14 @@ def _short_params(params: dict[str, Any] | None) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.real_model", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.studies.real_model", description=__doc__.splitlines()[0])
     parser.add_argument("--trainer", default="grpo")
     parser.add_argument("--trials", type=int, default=2)
     parser.add_argument("--max-steps", type=int, default=2)
     parser.add_argument("--seed", type=int, default=SEED, help="search seed (default %(default)s: see SEED)")
-    parser.add_argument("--model", default=None, help="default: the Qwen2.5-0.5B-shaped model (bench/shapes.py)")
+    parser.add_argument("--model", default=None, help="default: the Qwen2.5-0.5B-shaped model (bench/studies/shapes.py)")
     parser.add_argument("--search-space", default=None,
-                        help="default: bench.real_model.CPU_SPACE on a CPU, the shipped space on a GPU")
+                        help="default: bench.studies.real_model.CPU_SPACE on a CPU, the shipped space on a GPU")
     parser.add_argument("--compare", choices=("auto", "on", "off"), default="auto",
                         help="the pick vs TRL's defaults; auto: on a GPU only")
     parser.add_argument("--store", default=None, help="MLflow store (default: a temp dir, removed)")
@@ -512,7 +513,7 @@ def main(argv: list[str] | None = None) -> int:
             import shutil
 
             shutil.rmtree(store, ignore_errors=True)
-    launcher = "python -m bench.real_model" if __package__ not in (None, "") else "python bench/real_model.py"
+    launcher = "python -m bench.studies.real_model" if __package__ not in (None, "") else "python bench/studies/real_model.py"
     result["command"] = " ".join([launcher, *(sys.argv[1:] if argv is None else argv)])
     output = Path(args.output)
     output.parent.mkdir(parents=True, exist_ok=True)

@@ -1,6 +1,6 @@
 """One tuner search, as the benchmark runs it: tuner's public API, then the histories from MLflow.
 
-    python -m bench.tuner_search --out tuner.json --trainer reward --sampler tpe --seed 0 --trials 12
+    python -m bench.headline.tuner_search --out tuner.json --trainer reward --sampler tpe --seed 0 --trials 12
 
 The time measured is from ``prepare`` to ``run_search`` returning (Ray start and stop, every
 trial, the confirmation re-runs, MLflow logging, the recommendation). Each trial's per-step history is
@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.history import first_nonfinite_step, wasted_steps
+from bench.headline.history import first_nonfinite_step, wasted_steps
 
 
 def run_tuner_search(trainer: str, search_space: str | None, sampler: str, max_steps: int, store: str,

@@ -1,8 +1,8 @@
 """The trials-to-target lookups under the target before issue 38 (within 5% of one best alone) and today's (never
 empty: at least ``MIN_TARGETS`` stable, learning reference trials), on one pair of references, no training:
 
-    python -m bench.lookup_targets --results bench/results.json --trainer grpo
-    python -m bench.lookup_targets --lookup lookup-grpo.json --speed speed-grpo.json   # bench.reference's outputs
+    python -m bench.headline.lookup_targets --results bench/recorded/results.json --trainer grpo
+    python -m bench.headline.lookup_targets --lookup lookup-grpo.json --speed speed-grpo.json   # bench.headline.reference's outputs
 
 Prints per lookup and target: the target set's size and members, hits and median trials to the first hit per
 sampler; then, on the nearest-trial lookup, each stable, learning reference trial as the one target alone: what the
@@ -17,8 +17,8 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from bench.efficiency import MIN_TARGETS, NearestMeasured, compare, simulate
-from bench.reference import shipped_space
+from bench.headline.efficiency import MIN_TARGETS, NearestMeasured, compare, simulate
+from bench.headline.reference import shipped_space
 
 
 def before_after(trainer: str, lookup: dict[str, Any], speed: dict[str, Any], seeds: int = 10,
@@ -53,8 +53,8 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--results", type=Path, help="a bench run's results.json (its references)")
     parser.add_argument("--trainer", default="grpo")
-    parser.add_argument("--lookup", type=Path, help="bench.reference --kind random's output")
-    parser.add_argument("--speed", type=Path, help="bench.reference --kind speed's output")
+    parser.add_argument("--lookup", type=Path, help="bench.headline.reference --kind random's output")
+    parser.add_argument("--speed", type=Path, help="bench.headline.reference --kind speed's output")
     args = parser.parse_args(argv)
     if args.results:
         results = json.loads(args.results.read_text())

@@ -1,13 +1,13 @@
 """The embedded default, as a new user runs it: `tuner search` with no arguments, on N seeds.
 
-    python -m bench.default_search --seeds 10          # ~1-3 min per seed on 2 cores
-    python -m bench.default_search --model tiny-pretrained --out bench/pretrained_search.json   # the pretrained path
+    python -m bench.studies.default_search --seeds 10          # ~1-3 min per seed on 2 cores
+    python -m bench.studies.default_search --model tiny-pretrained --out bench/recorded/pretrained_search.json   # the pretrained path
 
 For each seed, in a fresh folder (so a fresh ./mlflow store): `tuner search --seed S` (the README's first
 command, plus the seed), then `tuner export --experiment grpo-tiny -o recommended.yaml`, then
 `trl grpo --config recommended.yaml` for 2 steps on the built-in data saved as jsonl. Reports per seed:
 exit code, wall time, the recommended trial, whether export and TRL ran; and the share of seeds with a
-confirmed recommendation. Writes the figures to bench/default_search.json.
+confirmed recommendation. Writes the figures to bench/recorded/default_search.json.
 """
 
 from __future__ import annotations
@@ -23,9 +23,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench.common.results import RECORDED
 from tuner.config.trainers import adapter
 
-OUT = Path(__file__).with_name("default_search.json")
+OUT = RECORDED / "default_search.json"
 
 
 def _run(command: list[str], cwd: Path, timeout: float) -> tuple[int, str, float]:

@@ -1,8 +1,8 @@
 """Per-trial set-up with the base model's weights loaded from disk by every trial (before) and mapped from the node's
 one shared copy (after, tuner.trial.weights), side by side in one run, on the tiny model and the Qwen2.5-0.5B shape.
 
-    python -m bench.setup_time                       # 5-20 min on a 2-core CPU (its load); writes bench/setup_time.json
-    python -m bench.setup_time --repeats 5 --models tiny
+    python -m bench.studies.setup_time                       # 5-20 min on a 2-core CPU (its load); writes bench/recorded/setup_time.json
+    python -m bench.studies.setup_time --repeats 5 --models tiny
 
 Every measurement runs in a fresh child of the trial forkserver (torch, transformers and TRL preloaded), as a trial
 does; before and after alternate within each repeat, medians and the ratio before/after are reported.
@@ -33,7 +33,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-OUT = Path(__file__).with_name("setup_time.json")
+from bench.common.results import RECORDED
+
+OUT = RECORDED / "setup_time.json"
 
 # Trials: short and small, so the first step (the same before and after) does not drown the set-up on a CPU. Those
 # marked construct_only stop when the trainer is built (the set-up; their first step is the same before and after).
@@ -285,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
     import transformers
     import trl
 
-    from bench.shapes import QWEN25_05B, build_shaped_model
+    from bench.studies.shapes import QWEN25_05B, build_shaped_model
     from tuner.inputs.models import tiny_model_dir
 
     paths = {"tiny": str(tiny_model_dir()), "qwen2.5-0.5b": str(build_shaped_model(QWEN25_05B))}
@@ -297,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ[weights.DIR_ENV] = root
     started = time.time()
     results: dict[str, Any] = {
-        "command": "python -m bench.setup_time " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "command": "python -m bench.studies.setup_time " + " ".join(argv if argv is not None else sys.argv[1:]),
         "date": time.strftime("%Y-%m-%d %H:%M"), "machine": f"{platform.machine()}, {os.cpu_count()} cores",
         "versions": {"torch": torch.__version__, "transformers": transformers.__version__, "trl": trl.__version__},
         "load_average_start": os.getloadavg(), "repeats": args.repeats, "models": {}}

@@ -1,6 +1,6 @@
 """Could any fit of a 20-step trial's signals forecast late failure better than the rules? Judged as the rules are.
 
-    python -m bench.horizon_fit bench/horizon-seed*.json.gz bench/horizon-pretrained-seed*.json.gz
+    python -m bench.horizon.horizon_fit bench/recorded/horizon-seed*.json.gz bench/recorded/horizon-pretrained-seed*.json.gz
 
 The forecast's rules (tuner/verdicts/forecast.py) were written by hand, one per signal, and on held-out sets they
 stay under the issue's 0.8 for recall or precision (bench/RESULTS.md, "Stable for how long"). This asks whether the
@@ -19,7 +19,7 @@ length, the schedule, the log learning rate, and per signal its level and its gr
 largest spike over its median and its last over its first, the grad norm's largest and last over its first and
 median, the headroom's largest and its growth, the weight norm's growth, the update ratio and the share of updates
 lost). Only sets drawn over the whole spaces on a CPU are used (a GPU's or a precision-only draw is pooled apart by
-bench.horizon too). Nothing is re-run: it reads the recorded sets.
+bench.horizon.horizon too). Nothing is re-run: it reads the recorded sets.
 """
 
 from __future__ import annotations
@@ -31,11 +31,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 if __package__ in (None, ""):
     sys.path.insert(0, str(REPO))
 
-from bench.horizon import (  # noqa: E402
+from bench.horizon.horizon import (  # noqa: E402
     FAILED,
     TRAINERS,
     _by_model,
@@ -144,7 +144,7 @@ def leave_one_set_out(sets: list[tuple[str, Any]], judged: list[str], kind: str,
 
 
 def _whole_spaces(loaded: list[dict[str, Any]]) -> list[tuple[str, list[dict[str, Any]]]]:
-    """bench.horizon's groups of sets drawn over the whole spaces on a CPU (a GPU's or a precision-only draw left
+    """bench.horizon.horizon's groups of sets drawn over the whole spaces on a CPU (a GPU's or a precision-only draw left
     out), each group's sets in a fixed order (the fits' data order)."""
     loaded = sorted(loaded, key=lambda data: (data["model"], data.get("config_seed") or 0))
     return [(name, sets) for name, sets in _by_model(loaded) if "GPU" not in name and "drawn only" not in name]
@@ -211,10 +211,10 @@ def lines(judged: dict[str, dict[str, Any]]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.horizon_fit", description=__doc__.splitlines()[0],
+    parser = argparse.ArgumentParser(prog="python -m bench.horizon.horizon_fit", description=__doc__.splitlines()[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog="\n".join(__doc__.splitlines()[2:3]))
-    parser.add_argument("sets", nargs="+", metavar="JSON", help="recorded bench.horizon sets")
+    parser.add_argument("sets", nargs="+", metavar="JSON", help="recorded bench.horizon.horizon sets")
     parser.add_argument("--in-sample", action="store_true", help="also fit on every set and judge the same runs (an "
                                                                  "upper bound: what the signals separate when seen)")
     args = parser.parse_args(argv)

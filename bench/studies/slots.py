@@ -2,16 +2,16 @@
 side in one run: the same tuner search (shipped space, tuner's defaults) alternately with TUNER_TRIAL_LAUNCHER=on
 and off, each in a fresh Python process.
 
-    python -m bench.slots                                  # 3 pairs of reward searches; writes bench/slots.json
-    python -m bench.slots --pairs 5 --trainer grpo --max-steps 12
-    python -m bench.slots --lengths 20,60,120 --out /tmp/lengths.json  # the default mode alone, by trial length
-    python -m bench.slots --model tiny-pretrained --trainer grpo --lengths 20 --pairs 1 --out bench/slots_pretrained.json
+    python -m bench.studies.slots                                  # 3 pairs of reward searches; writes bench/recorded/slots.json
+    python -m bench.studies.slots --pairs 5 --trainer grpo --max-steps 12
+    python -m bench.studies.slots --lengths 20,60,120 --out /tmp/lengths.json  # the default mode alone, by trial length
+    python -m bench.studies.slots --model tiny-pretrained --trainer grpo --lengths 20 --pairs 1 --out bench/recorded/slots_pretrained.json
         # trials of realistic length: the tiny pretrained model, whose searches extend the best third of their
         # trials to 60 and then 180 steps (tuner.search._extend)
 
 Per search: its wall (``run_search``: Ray start to the recommendation), the whole call (``prepare`` included), and
 (search wall x concurrency - trial process seconds) / (search wall x concurrency), as ``slot_share`` (below) computes
-it for these searches and for the headline's (bench/report.py; tuner.search._execution stops pruned trials before
+it for these searches and for the headline's (bench/headline/report.py; tuner.search._execution stops pruned trials before
 they report a process time: their MLflow run's open time counts).
 Medians per mode and the ratio on/off. Both modes have the other changes that came with the launcher (stores
 opened while Ray starts, free slots confirming the best trial so far): this isolates the launcher alone.
@@ -31,10 +31,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.common.results import fmt, met, read_recorded
+from bench.common.results import RECORDED, REPO, fmt, met, read_recorded, today
 
-OUT = Path(__file__).with_name("slots.json")
-PRETRAINED = Path(__file__).with_name("slots_pretrained.json")  # trials of realistic length: the target line's run
+OUT = RECORDED / "slots.json"
+PRETRAINED = RECORDED / "slots_pretrained.json"  # trials of realistic length: the target line's run
 TARGET = 0.2  # slot time outside trial processes / (search wall x concurrency): at most (issue 38)
 FIGURES = ("search_wall_seconds", "seconds", "slot_share_outside", "slot_share_outside_with_prepare", "outside_ends",
            "outside_idle", "outside_handoff")
@@ -59,10 +59,10 @@ def one_search(mode: str, trainer: str, trials: int, max_steps: int, seed: int, 
     folder = Path(tempfile.mkdtemp(prefix=f"bench-slots-{mode}-"))
     out = folder / "search.json"
     env = {**os.environ, "TUNER_TRIAL_LAUNCHER": mode}
-    subprocess.run([sys.executable, "-m", "bench.tuner_search", "--out", str(out), "--trainer", trainer,
+    subprocess.run([sys.executable, "-m", "bench.headline.tuner_search", "--out", str(out), "--trainer", trainer,
                     "--trials", str(trials), "--max-steps", str(max_steps), "--seed", str(seed),
                     "--store", str(folder / "store"), *(["--model", model] if model else [])], check=True, env=env, stdout=subprocess.DEVNULL,
-                   cwd=Path(__file__).resolve().parent.parent)
+                   cwd=REPO)
     run = json.loads(out.read_text())
     share = slot_share(run)
     return {**slot_parts(folder, run),"mode": mode, "seed": seed, "max_steps": max_steps, "search_wall_seconds": run["search_wall_seconds"],
@@ -109,15 +109,15 @@ def results_row(headline: float | None, searches: int, path: Path = PRETRAINED) 
     recorded at ``path`` (trials of realistic length: its rungs), the headline's median of ``searches`` tiny-model
     searches beside it; on the headline's alone while that run has not been recorded."""
     realistic = read_recorded(path)
-    if realistic is not None:  # trials of realistic length: the tiny pretrained model's rungs (bench.slots --model)
+    if realistic is not None:  # trials of realistic length: the tiny pretrained model's rungs (bench.studies.slots --model)
         figure = realistic["summary"][str(realistic["max_steps"])]
         return (f"| slot time outside trial processes / (search wall x concurrency), tuner's searches on the tiny"
                 f" pretrained model (rungs of 20, 60 and 180 steps), median of {len(realistic['runs'])} <= {TARGET} |"
-                f" {figure['slot_share_outside']:.2f} ({_parts_text(figure)}; `{realistic['command']}`, {realistic['date']});"
+                f" {figure['slot_share_outside']:.2f} ({_parts_text(figure)}; `{today(realistic['command'])}`, {realistic['date']});"
                 f" the headline's tiny-model searches (trials of 1-2 s): {fmt(headline, '.2f')} |"
                 f" {met(figure['slot_share_outside'] <= TARGET)} |")
     return (f"| slot time outside trial processes / (search wall x concurrency), median of {searches} tuner searches <= {TARGET} |"
-            f" {fmt(headline, '.2f')} (tiny-model trials of 1-2 s: `python -m bench.slots --model tiny-pretrained` has not"
+            f" {fmt(headline, '.2f')} (tiny-model trials of 1-2 s: `python -m bench.studies.slots --model tiny-pretrained` has not"
             f" been run) | {met(None if headline is None else headline <= TARGET)} |")
 
 
@@ -165,7 +165,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _write(args, argv, started: float, load_before, summary: dict[str, Any], runs: list[dict[str, Any]]) -> None:
-    result = {"command": "python -m bench.slots " + " ".join(argv if argv is not None else sys.argv[1:]),
+    result = {"command": "python -m bench.studies.slots " + " ".join(argv if argv is not None else sys.argv[1:]),
               "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(started)),
               "minutes": round((time.time() - started) / 60, 1),
               "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs",

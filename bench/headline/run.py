@@ -2,23 +2,23 @@
 
     python -m bench                  # the run bench/RESULTS.md holds (see FULL for its budget and time)
     python -m bench --quick          # tiny budget, a few minutes: checks the harness, not the figures
-    python bench/run.py --output /tmp/RESULTS.md
+    python bench/headline/run.py --output /tmp/RESULTS.md
 
 What it runs, each piece in its own fresh Python process (so neither side inherits the other's imports, Ray
 session or environment):
 
-1. per trainer (reward, GRPO; the shipped spaces, the tiny model): the speed reference (bench/reference.py):
+1. per trainer (reward, GRPO; the shipped spaces, the tiny model): the speed reference (bench/headline/reference.py):
    every combination of the speed knobs, the learning knobs at a safe value, as real tuner trials; and a
    random-sampler reference of real trials over the whole space for the sampler-efficiency lookup;
-2. the headline, per seed and trainer: the anchor (bench/anchor_asha.py: Ray Tune + OptunaSearch TPE + ASHA,
-   then its pick on 2 more seeds) and tuner (bench/tuner_search.py: prepare + run_search, TPE, its top
+2. the headline, per seed and trainer: the anchor (bench/headline/anchor_asha.py: Ray Tune + OptunaSearch TPE + ASHA,
+   then its pick on 2 more seeds) and tuner (bench/headline/tuner_search.py: prepare + run_search, TPE, its top
    candidates confirmed on 2 more seeds), the same seed, trial budget and steps; which side runs first
-   alternates from seed to seed. Each side's pick is judged by bench/headline.py;
+   alternates from seed to seed. Each side's pick is judged by bench/headline/headline.py;
 3. trials to target, tuner's default sampler (through tuner.search.Proposer) vs random, on the lookup
-   built from the random reference (bench/efficiency.py);
+   built from the random reference (bench/headline/efficiency.py);
 4. tuner's slot time outside trial processes, from the headline's tuner searches.
 
-Raw numbers go to a JSON file beside the Markdown (bench/results.json by default).
+Raw numbers go to bench/recorded/results.json, or beside the Markdown when it is written elsewhere (``--output``).
 """
 
 from __future__ import annotations
@@ -35,12 +35,12 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
-if __package__ in (None, ""):  # `python bench/run.py`: make `import bench` work like `python -m bench`
+REPO = Path(__file__).resolve().parents[2]
+if __package__ in (None, ""):  # `python bench/headline/run.py`: make `import bench` work like `python -m bench`
     sys.path.insert(0, str(REPO))
 
-from bench import report  # noqa: E402
 from bench.common import results as common  # noqa: E402
+from bench.headline import report  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,7 @@ class Budget:
     max_steps: dict[str, int]  # optimizer steps per trial, both sides
     confirm_seeds: int  # more seeds each side's pick runs on (3 seeds in all)
     speed_steps: int  # optimizer steps per speed-reference trial (tokens/s is measured after 2 warm-up steps)
-    speed_knobs: tuple[str, ...] | None  # the speed knobs the reference crosses (None: bench.reference.SPEED_KNOBS)
+    speed_knobs: tuple[str, ...] | None  # the speed knobs the reference crosses (None: bench.headline.reference.SPEED_KNOBS)
     lookup: dict[str, tuple[int, int]]  # trainer -> (trials, steps) of the random reference behind the lookup; its
     # trials run max_steps[trainer] steps whatever steps says (learning is judged at the search's trial length)
     lookup_seeds: int  # sampler seeds per sampler on the lookup
@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget", choices=sorted(BUDGETS), default="reduced",
                         help="full: the issue's budget; reduced (default): what fits ~25 min on a 2-core CPU")
     parser.add_argument("--seeds", type=int, default=None, help="headline seeds (default: the budget's)")
-    parser.add_argument("--output", default=str(REPO / "bench" / "RESULTS.md"), help="the Markdown report")
+    parser.add_argument("--output", default=str(common.RESULTS), help="the Markdown report")
     parser.add_argument("--workdir", default=None, help="stores, logs and raw runs (default: a temp dir, removed)")
     parser.add_argument("--render", default=None, metavar="RESULTS_JSON",
                         help="run nothing: write the Markdown again from a run's raw numbers (after a layout change)")
@@ -126,11 +126,19 @@ def main(argv: list[str] | None = None) -> int:
                    full_budget=asdict(FULL), machine=machine_before, load_after=common.load_average(),
                    versions=common.versions(), total_seconds=time.perf_counter() - started)
     output.parent.mkdir(parents=True, exist_ok=True)
-    raw = output.with_name("results.json") if output.name == "RESULTS.md" else output.with_suffix(".json")
+    raw = _raw(output)
     raw.write_text(json.dumps(_slim(results), indent=1, default=str))
     report.write_results(output, results)
     print(f"wrote {output} and {raw} in {results['total_seconds']:.0f}s")
     return 0
+
+
+def _raw(output: Path) -> Path:
+    """Where the raw numbers of a run written to ``output`` go: bench/recorded/results.json for bench/RESULTS.md,
+    else results.json beside a RESULTS.md, else the Markdown's name as .json."""
+    if output == common.RESULTS.resolve():
+        return common.RECORDED / "results.json"
+    return output.with_name("results.json") if output.name == "RESULTS.md" else output.with_suffix(".json")
 
 
 def _slim(results: dict[str, Any]) -> dict[str, Any]:
@@ -151,12 +159,12 @@ def _slim(results: dict[str, Any]) -> dict[str, Any]:
 
 def _command(argv: list[str] | None) -> str:
     args = sys.argv[1:] if argv is None else argv
-    launcher = "python -m bench" if __package__ not in (None, "") else "python bench/run.py"
+    launcher = "python -m bench" if __package__ not in (None, "") else "python bench/headline/run.py"
     return " ".join([launcher, *args])
 
 
 def _run(budget: Budget, workdir: Path) -> dict[str, Any]:
-    from bench import headline
+    from bench.headline import headline
     from tuner.inputs.models import resolve_model
 
     resolve_model("tiny")  # built once here, so no timed run pays for it
@@ -166,11 +174,11 @@ def _run(budget: Budget, workdir: Path) -> dict[str, Any]:
     speed, lookup = {}, {}
     for trainer in budget.trainers:
         knobs = ["--knobs", ",".join(budget.speed_knobs)] if budget.speed_knobs else []
-        speed[trainer] = _timed(["-m", "bench.reference", "--trainer", trainer, "--kind", "speed", "--max-steps",
+        speed[trainer] = _timed(["-m", "bench.headline.reference", "--trainer", trainer, "--kind", "speed", "--max-steps",
                                  str(budget.speed_steps), "--seed", str(REFERENCE_SEED), *knobs], workdir, f"speed-{trainer}")
         # learning judged at the search's trial length: the lookup's trials run the headline's steps
         trials, steps = budget.lookup[trainer][0], budget.max_steps[trainer]
-        lookup[trainer] = _timed(["-m", "bench.reference", "--trainer", trainer, "--kind", "random", "--trials",
+        lookup[trainer] = _timed(["-m", "bench.headline.reference", "--trainer", trainer, "--kind", "random", "--trials",
                                   str(trials), "--max-steps", str(steps), "--seed", str(REFERENCE_SEED)],
                                  workdir, f"lookup-{trainer}")
 
@@ -189,7 +197,7 @@ def _run(budget: Budget, workdir: Path) -> dict[str, Any]:
 
 
 def _lookups(speed: dict[str, Any], lookup: dict[str, Any], budget: Budget) -> dict[str, Any]:
-    """Trials to target on both lookups (bench/efficiency.py): "efficiency" the nearest-trial one, "efficiency_factored"
+    """Trials to target on both lookups (bench/headline/efficiency.py): "efficiency" the nearest-trial one, "efficiency_factored"
     speed from the speed reference."""
     return {"efficiency": {t: _efficiency(t, lookup[t], budget) for t in budget.trainers},
             "efficiency_factored": {t: _efficiency(t, lookup[t], budget, speed[t]) for t in budget.trainers}}
@@ -200,14 +208,14 @@ def _side(side: str, trainer: str, seed: int, budget: Budget, workdir: Path) -> 
     common = ["--trainer", trainer, "--seed", str(seed), "--trials", str(budget.trials[trainer]),
               "--max-steps", str(budget.max_steps[trainer]), "--confirm-seeds", str(budget.confirm_seeds)]
     if side == "anchor":
-        return _timed(["-m", "bench.anchor_asha", *common, "--workdir", str(workdir / name)], workdir, name)
-    return _timed(["-m", "bench.tuner_search", *common, "--sampler", "tpe", "--store", str(workdir / name)], workdir, name)
+        return _timed(["-m", "bench.headline.anchor_asha", *common, "--workdir", str(workdir / name)], workdir, name)
+    return _timed(["-m", "bench.headline.tuner_search", *common, "--sampler", "tpe", "--store", str(workdir / name)], workdir, name)
 
 
 def _efficiency(trainer: str, reference: dict[str, Any], budget: Budget,
                 speed: dict[str, Any] | None = None) -> dict[str, Any]:
-    from bench.efficiency import compare
-    from bench.reference import shipped_space
+    from bench.headline.efficiency import compare
+    from bench.headline.reference import shipped_space
 
     started = time.perf_counter()
     result = compare(shipped_space(trainer), reference["records"], seeds=list(range(budget.lookup_seeds)),

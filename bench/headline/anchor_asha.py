@@ -1,6 +1,6 @@
 """The anchor: what a user writes today to search a TRL trainer's config, Ray Tune + OptunaSearch (TPE) + ASHA.
 
-    python -m bench.anchor_asha --out anchor.json --trainer reward --seed 0 --trials 12 --max-steps 20
+    python -m bench.headline.anchor_asha --out anchor.json --trainer reward --seed 0 --trials 12 --max-steps 20
 
 A hand-written ``tune.Tuner``: ``OptunaSearch`` (Optuna's TPE, seeded with ``--seed``, as tuner's sampler is)
 over the trainer's shipped search space (search_spaces/<trainer>.yaml, sampled through the space's own
@@ -40,7 +40,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.history import first_nonfinite_step, last_value, wasted_steps
+from bench.headline.history import first_nonfinite_step, last_value, wasted_steps
 from tuner.config.trainers import adapter
 
 # The metric each trainer's user watches: what TRL logs as the training objective.
@@ -194,7 +194,7 @@ def run_anchor(trainer: str = "reward", seed: int = 0, trials: int = 12, max_ste
     from ray.tune.schedulers import ASHAScheduler
     from ray.tune.search.optuna import OptunaSearch
 
-    from bench.reference import shipped_space
+    from bench.headline.reference import shipped_space
     from tuner.inputs.models import resolve_model
 
     workdir = Path(workdir or tempfile.mkdtemp(prefix="bench-anchor-"))

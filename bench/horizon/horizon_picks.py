@@ -1,24 +1,24 @@
 """What a user who runs the search's recommendation for long meets: whole ``tuner search`` runs, each pick run at its
 trial length and at 25x it on seeds the search never saw.
 
-    python -m bench.horizon_picks --seeds 0,1,2,3                 # 5 trainers x 4 searches on the tiny model
-    python -m bench.horizon_picks --seeds 0,1,2,3 --resume        # go on where a stopped run left off
-    python -m bench.horizon_picks --render bench/horizon-picks.json.gz --results bench/RESULTS.md
-    python -m bench.horizon_picks --render A.json.gz B.json.gz     # recordings of one model, pooled
-    python -m bench.horizon_picks --model tiny-pretrained --seeds 0,1 --output bench/horizon-picks-pretrained.json.gz
+    python -m bench.horizon.horizon_picks --seeds 0,1,2,3                 # 5 trainers x 4 searches on the tiny model
+    python -m bench.horizon.horizon_picks --seeds 0,1,2,3 --resume        # go on where a stopped run left off
+    python -m bench.horizon.horizon_picks --render bench/recorded/horizon-picks.json.gz --results bench/RESULTS.md
+    python -m bench.horizon.horizon_picks --render A.json.gz B.json.gz     # recordings of one model, pooled
+    python -m bench.horizon.horizon_picks --model tiny-pretrained --seeds 0,1 --output bench/recorded/horizon-picks-pretrained.json.gz
 
 For each trainer and search seed S, ``tuner search --trainer T --model tiny --seed S`` runs in a fresh store (so no
 warm start from another search) with every other option at its default: the shipped space, its trials and steps.
 Its recommendation is read back from the store's search.json as ``tuner export`` reads it
-(tuner.stores.run_reader.load_search). The pick then runs as ``tuner trial`` runs it (bench.horizon._trial) on
+(tuner.stores.run_reader.load_search). The pick then runs as ``tuner trial`` runs it (bench.horizon.horizon._trial) on
 the two seeds after the last one the search used (its trials' and its confirmations': S, S+1, S+2 by default), at
 the trial length it was recommended at and at ``--factor`` times that; each long run is classified by
-bench.horizon.classify. A pick fails by 25x when a long run on either seed failed (failed late, failed early or
+bench.horizon.horizon.classify. A pick fails by 25x when a long run on either seed failed (failed late, failed early or
 regressed); the issue's target: at most 1 pick in 20. A search that recommends nothing is recorded as such, not
 as a pick.
 
 The record is written after every search (``--resume`` skips the searches it already holds), with each run's
-per-step history as bench/horizon.py keeps it.
+per-step history as bench/horizon/horizon.py keeps it.
 """
 
 from __future__ import annotations
@@ -36,17 +36,18 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 if __package__ in (None, ""):
     sys.path.insert(0, str(REPO))
 
-from bench.horizon import FAILED, SECTION, TRAINERS, _ratio, _trial, classify, load, save  # noqa: E402
+from bench.common.results import today  # noqa: E402
+from bench.horizon.horizon import FAILED, SECTION, TRAINERS, _ratio, _trial, classify, load, save  # noqa: E402
 
 if TYPE_CHECKING:
     from tuner.records import SearchSummary
 
-OUTPUT = REPO / "bench" / "horizon-picks.json.gz"
-SUBSECTION = "### The search's own picks, run 25x their trial (python -m bench.horizon_picks)"
+OUTPUT = REPO / "bench" / "recorded" / "horizon-picks.json.gz"
+SUBSECTION = "### The search's own picks, run 25x their trial (python -m bench.horizon.horizon_picks)"
 
 
 def subsection(model: str, trainers: tuple[str, ...] = TRAINERS) -> str:
@@ -56,9 +57,9 @@ def subsection(model: str, trainers: tuple[str, ...] = TRAINERS) -> str:
         return SUBSECTION
     if tuple(trainers) == TRAINERS:
         return (f"### The search's own picks on the {model} model, run 25x their trial "
-                f"(python -m bench.horizon_picks --model {model})")
+                f"(python -m bench.horizon.horizon_picks --model {model})")
     return (f"### The search's own {', '.join(t.upper() if t != 'reward' else t for t in trainers)} picks on the "
-            f"{model} model, run 25x their trial (python -m bench.horizon_picks --model {model} "
+            f"{model} model, run 25x their trial (python -m bench.horizon.horizon_picks --model {model} "
             f"--trainers {','.join(trainers)})")
 
 
@@ -207,7 +208,7 @@ def pooled_recordings(recordings: list[dict[str, Any]]) -> dict[str, Any]:
 
 def pick_outcome(row: dict[str, Any]) -> str | None:
     """A search's pick in one word: None (nothing recommended), "held" (every long run held), or the first failure
-    of its long runs (bench.horizon.FAILED)."""
+    of its long runs (bench.horizon.horizon.FAILED)."""
     if row["pick"] is None:
         return None
     failures = [r["outcome"] for r in row["runs"] if r["outcome"] in FAILED]
@@ -252,7 +253,7 @@ def lines(data: dict[str, Any]) -> list[str]:
     out = []
     for inv in data["invocations"]:
         machine = inv["machine"]
-        out.append(f"`{inv['command']}` at tuner {inv['versions'].get('tuner')} on {machine.get('cpu')} "
+        out.append(f"`{today(inv['command'])}` at tuner {inv['versions'].get('tuner')} on {machine.get('cpu')} "
                    f"({machine.get('cpus')} cores), {inv['date']}: {inv['seconds']} s.")
     out += ["", f"Per trainer, `tuner search --trainer T --model {data['model']} --seed S` for S in {seeds}, every "
                 f"other option at its default, each in a fresh store; each pick run on the {data['fresh_seeds_per_pick']}"
@@ -321,7 +322,7 @@ def replace_subsection(path: Path, section: str, title: str, lines: list[str]) -
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.horizon_picks", description=__doc__.splitlines()[0],
+    parser = argparse.ArgumentParser(prog="python -m bench.horizon.horizon_picks", description=__doc__.splitlines()[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog="\n".join(__doc__.splitlines()[2:6]))
     parser.add_argument("--trainers", default=",".join(TRAINERS))
@@ -345,7 +346,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.results:
             replace_subsection(Path(args.results), SECTION, subsection(data["model"], trainers_of(data)), out)
         return 0
-    command = " ".join(["python -m bench.horizon_picks", *(sys.argv[1:] if argv is None else argv)])
+    command = " ".join(["python -m bench.horizon.horizon_picks", *(sys.argv[1:] if argv is None else argv)])
     data = run(args.trainers.split(","), [int(s) for s in args.seeds.split(",")], args.model, args.factor,
                Path(args.output), args.resume, command)
     print("\n".join(lines(data)))

@@ -15,7 +15,7 @@ Two lookups, each reported:
   every knob, learning knobs that do not change tokens/s included. A search whose speed stage holds the
   learning knobs at one safe value maps to whichever trials share those values, whatever its system config.
 - ``factored`` (``SpeedAndOutcome``): tokens/s is the speed reference's measurement of the proposal's own
-  combination of speed knobs (bench/reference.py measures every combination), as the headline judges a
+  combination of speed knobs (bench/headline/reference.py measures every combination), as the headline judges a
   pick's speed; whether it stays stable and learns is still the nearest random trial's. The target is then
   "stable, learned, and within 5% of the best stable tokens/s of the speed reference", as in the headline.
 
@@ -88,7 +88,7 @@ class SpeedAndOutcome:
         self.speed_reference = speed_reference
 
     def __call__(self, params: dict[str, Any]) -> dict[str, Any]:
-        from bench.headline import speed_of
+        from bench.headline.headline import speed_of
 
         match = speed_of(self.speed_reference, params)
         return {**self.nearest(params), "tokens_per_second": match.get("tokens_per_second") if match else None}
@@ -121,7 +121,7 @@ def factored_targets(records: list[dict[str, Any]], speed_reference: dict[str, A
     the ``min_targets``-th fastest of the stable, learning random trials at their own combinations' speeds, so the
     target set holds at least ``min_targets`` of them (each is a hit when proposed as it is: its nearest trial is
     itself) where the reference learned that many. (None, []) when no random trial learned."""
-    from bench.headline import best_stable, speed_of
+    from bench.headline.headline import best_stable, speed_of
 
     best = best_stable(speed_reference)
     at_speed = []
@@ -144,7 +144,7 @@ def top_quartile(records: list[dict[str, Any]]) -> list[int]:
 
 
 def _qualifying(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    # Records from before the trend test (bench/results.json) have no "learned": there, progress > 0.01 was the rule.
+    # Records from before the trend test (bench/recorded/results.json) have no "learned": there, progress > 0.01 was the rule.
     return [r for r in records if r["status"] == "ok" and r.get("tokens_per_second")
             and r.get("learned", (r.get("progress") or 0.0) > MIN_EFFECT)]
 
