@@ -10,6 +10,9 @@ each idea spelled in its own module.
   is then one edit in one place.
 - A subpackage's lazily exported names are declared for type checkers too (its ``if TYPE_CHECKING:`` imports),
   and importing tuner and every subpackage imports no heavy library (``tuner --help`` stays instant).
+- bench/ has no import circle either, among its modules or among its kinds (its folders: common, headline, studies,
+  horizon, gpu), and bench/common imports nothing else of bench; bench uses tuner's public names only: no
+  ``tuner.<anything>._name`` module or name.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from tuner.records import Status
 from tuner.stores import tags
 
 PACKAGE = Path(__file__).resolve().parents[3] / "tuner"
+BENCH = PACKAGE.parent / "bench"
 
 # What each subsystem may import besides itself. "core" is tuner's vocabulary (tuner/errors.py, tuner/records.py,
 # tuner/__init__.py), which every subsystem shares; "cli" is tuner/cli.py.
@@ -60,12 +64,13 @@ def _modules(package: Path = PACKAGE) -> dict[str, Path]:
     return found
 
 
-def _imports(path: Path, modules: dict[str, Path]) -> set[str]:
-    """The tuner modules ``path`` imports; ``from tuner.pkg import module`` is an arrow to the module alone (the
-    package's ``__init__`` only hands names on), ``from tuner.pkg import name`` one to the package."""
+def _imports(path: Path, modules: dict[str, Path], root: str = "tuner") -> set[str]:
+    """The modules of ``root`` (tuner, or bench) that ``path`` imports; ``from tuner.pkg import module`` is an arrow to
+    the module alone (the package's ``__init__`` only hands names on), ``from tuner.pkg import name`` one to the
+    package."""
     deps = set()
     for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("tuner"):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == root:
             submodules = {f"{node.module}.{a.name}" for a in node.names} & set(modules)
             deps |= submodules
             if node.module in modules and len(submodules) < len(node.names):
@@ -77,7 +82,7 @@ def _imports(path: Path, modules: dict[str, Path]) -> set[str]:
 
 def _graph(package: Path = PACKAGE) -> dict[str, set[str]]:
     modules = _modules(package)
-    return {name: _imports(path, modules) - {name} for name, path in modules.items()}
+    return {name: _imports(path, modules, package.name) - {name} for name, path in modules.items()}
 
 
 def subsystem(module: str) -> str:
@@ -164,6 +169,80 @@ def test_every_subpackage_is_a_subsystem():
 
 def test_no_import_circles():
     assert _cycles(_graph()) == []
+
+
+# -- bench/ ------------------------------------------------------------------------------------------------------------
+
+
+def kind(module: str) -> str:
+    """A bench module's kind: its folder under bench/ (bench.studies.slots: studies); "bench" for bench/__init__.py
+    and bench/__main__.py."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 2 else "bench"
+
+
+def kinds_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """Which kinds each kind imports (its own aside)."""
+    out: dict[str, set[str]] = {}
+    for a, deps in graph.items():
+        out.setdefault(kind(a), set()).update(kind(b) for b in deps if kind(b) != kind(a))
+    return out
+
+
+def private_imports(package: Path = BENCH) -> list[str]:
+    """Every import of a private tuner module or name in ``package`` (``from tuner.search._extend import x``,
+    ``from tuner.inputs import _tiny_pretrained``, ``import tuner.trial._faults``), as "path:line name"."""
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "tuner":
+                names = {node.module} | {f"{node.module}.{a.name}" for a in node.names}
+            elif isinstance(node, ast.Import):
+                names = {a.name for a in node.names if a.name.split(".")[0] == "tuner"}
+            else:
+                continue
+            where = path.relative_to(package.parent)
+            found += [f"{where}:{node.lineno} {name}" for name in sorted(names)
+                      if any(part.startswith("_") for part in name.split(".")[1:])]
+    return found
+
+
+def test_the_bench_checks_find_a_circle_a_kind_circle_and_a_private_import(tmp_path):
+    # A made-up bench: a study and the headline's report importing each other (a circle of modules, and of kinds),
+    # common importing a study, and a study importing a private module of tuner and a private name of a public one.
+    files = {
+        "bench/__init__.py": "", "bench/common/__init__.py": "", "bench/common/results.py": "from bench.studies import slots\n",
+        "bench/studies/__init__.py": "",
+        "bench/studies/slots.py": "from bench.headline import report\nfrom tuner.search import _extend, prepare\n",
+        "bench/studies/warm_start.py": "def f():\n    from tuner.inputs._tiny_pretrained import RECORD\n"
+                                       "    from tuner.inputs import resolve_model\n",
+        "bench/headline/__init__.py": "", "bench/headline/report.py": "from bench.studies import slots, warm_start\n",
+    }
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    graph = _graph(tmp_path / "bench")
+    assert _cycles(graph) == [["bench.headline.report", "bench.studies.slots"]]
+    assert kinds_graph(graph)["common"] == {"studies"}
+    assert _cycles(kinds_graph(graph)) == [["headline", "studies"]]
+    assert private_imports(tmp_path / "bench") == [
+        "bench/studies/slots.py:2 tuner.search._extend",
+        "bench/studies/warm_start.py:2 tuner.inputs._tiny_pretrained",
+        "bench/studies/warm_start.py:2 tuner.inputs._tiny_pretrained.RECORD",
+    ]
+
+
+def test_bench_has_no_import_circle_among_its_modules_or_its_kinds():
+    graph = _graph(BENCH)
+    assert {"bench.headline.run", "bench.common.results", "bench.studies.warm_start"} <= set(graph)  # bench was read
+    assert _cycles(graph) == []
+    kinds = kinds_graph(graph)
+    assert _cycles(kinds) == []
+    assert kinds["common"] == set()  # every kind may import common: it imports nothing else of bench
+
+
+def test_bench_imports_no_private_tuner_module_or_name():
+    assert private_imports() == []
 
 
 def _literals(path: Path) -> list[tuple[int, str]]:
