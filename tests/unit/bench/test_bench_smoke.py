@@ -294,3 +294,28 @@ def test_a_run_keeps_the_sections_it_does_not_write():
     merged = keep_other_sections(old, new)
     assert merged == new.rstrip("\n") + "\n\n## Run to run (written by hand)\n\nkept\n"
     assert keep_other_sections(new, new) == new
+
+
+def test_a_command_recorded_under_bench_s_flat_paths_reads_as_it_runs_today():
+    # bench's modules moved into its kinds and its data into bench/recorded/ (issue 62); the recorded runs keep the
+    # commands they ran, and their sections show them as they run now
+    from bench.common.results import today
+
+    recorded = {
+        "python -m bench.horizon --configs 6 --output bench/horizon-seed23.json.gz":
+            "python -m bench.horizon.horizon --configs 6 --output bench/recorded/horizon-seed23.json.gz",
+        "CONFIG_SEEDS=31 bash bench/horizon_run.sh  # python -m bench.horizon_picks --resume":
+            "CONFIG_SEEDS=31 bash bench/horizon/horizon_run.sh  # python -m bench.horizon.horizon_picks --resume",
+        "python -m bench.gpu --reuse bench/gpu.json, bench.real_model.CPU_SPACE, bench.gpu:hash_reward":
+            "python -m bench.gpu.gpu --reuse bench/recorded/gpu.json, bench.studies.real_model.CPU_SPACE,"
+            " bench.gpu.gpu:hash_reward",
+        "python -m bench --render bench/results.json --output /tmp/bw/bench/RESULTS.md --out /tmp/bench/x.json":
+            "python -m bench --render bench/recorded/results.json --output /tmp/bw/bench/RESULTS.md --out /tmp/bench/x.json",
+        "python bench/run.py; bench.headline.summarize; bench/horizon-seed*.json.gz":
+            "python bench/headline/run.py; bench.headline.headline.summarize; bench/recorded/horizon-seed*.json.gz",
+    }
+    for old, new in recorded.items():
+        assert today(old) == new
+        assert today(new) == new  # a command recorded since reads as it was
+    assert today("python -m bench.studies.warm_start; bench.common.results") == (
+        "python -m bench.studies.warm_start; bench.common.results")
