@@ -284,7 +284,7 @@ def _pretrain(max_steps: int):
         if not batches:
             batches = _chunk(step // CHUNK_STEPS, tokenizer)
         # mypy miscounts the (prompts, answers) pair unpacked here; the code is left as the recipe's fingerprint
-        # (bench/tiny_pretrained.py) has it
+        # (bench/studies/tiny_pretrained.py) has it
         ids, mask, targets = _batch(*batches.pop(), tokenizer)  # type: ignore[call-arg]
         # The loss is on the answer tokens only, so the output layer runs on those positions alone (it is about a
         # quarter of the model's work per token).

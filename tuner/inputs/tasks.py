@@ -359,7 +359,7 @@ def _score(completion: Any, answer: Any) -> float:
     if kind == "number":
         number = _as_number(given)
         # kind "number": value is a float, which mypy cannot tell from kind; the code is left as the recipe's
-        # fingerprint (bench/tiny_pretrained.py) has it
+        # fingerprint (bench/studies/tiny_pretrained.py) has it
         right = number is not None and abs(number - value) <= 1e-9 * max(1.0, abs(value))  # type: ignore[operator, arg-type]
     else:
         right = given.lower() == value

@@ -7,7 +7,7 @@ GRPO without a KL penalty to the reference (``beta`` 0, TRL's default since 0.19
 stochastic: the share of prompt groups whose completions all get one reward climbs towards 1, every advantage is 0,
 and learning stops (tuner.verdicts.forecast's ``reward_spread`` risk; the guard's collapse). On the tiny pretrained
 model both default searches' GRPO picks (fp32, dapo, beta 0) did just that, at steps 1097-1451 of their 25x runs;
-the same configs with beta 0.04 held the share at 0.82-0.89 and their reward went on rising (bench/anchor.py,
+the same configs with beta 0.04 held the share at 0.82-0.89 and their reward went on rising (bench/horizon/anchor.py,
 docs/horizon.md). The forecast cannot tell the two apart from a short trial (the share rose alike over the first
 300 steps), so the search tries it: when its best trial is at risk by ``reward_spread`` with beta 0, and the space
 lets beta be positive, it runs that trial's config with the smallest positive beta the space has, on its seed and

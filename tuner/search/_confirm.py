@@ -80,7 +80,7 @@ class Schedule:
     Once every search trial has finished (``final``): the top candidates' runs, one candidate at a time, each
     (trial, seed) once. The first candidate confirmed is the recommendation (``judge``), so the next one's runs are
     handed out only once the one before it was demoted (WAIT while its runs are out): a search whose top candidate
-    holds ends with its runs, not with every candidate's (bench/warm_start.py: a tiny-model search's last
+    holds ends with its runs, not with every candidate's (bench/studies/warm_start.py: a tiny-model search's last
     confirmation round, a tenth of its wall time). Before that, while the last search trials run, a slot that would
     idle confirms the best trial so far (at most one candidate's runs in all): it is the likeliest to stay a
     candidate, and its runs then count for it; if it does not, they were run in time that was idle anyway. A warm

@@ -215,7 +215,7 @@ class Halving(ASHAScheduler):
         # Ray Tune's ASHA records a trial's last result in the highest rung it passed unrecorded: a trial's figures
         # at its end (20 steps), held against the others' at the rung (step 6), where learning speed so far is lower.
         # A warm search's earlier recommendation (kept, so never recorded at the rung) and confirmation re-runs set
-        # the bar so for the trials after them (bench/warm_start.py: 23 of the 32 warm trials that started after the
+        # the bar so for the trials after them (bench/studies/warm_start.py: 23 of the 32 warm trials that started after the
         # recommendation had ended were stopped at the rung). A trial is recorded at the rung itself or not at all.
         self._trial_info.pop(trial.trial_id, None)
 

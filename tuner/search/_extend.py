@@ -16,7 +16,7 @@ The best trial at risk (tuner.verdicts.forecast) gets a rung of its own, to conf
 (``risk_rung_steps``): the first steps of the long run the forecast looked to, not a short run of its own. Its
 learning rate follows that run's schedule (TrialSpec.schedule_steps: a linear decay over 500 steps is still near
 its peak at step 60, where a 60-step run's has decayed to nothing and hides what the long run meets), and it runs
-past the projected failure, to twice its step. bench/horizon.py's recorded long runs are those rungs' ground
+past the projected failure, to twice its step. bench/horizon/horizon.py's recorded long runs are those rungs' ground
 truth: a long run's first N steps are the rung of N steps, step for step.
 """
 

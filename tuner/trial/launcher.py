@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 ENV = "TUNER_LAUNCHER"  # the socket of this node's launcher, in the environment Ray's local workers inherit
-SWITCH = "TUNER_TRIAL_LAUNCHER"  # "off": every Ray worker forks its trials itself (bench/slots.py compares)
+SWITCH = "TUNER_TRIAL_LAUNCHER"  # "off": every Ray worker forks its trials itself (bench/studies/slots.py compares)
 LOG_NAME = "process.log"  # the child's stdout and stderr, in its trial's workdir
 
 

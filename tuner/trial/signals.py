@@ -25,7 +25,7 @@ What each reading is (the forecast, tuner.verdicts.forecast, projects them):
 
 Only grad-enabled forward passes are read (the training forward; not GRPO's sampling or reference passes, which
 run under no_grad), and only on sampled steps (the first, then every ``every``-th): one reduction per hooked
-module and one device sync per sampled step. bench/gpu.py measures the cost side by side.
+module and one device sync per sampled step. bench/gpu/gpu.py measures the cost side by side.
 """
 
 from __future__ import annotations

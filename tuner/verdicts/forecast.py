@@ -18,20 +18,20 @@ Each rule reads one signal (tuner.trial.signals logs the headroom; the trainer l
   (beta > 0) the share levels off below 1 and the rule does not fire.
 - ``fp16_weights``: the trainable weights themselves in float16 (tuner.trial.signals' ``weights_fp16``: an fp16-pure
   full fine-tune; a PEFT adapter, which PEFT keeps in float32, does not count), with no float32 master copy for
-  the optimizer. A level, not a trend: on bench/horizon.py's recorded runs every such config ok at 20 steps failed
+  the optimizer. A level, not a trend: on bench/horizon/horizon.py's recorded runs every such config ok at 20 steps failed
   by step 500 (5 of 5, at steps 30-260), where the other configs failed 3 times in 69; over all eighteen recorded
   sets, 22 of its 26 flags came true (the two fp16-pure full fine-tunes at the lowest learning rates, set 59's SFT
   config at 1.5e-5 and set 103's DPO config at 2.5e-5, held 500 steps on both seeds).
 
 No rule reads the gradient norm. One did (growing geometrically to 100x its early level within the horizon, or
-sitting at 10x it): on the sets the rules were fitted on (bench/horizon.py, config seeds 17, 23, 29, 37) it
+sitting at 10x it): on the sets the rules were fitted on (bench/horizon/horizon.py, config seeds 17, 23, 29, 37) it
 flagged 6 runs, 4 that failed late, every one also flagged by ``fp16_weights``, and 2 that held 500 steps (one SFT
 config that did not learn, its gradient norm rising from near zero), so it caught no failure another rule missed.
 
 A trend rule fires only on a fitted trend that is steady (t-statistic >= MIN_T), large (a geometric one at least
 doubles over the steps it was fitted on) and projects the failure inside the horizon, so a noisy flat history
 or a slow drift does not; the level rules (a reading near the dtype's top, float16 weights) need no trend.
-Measured against runs 25x the trial (bench/horizon.py, docs/horizon.md). Held out (config seeds 43, 53, 61, 79, 83,
+Measured against runs 25x the trial (bench/horizon/horizon.py, docs/horizon.md). Held out (config seeds 43, 53, 61, 79, 83,
 97, 101 and 103, each recorded after the rules of its time were frozen): 383 configs ok at 20 steps, 20 failed by
 500, 12 flagged (recall 0.60); 15 flags, 12 came true (precision 0.80). No miss had a trend at 20 steps; 5 of the 8 were
 reward models at learning rates of 0.36-0.44 whose loss, already spiking, crossed the guard's 20x later. Projecting growth no
@@ -60,13 +60,13 @@ VERIFY_FACTOR = 25  # a long run is commonly 25-250x a trial's steps: the horizo
 MIN_T = 3.0  # a trend's slope over its standard error: steady, not one run's noise
 HEADROOM_NOW = 0.5  # a share of the dtype's range already this high is a risk without any trend
 # ... and so is one the training itself grew GROWN_FROM x from the untouched model's (the first reading) to at least
-# HEADROOM_GROWN: on bench/horizon.py's records (12 sets, 2026-11-27), 22 of the 29 fp16 runs that failed by step 500
+# HEADROOM_GROWN: on bench/horizon/horizon.py's records (12 sets, 2026-11-27), 22 of the 29 fp16 runs that failed by step 500
 # passed 1% of float16's range first (a median ~30 steps before), and 2 of the 54 that held ever did (after step
 # 200). A pretrained model's own large activations (a real LLM's reach hundreds) are its start, not growth.
 HEADROOM_GROWN = 0.01
 GROWN_FROM = 100
 # A geometric growth is projected over at most 3 decades: activations at 1e-36 of bfloat16's range growing 40% a
-# step do not reach its top near step 250 (bench/horizon.py: 5 of 5 such bf16 projections held 500 steps), they
+# step do not reach its top near step 250 (bench/horizon/horizon.py: 5 of 5 such bf16 projections held 500 steps), they
 # level off. Only a share within 3 decades of the top (float16's: from ~65 up) is projected.
 HEADROOM_FLOOR = 1e-3
 LOST_SHARE = 0.5  # half the sampled weights unchanged by a step at >= half the peak learning rate
@@ -76,7 +76,7 @@ SOLVED_MARGIN = 0.05  # a GRPO reward this close to its best, and this far above
 # A margin loss at 1% of its start has separated its pairs: its gradient (-log sigmoid's is sigmoid(-margin), about
 # the loss itself) has fallen with it, so the activations its updates grew stop growing. The headroom rule's grown
 # level and projection do not fire on such a trial (its level near the top, HEADROOM_NOW, still does). On
-# bench/horizon.py's records (sets 17-103 and the pretrained 71, 73) every float16 reward, DPO or KTO run ok at 20
+# bench/horizon/horizon.py's records (sets 17-103 and the pretrained 71, 73) every float16 reward, DPO or KTO run ok at 20
 # steps that failed by step 500 had its loss at 0.37x its start or more; the rule's 4 false flags on sets 47 and 89
 # (fp16-pure LoRA reward models, whose activations levelled off at 1e-3-3e-2 of float16's range) sat at 2e-5-6e-4x.
 # Fitted on those two sets. It does not make a run safe: three bf16-mixed reward models at lr 0.16-0.44 failed from
@@ -180,7 +180,7 @@ def _saturated(rows: list[dict[str, Any]], trainer: str) -> bool:
 def stalling(history: list[dict[str, Any]], precision: str) -> str:
     """A note, not a late-failure risk: half-precision weights whose updates round away (the median share of
     sampled weights a step left unchanged, at a learning rate >= half its peak, at least LOST_SHARE). In
-    bench/horizon.py's runs it did not foretell a failure or a stall: a KTO config in bf16-pure with 81% of its
+    bench/horizon/horizon.py's runs it did not foretell a failure or a stall: a KTO config in bf16-pure with 81% of its
     sampled weights unchanged a step learned 14x more over 500 steps than over 20. "" when there is nothing to say."""
     risk = _update_lost([r for r in history if isinstance(r.get("step"), (int, float))], precision)
     return risk.message if risk is not None else ""
@@ -239,7 +239,7 @@ def _reward_spread(rows: list[dict[str, Any]], trainer: str, precision: str, hor
         return None
     # ... or already at its best: the last quarter's mean within SOLVED_MARGIN of the best step, having risen at
     # least that much from the first quarter's: groups lose their spread because every completion is right (the
-    # guard's "reward saturated"). bench/horizon.py (config seed 37): a GRPO config at 0.9 of a 1.0 ceiling by
+    # guard's "reward saturated"). bench/horizon/horizon.py (config seed 37): a GRPO config at 0.9 of a 1.0 ceiling by
     # step 16 was flagged without this, and held 500 steps.
     every = [row[metric] for row in rows if isinstance(row.get(metric), (int, float))]
     quarter = max(len(every) // 4, 1)

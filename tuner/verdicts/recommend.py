@@ -29,7 +29,7 @@ from tuner.verdicts.learning import ALPHA, MIN_EFFECT
 # learns at least this share as fast ...
 SAFE_SHARE = 0.9
 # ... or, when its failure is projected at a step of the run the forecast looked to, its share of that run: the
-# steps it is expected to learn for, up to PROJECTED_EARLY x the projected step (on bench/horizon.py's records the
+# steps it is expected to learn for, up to PROJECTED_EARLY x the projected step (on bench/horizon/horizon.py's records the
 # projections came 1-4x early; GRPO's reward-spread ones on the tiny pretrained model 5-14x). A GRPO config projected
 # to lose its reward spread near step 103 of a 1,500-step run counts for 0.14 of its speed: its anchored twin
 # (tuner.search._anchor), which pays ~20% of tokens/s for the reference model and held those 1,500 steps, goes first.
