@@ -2,7 +2,7 @@
 when a cluster refuses (tuner's job commands, tuner.jobs.cluster; a search's --ray-address, tuner.search._execution).
 
     use_token_if_any()          # "$RAY_AUTH_TOKEN", "~/.ray/auth_token", ... or None; token mode on where one is
-    raise auth_error("--cluster URL", e)   # TunerError: no token sent, or the cluster refused it (never the token itself)
+    raise auth_error("--cluster URL", sent=is_refusal(e))   # TunerError: no token sent, or the cluster refused it
 
 Ray 2.52 added token authentication; later Rays turn it on by default for new clusters. A cluster started with it
 refuses every client and node without the token (`ray get-auth-token` prints it on the head node).
@@ -14,8 +14,8 @@ import os
 
 from tuner.errors import TunerError
 
-__all__ = ["AUTH_MODE_ENV", "DEFAULT_TOKEN_FILE", "TOKEN_ENV", "TOKEN_PATH_ENV", "auth_error", "token_source",
-           "use_token_if_any"]
+__all__ = ["AUTH_MODE_ENV", "DEFAULT_TOKEN_FILE", "TOKEN_ENV", "TOKEN_PATH_ENV", "auth_error", "is_refusal",
+           "token_source", "use_token_if_any"]
 
 # The token is read from the first of these, as Ray reads it, and Ray's clients send it only in token mode
 # (RAY_AUTH_MODE=token).
@@ -50,8 +50,14 @@ def use_token_if_any() -> str | None:
     return source
 
 
-def auth_error(where: str, error: Exception) -> TunerError:
-    """One line for Ray's AuthenticationError: no token sent, or a token the cluster refused (never the token)."""
+def is_refusal(error: Exception) -> bool:
+    """Whether Ray's AuthenticationError says a token was sent and refused (not that none was sent: "Missing")."""
+    return "Missing" not in str(error)
+
+
+def auth_error(where: str, sent: bool) -> TunerError:
+    """One line for a cluster's authentication refusal: no token sent, or a token the cluster refused (``sent``:
+    what Ray said; the token itself never appears)."""
     source, mode = token_source(), os.environ.get(AUTH_MODE_ENV, "")
     fix = (f"get it with `ray get-auth-token` on the head node and put it in {DEFAULT_TOKEN_FILE} (or ${TOKEN_ENV}), "
            f"with {AUTH_MODE_ENV} unset or token")
@@ -61,7 +67,7 @@ def auth_error(where: str, error: Exception) -> TunerError:
     if source is None:
         return TunerError(f"{where}: the cluster needs Ray's authentication token and tuner found none "
                           f"(looked in ${TOKEN_ENV}, ${TOKEN_PATH_ENV} and {DEFAULT_TOKEN_FILE}); {fix}")
-    if "Missing" in str(error):
+    if not sent:
         return TunerError(f"{where}: the cluster needs Ray's authentication token and the one in {source} "
                           f"was not sent; {fix}")
     return TunerError(f"{where}: the cluster refused the token from {source}: it is not this cluster's; get "

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from tuner.config.options import CLUSTER_ENV
-from tuner.config.ray_auth import auth_error, use_token_if_any
+from tuner.config.ray_auth import auth_error, is_refusal, use_token_if_any
 from tuner.errors import TunerError
 
 if TYPE_CHECKING:
@@ -69,7 +69,7 @@ def connect(cluster: str | None) -> JobSubmissionClient:
     try:
         return JobSubmissionClient(url)
     except AuthenticationError as e:  # a cluster with token authentication: no token, or not its token
-        raise auth_error(f"--cluster {url}", e) from None
+        raise auth_error(f"--cluster {url}", sent=is_refusal(e)) from None
     except (ConnectionError, RuntimeError) as e:  # something answers, but not a Ray job server
         raise TunerError(f"--cluster {url}: not a Ray job server ({' '.join(str(e).split())[:160]}); pass the "
                          f"head node's dashboard address, http://HEAD:{DEFAULT_PORT}") from None

@@ -456,14 +456,13 @@ def init_ray(ray_address: str | None, gpus_per_trial: float | None) -> ModuleTyp
             raise
         raise KeyboardInterrupt from None
     except ray.exceptions.AuthenticationError as e:  # a cluster with token authentication: no token, or not its
-        raise ray_auth.auth_error(f"--ray-address {ray_address}", e) from None
+        raise ray_auth.auth_error(f"--ray-address {ray_address}", sent=ray_auth.is_refusal(e)) from None
     except (ConnectionError, RuntimeError) as e:
         if interrupts.signalled():  # Ray failed to start because the signal also ended its processes
             raise KeyboardInterrupt from None
         if "InvalidAuthToken" in said["text"] or "Unauthenticated" in said["text"]:
             # the GCS refused the driver (Ray's C++ client says so on stderr, then ray.init gives up connecting)
-            raise ray_auth.auth_error(f"--ray-address {ray_address}",
-                                      RuntimeError("Missing" if ray_auth.token_source() is None else "Invalid")) from None
+            raise ray_auth.auth_error(f"--ray-address {ray_address}", sent=ray_auth.token_source() is not None) from None
         sys.stderr.write(said["text"])
         raise TunerError(f"--ray-address {ray_address}: cannot join the Ray cluster ({e})") from None
     if gpus_per_trial and ray.cluster_resources().get("GPU", 0) < gpus_per_trial:
