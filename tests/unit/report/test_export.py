@@ -271,3 +271,22 @@ def test_failure_advice_follows_from_the_failures_seen():
     text = recommend.failure_summary([nan, nan, flat])
     lines = [line for line in text.splitlines() if line.startswith("Advice:")]
     assert "NaN/inf" in lines[0] and "did not learn" in lines[1]
+
+
+def test_an_export_from_the_packaged_copy_says_what_it_is_and_what_to_use_where_the_hub_is(tmp_path):
+    from tuner.inputs.packaged import _COMPLETE_MARKER, PACKAGED, packaged_of
+    from tuner.report import export
+
+    model = PACKAGED["SmolLM2-135M-Instruct"]
+    folder = tmp_path / model.build / model.alias
+    folder.mkdir(parents=True)
+    params = {"learning_rate": 1e-6, "max_length": 64}
+    assert packaged_of(folder) is None  # a build not finished (no marker) is not the copy
+    _, info = export.build(adapter("dpo"), params, str(folder), space=load_space(None, "dpo"))
+    assert not any(model.hub_id in note for note in info["notes"])
+    (folder / _COMPLETE_MARKER).write_text(model.build)
+    assert packaged_of(folder) == model and packaged_of(tmp_path / "other" / model.alias) is None
+    config, info = export.build(adapter("dpo"), params, str(folder), space=load_space(None, "dpo"))
+    assert config["model_name_or_path"] == str(folder)  # what `trl dpo --config` runs here, unchanged
+    [note] = [note for note in info["notes"] if note.startswith("model_name_or_path:")]
+    assert f"--model_name_or_path {model.hub_id}" in note and model.distribution in note
