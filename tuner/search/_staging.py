@@ -128,8 +128,16 @@ def speed_known(records: Sequence[TrialRecord]) -> bool:
 
 
 def _trl_defaults(entry: Adapter) -> dict[str, Any]:
-    return {f.name: f.default for f in dataclasses.fields(entry.config_type())
-            if f.default is not dataclasses.MISSING}
+    """TRL's default of every field that has one, a list's too: DPOConfig declares ``loss_type`` (["sigmoid"]) with a
+    default_factory, and without it the speed stage pinned the middle choice, ["ipo"] in the shipped DPO space (seen
+    on SmolLM2-135M-Instruct, whose DPO searches ran IPO in every first trial)."""
+    defaults = {}
+    for f in dataclasses.fields(entry.config_type()):
+        if f.default is not dataclasses.MISSING:
+            defaults[f.name] = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            defaults[f.name] = f.default_factory()
+    return defaults
 
 
 def safe_value(name: str, param: Param, default: Any = None) -> Any:

@@ -36,6 +36,14 @@ def test_a_pretrained_model_measures_speed_at_trls_default_learning_rate():
     assert stages.learning_pins["learning_rate"] == 1e-6  # GRPOConfig's default, inside the pretrained range
 
 
+def test_a_list_default_of_trl_is_pinned_where_the_space_offers_it():
+    # DPOConfig's loss_type default, ["sigmoid"], comes from a default_factory; the shipped DPO space's middle choice
+    # is ["ipo"], which the first trials ran while the default went unread
+    dpo = staging.Stages.for_space(load_space(None, "dpo").for_model(pretrained=True), 12)
+    assert dpo.learning_pins["loss_type"] == ["sigmoid"]
+    assert dpo.learning_pins["learning_rate"] == 1e-6 and dpo.learning_pins["beta"] == 0.1  # DPOConfig's own
+
+
 def test_random_and_grid_searches_are_not_staged():
     space = load_space(None, "reward")
     for sampler in ("random", "grid"):
