@@ -145,6 +145,10 @@ def vs_defaults(trainer: str, pick_file: str, steps: int, seeds: list[int], echo
     from tuner.trial import TrialSpec, run_trial
 
     pick = dict(read_config(pick_file, trainer).params)
+    # The same data on both sides, so the same lengths: the search's trial length (LENGTH, which TRL_DEFAULTS also
+    # runs), not the export's, which is measured on the user's file (a DPO export measured 24 tokens on 32 short
+    # hand-written pairs; the built-in pairs run to 46, and at 24 half of them lost their answers).
+    pick.update(LENGTH[trainer])
     metric = "reward" if trainer == "grpo" else "loss"
     pairs = []
     for seed in seeds:
