@@ -100,14 +100,15 @@ class Learning:
     gain: float | None = None  # the last third's improvement over the start, in the effect's units
 
     def describe(self) -> str:
-        """One line in the user's terms, e.g. 'reward +0.52 per step above its start 0.31 (last third +0.69, p=3e-12)'."""
+        """One line in the user's terms, e.g. 'reward +0.52 above its start 0.31 on average over 40 steps (last third
+        +0.69, p=3e-12)': the effect is the mean over the steps of the improvement on the start, not a rate per step."""
         if self.effect is None or self.p_value is None or self.gain is None:  # the numbers come all or none
             return f"too few finite {self.metric} values to judge ({self.steps}; {MIN_STEPS} needed)"
         if self.metric == "reward":
-            return (f"reward {self.effect:+.3g} per step above its start {self.start:.3g} (last third "
-                    f"{self.gain:+.3g}, p={self.p_value:.2g}) over {self.steps} steps")
-        return (f"loss {-100 * self.effect:+.1f}% per step from its start {self.start:.3g} (last third "
-                f"{-100 * self.gain:+.1f}%, p={self.p_value:.2g}) over {self.steps} steps")
+            return (f"reward {self.effect:+.3g} above its start {self.start:.3g} on average over {self.steps} steps "
+                    f"(last third {self.gain:+.3g}, p={self.p_value:.2g})")
+        return (f"loss {-100 * self.effect:+.1f}% from its start {self.start:.3g} on average over {self.steps} steps "
+                f"(last third {-100 * self.gain:+.1f}%, p={self.p_value:.2g})")
 
 
 def progress_metric(entry: Adapter) -> tuple[str, int]:
