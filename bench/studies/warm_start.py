@@ -138,7 +138,7 @@ def search(store: Path, experiment: str, trainer: str, trials: int | None, max_s
     outcome = run_search(prepared, echo=lambda line: (log.append(line), echo(f"    {line}")))
     seconds = time.perf_counter() - started
     summary = outcome.search or {}
-    warm = prepared.warm
+    warm = getattr(prepared.start, "warm", None)  # what it reused (tuner.search.start.WarmStart); None: a cold start
     best = outcome.recommended
     confirmations = [_slim(r) for r in summary.get("confirmations") or []]
     row = {"warm_start": warm_start, "seed": seed, "dataset": dataset or "builtin", "experiment": experiment,

@@ -1,8 +1,10 @@
 """The search: Optuna proposes, Ray Tune runs the trials, the driver logs, confirms and recommends.
 
     _prepare.py     prepare: every input checked before any run, study or trial exists (and --resume's)
-    driver.py       run_search: the search from its prepared inputs to its recommendation
-    _execution.py   Ray Tune: the trainable, the searcher, successive halving, the driver's callback
+    driver.py       run_search: the search's resources (Ray, launcher, stores, interrupts) around the loop
+    loop.py         Search: what each free slot runs next (the sampler's trials, then the phases); the results written
+    ledger.py       one list of the search's runs and their kinds; the Phase protocol every follow-up answers
+    _execution.py   Ray Tune: the trainable, the searcher (hands on to Search), successive halving, the driver's callback
     _sampling.py    Optuna: the sampler, asking without repeats, telling outcomes
     _staging.py     speed knobs first, then learning knobs on the fastest stable system configs
     _neighbours.py  a --from search's single changes to trial 0, in the order its verdict calls for

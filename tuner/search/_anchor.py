@@ -1,7 +1,7 @@
 """The anchored twin: a GRPO trial whose reward spread fades with beta 0 is tried again with the KL penalty on.
 
     anchor = Anchor(space, proposer.reserve, base_spec, timeout)
-    anchor.next(runs)     # a job (the best trial's config with beta > 0), WAIT while it runs, or None
+    anchor.next(ledger, final=True)   # a job (the best trial's config with beta > 0), WAIT while it runs, or None
 
 GRPO without a KL penalty to the reference (``beta`` 0, TRL's default since 0.19) has nothing that keeps its policy
 stochastic: the share of prompt groups whose completions all get one reward climbs towards 1, every advantage is 0,
@@ -22,7 +22,7 @@ from typing import Any, Callable
 
 from tuner.config.space import CategoricalParam, FloatParam, SearchSpace
 from tuner.records import TrialJob, TrialRecord
-from tuner.search._extend import WAIT
+from tuner.search.ledger import WAIT, Ledger
 from tuner.stores.tags import ANCHORED_TAG, ANCHORS_TAG, RUN_NAME_TAG
 from tuner.verdicts import recommend as rec
 
@@ -50,7 +50,7 @@ def fading_without_anchor(trial: TrialRecord) -> bool:
 
 
 class Anchor:
-    """Which twin a free slot gets, once every search trial has finished: at most one per search."""
+    """Which twin a free slot gets, once every search trial has finished: at most one per search (a Phase)."""
 
     def __init__(self, space: SearchSpace, reserve: Callable[[str], int], base_spec: dict[str, Any],
                  timeout: float, announce: Callable[[str], None] = print) -> None:
@@ -64,10 +64,13 @@ class Anchor:
     def most_runs(self) -> int:
         return 1 if self.beta is not None else 0
 
-    def next(self, runs: list[TrialRecord]) -> TrialJob | str | None:
+    def next(self, ledger: Ledger, final: bool) -> TrialJob | str | None:
         """The twin of the best trial, WAIT while it runs (its verdict decides what is confirmed), or None."""
-        if self.beta is None:
+        from tuner.search._confirm import with_seen_risk
+
+        if self.beta is None or not final:
             return None
+        runs = with_seen_risk(ledger.contenders(), ledger.confirmations())
         if self.twin is not None:
             return None if any(r.get("number") == self.twin for r in runs) else WAIT
         ranking = rec.ranked(runs)

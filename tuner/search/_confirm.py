@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any, cast
 
 from tuner.records import TrialJob, TrialRecord, is_ok
-from tuner.search._extend import WAIT
+from tuner.search.ledger import WAIT, Ledger
 from tuner.stores.tags import CONFIRMATION_TAG, CONFIRMS_TAG, RUN_NAME_TAG
 from tuner.verdicts import recommend as rec
 from tuner.verdicts.learning import ALPHA
@@ -127,10 +127,11 @@ class Schedule:
         """The most runs next() and first() can hand out: every candidate's, and ``ahead`` more candidates' early."""
         return (self.top + self.ahead) * self.seeds if self.seeds > 0 else 0
 
-    def next(self, finished: list[TrialRecord], final: bool,
-             confirmations: list[TrialRecord] | tuple = ()) -> TrialJob | str | None:
+    def next(self, ledger: Ledger, final: bool) -> TrialJob | str | None:
         """The next confirmation run, WAIT (a candidate's runs are out: its verdict decides whether the next one's
-        run), or None (nothing more: the candidates are confirmed or used up)."""
+        run), or None (nothing more: the candidates are confirmed or used up). A Phase: it may run before every search
+        trial has finished (the best so far in a slot that would idle)."""
+        finished, confirmations = ledger.contenders(), ledger.confirmations()
         if self.seeds <= 0 or (not final and self.early >= self.seeds):
             return None
         cands = candidates(finished, self.top if final else 1, confirmations)

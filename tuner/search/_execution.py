@@ -25,10 +25,10 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, TypeGuard
+from typing import TYPE_CHECKING, Any, Protocol, TypeGuard
 
 from ray.tune import Callback
 from ray.tune.schedulers import ASHAScheduler, TrialScheduler
@@ -38,12 +38,9 @@ from tuner.config import ray_auth, trainers
 from tuner.errors import TunerError
 from tuner.records import SUMMARY_FIELDS, Status, TrialJob, TrialRecord, TrialResult, new_record
 from tuner.report.progress import Progress
-from tuner.search import _sampling as sampling
-from tuner.search._extend import WAIT
+from tuner.search.ledger import FINISHED, Ledger
 from tuner.stores import interrupts
-from tuner.stores.tags import OPTUNA_NUMBER_TAG
 from tuner.trial import TrialSpec
-from tuner.verdicts import diagnose
 from tuner.verdicts.learning import MIN_STEPS
 
 if TYPE_CHECKING:
@@ -224,15 +221,11 @@ class DriverCallback(Callback):
     """In the driver process: the only MLflow writer, and the progress report.
 
     A trial's MLflow run is created when it starts, gets its live rows while it runs, and its verdict when it
-    ends; the progress shows the running trials' latest step."""
+    ends, when its record goes into the search's ledger (tuner.search.ledger); the progress shows the running
+    trials' latest step."""
 
-    def __init__(self, tracker: SearchTracker, progress: Progress, records: list[TrialRecord],
-                 confirmations: list[TrialRecord] | None = None, extensions: list[TrialRecord] | None = None,
-                 remeasures: list[TrialRecord] | None = None) -> None:
-        self.tracker, self.progress, self.records = tracker, progress, records
-        self.confirmations = records if confirmations is None else confirmations
-        self.extensions = records if extensions is None else extensions  # longer re-runs (tuner.search._extend)
-        self.remeasures = records if remeasures is None else remeasures  # speed re-runs (tuner.search._remeasure)
+    def __init__(self, tracker: SearchTracker, progress: Progress, ledger: Ledger) -> None:
+        self.tracker, self.progress, self.ledger = tracker, progress, ledger
         self.running: dict[str, dict[str, Any]] = {}  # Ray trial id -> its tracker key, run id, rows streamed
 
     def on_trial_start(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any) -> None:
@@ -293,94 +286,40 @@ class DriverCallback(Callback):
         self.tracker.finish_trial(state["key"], spec, {k: record.get(k) for k in SUMMARY_FIELDS}, history,
                                   streamed=state["streamed"], output=output)
         record["run_id"] = state["run_id"] or self.tracker.run_id_of(state["key"])
-        kept = (self.confirmations if "confirms" in record
-                else self.extensions if "extends" in record or "anchors" in record
-                else self.remeasures if "remeasures" in record else self.records)
-        kept.append(record)
+        self.ledger.add(record)
         self.progress.finished(record, trial.trial_id)
 
 
+class Runs(Protocol):
+    """What Ray Tune's searcher hands on: tuner.search.loop.Search."""
+
+    @property
+    def max_steps(self) -> int: ...  # a search trial's steps
+
+    def suggest(self, trial_id: str) -> TrialJob | str | None: ...
+
+    def told(self, trial_id: str, result: dict[str, Any]) -> None: ...
+
+
 class OptunaSearcher(Searcher):
-    """Ray Tune searcher over an Optuna study (ask/tell, tuner.search._sampling), with the trial spec as Ray's config.
+    """Ray Tune's searcher for a search (tuner.search.loop.Search): Ray asks it for the next trial's config (a
+    TrialJob, FINISHED, or None: nothing now) and tells it how each trial ended, as an outcome summary; a trial
+    successive halving stopped (its last result a live one) is pruned, and one Ray lost (no result) crashed."""
 
-    ``ahead(finished_records, running_params)`` may hand a follow-up job to a free slot before the next search
-    trial. Once its
-    ``n_search`` trials are all handed out, each free slot asks ``then(finished_records, final)`` for a
-    follow-up job (a confirmation re-run) to hand out in the same Ray Tune run: ``final`` once every search trial
-    has finished, and before that, while the last ones run, so that a free slot confirms the best trial so far
-    instead of idling (and Ray Tune keeps its worker). None: nothing to run now (FINISHED, once final).
-    """
-
-    def __init__(self, proposer: sampling.Proposer, base_spec: dict[str, Any], timeout: float,
-                 n_search: int, then: Callable[[list[TrialRecord], bool], TrialJob | str | None] | None = None,
-                 done: Sequence[TrialRecord] = (), fits: Callable[[dict[str, Any]], str | None] | None = None,
-                 prune_slow: bool = False, keep: Collection[int] = (), first_alone: bool = False,
-                 ahead: Callable[[list[TrialRecord], dict[int, dict[str, Any]]], TrialJob | None] | None = None
-                 ) -> None:
+    def __init__(self, search: Runs) -> None:
         super().__init__(metric=SEARCH_METRIC, mode="max")
-        self.proposer, self.base_spec, self.timeout = proposer, base_spec, timeout
-        self.n_search, self.then = n_search, then
-        self.asked: dict[str, Any] = {}  # Ray trial id -> (optuna.Trial, its params)
-        self.suggested = 0
-        self.finished: list[TrialRecord] = list(done)
-        self.stopped_because: str | None = None  # a failure no config avoids (tuner.verdicts.diagnose): nothing more is run
-        self.fits = fits  # params -> None, or why the config cannot fit (tuner.search._placement): then it is not run
-        self.prune_slow = prune_slow  # stop a trial that runs past slow_limit() of the trials finished before it
-        # trials run to the end, never pruned: --from's trial 0 (the user's own config: its verdict is the news) and its
-        # single changes (the smallest fixes); a warm search's earlier recommendations (tuner.search._warm: a whole
-        # earlier search's evidence, not to be dropped on a few noisy steps here)
-        self.keep = frozenset(keep)
-        self.first_alone = first_alone  # --from: trial 0 runs alone first; the changes tried next follow from its verdict
-        # (finished records, running trials' params by number) -> a follow-up job that goes before the next search
-        # trial (a warm search's earlier recommendation is confirmed beside it: tuner.search._warm.to_confirm_first)
-        self.ahead = ahead
+        self.search = search
 
     def suggest(self, trial_id: str) -> TrialJob | dict[str, Any] | str | None:
-        self.stopped_because = self.stopped_because or diagnose.systematic_failure(self.finished)
-        if self.stopped_because:
-            return None if self.asked else Searcher.FINISHED
-        if self.ahead is not None:
-            running = {self.proposer.number(trial): params for trial, params in self.asked.values()}
-            if (job := self.ahead(self.finished, running)) is not None:
-                return job
-        if self.suggested < self.n_search:
-            if self.first_alone and self.suggested and not any(r.get("number") == 0 for r in self.finished):
-                return None  # --from: trial 0 runs alone first; the changes tried next follow from its verdict
-            with interrupts.deferred():  # the study never holds a trial handed out and not yet drawn
-                trial, params = self.proposer.ask()
-                self.asked[trial_id] = (trial, params)
-                self.suggested += 1
-            spec = {**self.base_spec, "params": params}
-            job = TrialJob(spec=spec, number=self.proposer.number(trial), timeout=self.timeout,
-                           tags={OPTUNA_NUMBER_TAG: str(trial.number)})
-            slow = slow_limit(self.finished) if self.prune_slow else None
-            if self.proposer.number(trial) in self.keep:
-                job["keep"], slow = True, None
-            if slow and slow[0] < self.timeout:
-                job["prune_after"] = slow
-            too_big = self.fits(params) if self.fits else None
-            return {**job, "skip": too_big} if too_big else job
-        final = not self.asked  # every search trial has finished
-        follow = self.then(self.finished, final) if self.then else None
-        if follow == WAIT:
-            return None  # more may follow once the runs out there finish
-        if follow is None:
-            return Searcher.FINISHED if final else None
-        return follow
+        job = self.search.suggest(trial_id)
+        return Searcher.FINISHED if job == FINISHED else job
 
     def on_trial_complete(self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False) -> None:
-        trial, params = self.asked.pop(trial_id, (None, None))
-        if trial is None:
-            return  # a follow-up job: not part of the study
         if not error and is_live(result):
-            result = pruned_result(result, self.base_spec["max_steps"])
+            result = pruned_result(result, self.search.max_steps)
         if error or not result or "status" not in result:
             result = TrialResult.crashed("Ray lost the trial's worker").summary()
-        record = new_record(result, number=self.proposer.number(trial), params=params, max_steps=self.base_spec["max_steps"],
-                            seed=self.base_spec["seed"])
-        with interrupts.deferred():
-            self.proposer.tell(trial, record)
-            self.finished.append(record)
+        self.search.told(trial_id, result)
 
 
 _reaper = None  # the tuner.stores.reaper of the local Ray this process started, if any

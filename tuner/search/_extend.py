@@ -1,7 +1,7 @@
 """Longer rungs for the best stable trials when none has shown learning within ``--max-steps``.
 
     plan = Extension(base_spec, budget_steps=720, timeout=1800)
-    plan.next(records, extensions)   # a job (a trial re-run at 3x its steps), WAIT, or None (nothing more)
+    plan.next(ledger, final=True)    # a job (a trial re-run at 3x its steps), WAIT, or None (nothing more)
 
 ``--max-steps`` is the first rung, not a wall: a pretrained model at TRL's default learning rates moves its
 reward or loss slowly, and 20 steps rarely show it. Once every search trial has finished and none qualifies
@@ -27,6 +27,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tuner.records import TrialJob, TrialRecord, is_ok
+from tuner.search.ledger import WAIT, Ledger
 from tuner.stores.tags import EXTENDS_TAG, EXTENSION_TAG, RUN_NAME_TAG
 from tuner.verdicts import recommend as rec
 from tuner.verdicts.forecast import horizon_steps
@@ -35,7 +36,6 @@ __all__ = ["RATE", "WAIT", "Extension", "closest_to_learning", "default_budget",
 
 RATE = 3  # each rung is 3x the last, as successive halving's (tuner.search._execution.HALVING_RATE)
 PAST_PROJECTION = rec.PROJECTED_EARLY  # a risk rung runs to twice the projected step: projections came early
-WAIT = "wait"  # nothing to hand out now, but more may follow when the runs out there finish
 
 
 def default_budget(trials: int, max_steps: int) -> int:
@@ -54,7 +54,7 @@ def closest_to_learning(trial: TrialRecord) -> tuple[float, float]:
 
 
 class Extension:
-    """Which longer run a free trial slot gets next, once every search trial has finished."""
+    """Which longer run a free trial slot gets next, once every search trial has finished (a Phase)."""
 
     def __init__(self, base_spec: dict[str, Any], budget_steps: int, timeout: float,
                  announce: Callable[[str], None] = print) -> None:
@@ -69,8 +69,11 @@ class Extension:
         """The most runs next() can hand out: every run is at least RATE x the first rung's steps."""
         return self.budget // (RATE * self.base_spec["max_steps"]) if self.budget > 0 else 0
 
-    def next(self, records: list[TrialRecord], extensions: list[TrialRecord]) -> TrialJob | str | None:
-        runs = [*records, *extensions]
+    def next(self, ledger: Ledger, final: bool) -> TrialJob | str | None:
+        if not final:
+            return None
+        extensions = ledger.longer()
+        runs = [*ledger.trials(), *extensions]
         if self.budget <= 0 or not runs:
             return None
         if any(rec.objective(r) > 0 for r in runs):

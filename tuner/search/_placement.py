@@ -40,6 +40,7 @@ from tuner.search import _packing as packing
 from tuner.trial import memory
 
 if TYPE_CHECKING:
+    from tuner.config.options import SearchOptions
     from tuner.config.space import SearchSpace
 
 # The params tuner.trial.memory.estimate reads: the ones whose values change a trial's peak memory.
@@ -185,6 +186,21 @@ def memory_corners(space: SearchSpace, limit: int = MAX_CORNERS) -> list[dict[st
         raise TunerError(f"{space.source}: more than {limit} memory corners; narrow the space")  # never for shipped ones
     names = list(axes)
     return [dict(zip(names, combo)) for combo in itertools.product(*axes.values())] or [{}]
+
+
+def for_search(o: SearchOptions, model_path: str, space: SearchSpace, ray: ModuleType) -> Placement:
+    """The memory plan for a search (its options, model and space) on the Ray cluster it runs on."""
+    from tuner.search._prepare import trial_ranks
+
+    cluster = Cluster.of_ray(ray)
+    ranks, gpus = trial_ranks(o), o.gpus_per_trial
+    if gpus is None and cluster.gpus > 0 and ranks > 1:
+        gpus = ranks  # --processes-per-trial N on GPUs: a process per GPU
+    on_gpu = cluster.gpus > 0 if gpus is None else gpus > 0
+    placed = place(o.entry, model_path, space, cluster, cpus_per_trial=o.cpus_per_trial, gpus_per_trial=gpus,
+                   concurrency=o.concurrency, processes_per_trial=1 if on_gpu else ranks)
+    placed.concurrency, placed.capped = share_cap(placed, cluster, cluster_share=o.cluster_share, max_gpus=o.max_gpus)
+    return placed
 
 
 def place(entry: Adapter, model_path: str, space: SearchSpace, cluster: Cluster, *, cpus_per_trial: float,

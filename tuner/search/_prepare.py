@@ -23,6 +23,7 @@ from tuner.config.options import DEFAULT_TRIALS, SUBMITTED_JOB_ENV, SearchOption
 from tuner.config.space import SearchSpace, check_param_names, load_space
 from tuner.errors import TunerError
 from tuner.inputs.quiet import quiet_libraries
+from tuner.search.start import ColdStart, Start, starts
 
 if TYPE_CHECKING:
     from tuner.config.trl_config import SourceConfig
@@ -44,11 +45,8 @@ class Prepared:
     dropped_precisions: list[str]
     warnings: list[str] = field(default_factory=list)
     resume_run_id: str | None = None
-    source: SourceConfig | None = None  # --from: the user's TRL config
-    first: dict[str, Any] | None = None  # --from: trial 0, their config as written, in the space's params
-    origins: list[str] = field(default_factory=list)  # --from: where the model, data and rewards came from
-    here: Here | None = None  # what a later search's warm start matches this one by (tuner.search._warm)
-    warm: WarmStart | None = None  # what it reuses of earlier searches (--warm-start)
+    # how it starts: cold, from the user's config (--from), warm from earlier searches, or both (tuner.search.start)
+    start: Start = field(default_factory=ColdStart)
     model_line: str = ""  # which model --model resolved to, and from where: the search's first line
 
 
@@ -332,8 +330,9 @@ def prepare(options: SearchOptions) -> Prepared:
     warm.line = _warm_line(warm, here)  # what it reuses, as the rules above left it
 
     experiment = o.experiment or f"{o.trainer}-{model_label(inputs.model)}"
-    return Prepared(o, space, model_path, uri, experiment, n_trials, grid, dropped, warnings, source=source,
-                    first=first if grid is None else None, origins=origins, here=here, warm=warm,
+    # on a grid, --from's trial 0 is the grid's first point and runs once like any other
+    start = starts(here, warm, source, first if grid is None else None, origins, o.search_space)
+    return Prepared(o, space, model_path, uri, experiment, n_trials, grid, dropped, warnings, start=start,
                     model_line=inputs.model_line)
 
 

@@ -2,7 +2,7 @@
 each pair of runs measured in the same stretch of time.
 
     check = Remeasure(base_spec, timeout, wanted=True)
-    check.next(records)     # a job (the faster trial's params, or trial 0's, for the same steps and seed), or None
+    check.next(ledger, final=True)   # a job (the faster trial's params, or trial 0's, for the same steps and seed), or None
 
 The search's trials are measured one at a time, each when its turn came: trial 0 alone first, the single changes
 after it. A machine's load changes between them (other jobs, a test runner's other worker), and one short run each
@@ -19,13 +19,14 @@ from collections.abc import Callable
 from typing import Any
 
 from tuner.records import TrialJob, TrialRecord
+from tuner.search.ledger import Ledger
 from tuner.stores.tags import REMEASURE_TAG, REMEASURES_TAG, RUN_NAME_TAG
 
 __all__ = ["Remeasure"]
 
 
 class Remeasure:
-    """Which speed re-run a free trial slot gets next, once every search trial has finished."""
+    """Which speed re-run a free trial slot gets next, once every search trial has finished (a Phase)."""
 
     def __init__(self, base_spec: dict[str, Any], timeout: float, wanted: bool,
                  announce: Callable[[str], None] = print) -> None:
@@ -38,11 +39,12 @@ class Remeasure:
 
         return 2 * PAIRS if self.wanted else 0
 
-    def next(self, records: list[TrialRecord]) -> TrialJob | None:
+    def next(self, ledger: Ledger, final: bool) -> TrialJob | None:
         from tuner.report import fix
 
-        if not self.wanted:
+        if not self.wanted or not final:
             return None
+        records = ledger.trials()
         if self.queue is None:
             first = next((r for r in records if r.get("number") == 0), None)
             faster = fix.speed_candidate(first, records)  # None when trial 0 is

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -21,8 +22,10 @@ from tuner.verdicts import recommend as rec
 if TYPE_CHECKING:
     import optuna
 
-__all__ = ["Proposer", "absolute_storage", "add_priors", "ask", "beside_store", "check_study_storage", "constraint_of", "distributions", "grid_size",
-           "make_sampler", "make_study", "prior_count", "shown_url", "tell"]
+    from tuner.config.options import SearchOptions
+
+__all__ = ["Asking", "Proposer", "absolute_storage", "add_priors", "ask", "beside_store", "check_study_storage", "constraint_of", "distributions", "grid_size",
+           "make_sampler", "make_study", "prior_count", "shown_url", "study_storage", "tell"]
 
 
 def constraint_of(record: TrialRecord) -> float:
@@ -78,6 +81,15 @@ def check_study_storage(url: str) -> None:
         raise TunerError(f"--optuna-storage {shown_url(url)}: Optuna cannot open it ({cause}); pass an SQLAlchemy URL "
                          "such as sqlite:///PATH/optuna.db or postgresql+psycopg://USER@HOST/DB, or drop "
                          "--optuna-storage for the study beside the store") from None
+
+
+def study_storage(o: SearchOptions) -> str | None:
+    """Where a search's study lives: beside the MLflow store, so optuna-dashboard can open it, or where
+    --optuna-storage says."""
+    if o.optuna_storage:
+        return o.optuna_storage
+    Path(o.store).resolve().mkdir(parents=True, exist_ok=True)
+    return beside_store(o.store)
 
 
 def beside_store(store: str | Path) -> str:
@@ -301,6 +313,18 @@ def tell(study: optuna.Study, trial: optuna.trial.Trial, record: TrialRecord) ->
     study.tell(trial, rec.objective(record))
 
 
+@dataclass
+class Asking:
+    """What shapes a Proposer's proposals besides its space and sampler."""
+
+    device: str = "cpu"  # where trials run: the speed stage's expected-fastest precision is the device's
+    fits: Callable[[dict[str, Any]], str | None] | None = None  # params -> None, or why they cannot fit in memory
+    #                                                            (tuner.search._placement.Placement.check)
+    # record -> params to ask for next: a --from search's single changes, chosen by what trial 0 (their config) did
+    after_first: Callable[[TrialRecord], Iterable[dict[str, Any]]] | None = None
+    known: Sequence[TrialRecord] = ()  # a warm start's earlier trials here, whose speeds count as measured (_staging)
+
+
 class Proposer:
     """What the searcher asks for each trial and tells back: ``ask`` and ``tell`` below, with the tpe sampler's
     trials staged speed knobs first, then learning knobs on the fastest stable system configs (tuner.search._staging).
@@ -311,24 +335,20 @@ class Proposer:
     """
 
     def __init__(self, study: optuna.Study, space: SearchSpace, sampler: str, n_trials: int,
-                 done: Sequence[TrialRecord] = (), device: str = "cpu",
-                 fits: Callable[[dict[str, Any]], str | None] | None = None,
-                 after_first: Callable[[TrialRecord], Iterable[dict[str, Any]]] | None = None,
-                 on_told: Callable[[TrialRecord], None] | None = None, known: Sequence[TrialRecord] = ()) -> None:
+                 done: Sequence[TrialRecord] = (), asking: Asking | None = None) -> None:
         from tuner.search._staging import Stages
 
+        asking = asking or Asking()
         self.study, self.space = study, space
         self.grid_size = grid_size(space)
-        # known: a warm start's earlier trials here, whose speeds count as measured (tuner.search._staging)
-        self.stages = Stages.for_space(space, n_trials, device, known) if sampler == "tpe" else None
-        self.fits = fits  # params -> None, or why they cannot fit in memory (tuner.search._placement.Placement.check)
+        self.stages = Stages.for_space(space, n_trials, asking.device, asking.known) if sampler == "tpe" else None
+        self.fits = asking.fits
         self.finished: list[TrialRecord] = list(done)
         self.asked = len(self.finished)  # a resumed search goes on in the stage it had reached
-        # record -> params to ask for next: a --from search's single changes, chosen by what trial 0 (their config) did
-        self.after_first = after_first
+        self.after_first = asking.after_first
         self.numbers: dict[int, int] = {}  # study trial id -> the search's number (NUMBER_ATTR)
         self.next_number = next_number(study)
-        self.on_told = on_told  # record -> None: called with each trial's record once told (a warm start's news)
+        self.on_told: Callable[[TrialRecord], None] | None = None  # record -> None: once told (a warm start's news)
 
     def reserve(self, why: str) -> int:
         """A trial number of the study's for a run the sampler does not propose (tuner.search._anchor's twin): the

@@ -12,6 +12,7 @@ import pytest
 from helpers import CONFIRM_SPACE, SFT_SPACE, Finished, mlflow_client, run_search_in, runs_of
 
 from tuner.search import _sampling as sampling
+from tuner.search.start import ColdStart, WarmStart
 from tuner.stores.tags import (
     DATA_TAG,
     HARDWARE_TAG,
@@ -40,7 +41,7 @@ def two_searches(tmp_path_factory, tiny_model) -> tuple[Finished, Finished]:
 @pytest.mark.slow
 def test_a_second_search_runs_the_first_ones_recommendation_as_trial_0_and_says_so(two_searches):
     first, second = two_searches
-    assert first.prepared.warm is not None and not first.prepared.warm  # an empty store: a cold start, said nothing
+    assert isinstance(first.prepared.start, ColdStart)  # an empty store: a cold start, said nothing
     assert not any(line.startswith("warm start") for line in first.echoed)
     best = first.outcome.recommended
     assert best is not None
@@ -91,7 +92,7 @@ def test_none_and_another_trainer_start_cold(case, two_searches, monkeypatch):
     else:
         options = driver.SearchOptions(search_space=str(root / "sft.yaml"))
     prepared = driver.prepare(dataclasses.replace(options, store=str(root / "mlflow"), trials=2))
-    assert prepared.warm is not None and not prepared.warm and prepared.warm.picks == []
+    assert isinstance(prepared.start, ColdStart)
 
 
 @pytest.mark.slow
@@ -114,7 +115,7 @@ def test_other_data_of_alike_lengths_reuses_the_earlier_speeds_and_longer_rows_d
         (root / name).write_text("".join(json.dumps(row) + "\n" for row in data))
         options = driver.SearchOptions(search_space=str(root / "space.yaml"), dataset=str(root / name))
         prepared = driver.prepare(dataclasses.replace(options, store=str(root / "mlflow")))
-        built = prepared.warm
+        built = prepared.start.warm
         assert built and built.picks and built.priors and built.other_data == len(built.priors), name
         if reused:  # every prior ran on rows of these lengths: their speeds are this data's
             assert len(built.measured_here()) == len(built.priors)
@@ -143,7 +144,7 @@ def test_a_warm_search_that_confirms_nothing_goes_back_to_the_default_trials(two
     (root / "float.yaml").write_text(FLOAT_SPACE)
     fourth = run_search_in(root, search_space=str(root / "float.yaml"), experiment="fourth", trainer="reward",
                            max_steps=8, seed=5, confirm_seeds=1, warm_start=first.outcome.parent_run_id)
-    assert fourth.prepared.warm.trials == (3, 4)
+    assert fourth.prepared.start.warm.trials == (3, 4)
     said = "\n".join(fourth.echoed)
     # the pick may fail on this seed itself (diverged, or stable without learning): then that is said when it ends.
     # Held and learned, it is demoted when its run beside it, on seed 6, ends: the search falls back then, not only
@@ -174,7 +175,7 @@ def test_a_pick_that_diverges_here_sends_the_warm_search_back_to_the_default_tri
     (root / "float.yaml").write_text(FLOAT_SPACE)  # the store's own folder: the first search is found there
     third = run_search_in(root, search_space=str(root / "float.yaml"), experiment="third", trainer="reward",
                           max_steps=8, seed=3, confirm_seeds=0, warm_start=first.outcome.parent_run_id)
-    assert third.prepared.n_trials == 3 and third.prepared.warm.trials == (3, 4)
+    assert third.prepared.n_trials == 3 and third.prepared.start.warm.trials == (3, 4)
     said = "\n".join(third.echoed)
     assert "warm start: trial 0, the earlier recommendation, failed here (diverged" in said, said
     assert "warm start: the earlier recommendation failed here; the search runs the default 4 trials" in said, said
@@ -196,7 +197,7 @@ def test_a_pick_that_diverges_here_sends_the_warm_search_back_to_the_default_tri
         mp.chdir(root)
         again = _prepare.prepare_resume(dataclasses.replace(third.prepared.options, resume="third"))
     assert again.options.trials is None and again.options.warm_start == first.outcome.parent_run_id
-    assert again.n_trials == 3 and again.warm.trials == (3, 4), (again.n_trials, again.warm.trials)
+    assert again.n_trials == 3 and again.start.warm.trials == (3, 4), (again.n_trials, again.start.warm.trials)
 
 
 @pytest.mark.slow
@@ -214,11 +215,11 @@ def test_two_real_searches_on_two_sizes_of_one_family(tmp_path, tiny_model):
     large = run_search_in(tmp_path, CONFIRM_SPACE, experiment="large", model=str(models["3M"]), **options)
     best = small.outcome.recommended
     assert best is not None, small.echoed
-    assert large.prepared.warm and large.prepared.warm.picks, large.echoed
+    assert isinstance(large.prepared.start, WarmStart) and large.prepared.start.warm.picks, large.echoed
     line = next(line for line in large.echoed if line.startswith("warm start from"))
     assert "TinyQwen-1M (another size of TinyQwen-3M's family)" in line, line
     assert "their outcomes not told to the sampler (another model size)" in line, line
-    assert large.prepared.warm.priors == [] and large.prepared.n_trials == 2
+    assert large.prepared.start.warm.priors == [] and large.prepared.n_trials == 2
     trial0 = next(r for r in large.outcome.records if r["number"] == 0)
     assert trial0["params"]["learning_rate"] == best["params"]["learning_rate"]  # as it is (same ranges every size)
     # a search on the smaller size again finds its own model's search first, not the other size's

@@ -38,7 +38,7 @@ def trial0_params(prepared: driver.Prepared) -> dict:
     """Trial 0's params as the search hands them to the trial: their values enqueued, the space's fixed ones."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study()
-    enqueue(study, prepared.first)
+    enqueue(study, prepared.start.first)
     return prepared.space.suggest(study.ask())
 
 
@@ -61,7 +61,7 @@ def test_trial_0_of_a_published_config_runs_as_written_with_the_flags_beside_it(
     # the flags won over the file, and the search says so
     o = prepared.options
     assert o.model == "tiny" and o.dataset == "builtin" and o.processes_per_trial == 1
-    origins = "\n".join(prepared.origins)
+    origins = "\n".join(prepared.start.origins)
     assert f"over the file's model_name_or_path: {raw['model_name_or_path']}" in origins
     # what this CPU cannot run is said before any trial, one line per key, with what trial 0 runs instead (a CUDA
     # machine with bitsandbytes, liger-kernel and flash-attn installed runs them)
@@ -89,7 +89,7 @@ def test_the_files_num_processes_is_a_trials_processes_unless_the_flag_says_othe
     path = refreshed(published("trl_cli_dpo"), tmp_path)
     prepared = prepare(tmp_path, path, model="tiny", dataset="builtin")
     assert prepared.options.processes_per_trial == 4
-    assert "processes_per_trial: 4 from the file's num_processes" in prepared.origins
+    assert "processes_per_trial: 4 from the file's num_processes" in prepared.start.origins
 
 
 def test_dataset_file_and_reward_funcs_flags_replace_the_files(tmp_path, tiny_model):
@@ -99,7 +99,7 @@ def test_dataset_file_and_reward_funcs_flags_replace_the_files(tmp_path, tiny_mo
     path = refreshed(published("trl_cli_dpo"), tmp_path)
     prepared = prepare(tmp_path, path, model="tiny", dataset=str(data), processes_per_trial=1)
     assert prepared.options.dataset == str(data.resolve())
-    assert f"dataset: {data} from --dataset (over the file's dataset_name: anthropic/hh-rlhf)" in prepared.origins
+    assert f"dataset: {data} from --dataset (over the file's dataset_name: anthropic/hh-rlhf)" in prepared.start.origins
     # GRPO: the file's reward_funcs are open-r1's names, which TRL does not know: refused naming the file and
     # the flag; the flag then replaces them, and reward_weights must match the functions given
     grpo = refreshed(published("openr1_grpo_demo"), tmp_path)

@@ -11,8 +11,8 @@ import pytest
 
 from tuner.config.space import load_space, parse_space
 from tuner.search._anchor import Anchor, anchored_beta
-from tuner.search._extend import WAIT
 from tuner.search._sampling import Proposer
+from tuner.search.ledger import WAIT, Ledger
 from tuner.stores.tags import ANCHORED_TAG, ANCHORS_TAG
 from tuner.verdicts import recommend
 
@@ -43,7 +43,7 @@ def test_a_fading_best_with_beta_0_gets_its_twin_with_the_kl_penalty_on_as_a_tri
     anchor = Anchor(SPACE, proposer.reserve, BASE, timeout=100, announce=said.append)
     best = record(1, risk=FADING, signal="reward_spread", schedule_steps=4500, extends=1)
     runs = [record(0, progress=0.05), best]
-    job = anchor.next(runs)
+    job = anchor.next(Ledger(runs), final=True)
     assert job["spec"]["params"] == {**best["params"], "beta": 0.04}  # nothing else changed
     assert (job["spec"]["seed"], job["spec"]["max_steps"], job["spec"]["schedule_steps"]) == (0, 180, 4500)
     assert job["number"] == 3 and job["keep"] and job["extra"] == {"anchors": 1, "schedule_steps": 4500}
@@ -56,9 +56,9 @@ def test_a_fading_best_with_beta_0_gets_its_twin_with_the_kl_penalty_on_as_a_tri
     assert proposer.number(proposer.study.ask()) == 4
     assert said and "trial 1 is the best so far but groups without reward spread" in said[0] and "beta 0.04" in said[0]
     # while it runs nothing else is handed out for it; once it is recorded, nothing more: one twin per search
-    assert anchor.next(runs) == WAIT
+    assert anchor.next(Ledger(runs), final=True) == WAIT
     twin = record(3, beta=0.04, anchors=1)
-    assert anchor.next([*runs, twin]) is None
+    assert anchor.next(Ledger([*runs, twin]), final=True) is None
 
 
 @pytest.mark.parametrize("case", ["no risk", "another risk", "already anchored", "not grpo", "beta fixed",
@@ -83,7 +83,7 @@ def test_no_twin_where_the_kl_penalty_is_not_the_question(proposer, case):
     elif case == "nothing learned":
         runs = [{**runs[0], "learned": False}]
     anchor = Anchor(space, proposer.reserve, BASE, timeout=100, announce=lambda line: None)
-    assert anchor.next(runs) is None
+    assert anchor.next(Ledger(runs), final=True) is None
     assert len(proposer.study.trials) == 3  # no number reserved
 
 
@@ -119,7 +119,7 @@ def test_a_risk_seen_only_on_confirmation_seeds_ranks_the_config_at_risk_and_cal
     # another length of the same trial is another run: its confirmations do not count for it
     assert not with_seen_risk([record(5, steps=20)], confirmations)[0]["risk"]
     job = Anchor(SPACE, proposer.reserve, BASE, timeout=100, announce=lambda line: None).next(
-        with_seen_risk([rung], confirmations))
+        Ledger([rung, *confirmations]), final=True)  # the risk its confirmation seeds showed, read from the ledger
     assert job["extra"]["anchors"] == 5 and job["spec"]["params"]["beta"] == 0.04 and job["spec"]["max_steps"] == 60
 
 

@@ -10,7 +10,8 @@ import pytest
 
 from tuner.search import _extend as extend
 from tuner.search import driver as search
-from tuner.search._extend import WAIT, Extension
+from tuner.search._extend import Extension
+from tuner.search.ledger import WAIT, Ledger
 
 BASE = {"trainer": "reward", "params": {}, "max_steps": 20, "seed": 0}
 
@@ -24,13 +25,13 @@ def record(number: int, *, steps: int = 20, status: str = "ok", progress: float 
 def test_the_best_third_of_stable_trials_get_3x_the_steps_and_the_next_rung_waits_for_them():
     plan = Extension(BASE, budget_steps=1000, timeout=100, announce=lambda line: None)
     records = [record(n, progress=0.001 * n) for n in range(6)] + [record(9, status="diverged", progress=1.0)]
-    jobs = [plan.next(records, []), plan.next(records, [])]
+    jobs = [plan.next(Ledger(records), final=True), plan.next(Ledger(records), final=True)]
     # the two (6 / 3) with the highest learning speed so far, at 60 steps; the diverged trial never
     assert [(j["number"], j["spec"]["max_steps"]) for j in jobs] == [(5, 60), (4, 60)]
     assert jobs[0]["spec"]["params"] == {"learning_rate": 5} and jobs[0]["timeout"] == pytest.approx(300)
-    assert plan.next(records, []) == WAIT  # its runs are out: the next rung depends on them
+    assert plan.next(Ledger(records), final=True) == WAIT  # its runs are out: the next rung depends on them
     done = [record(5, steps=60, progress=0.002, extends=5), record(4, steps=60, progress=0.003, extends=4)]
-    job = plan.next(records, done)
+    job = plan.next(Ledger([*records, *done]), final=True)
     assert (job["number"], job["spec"]["max_steps"]) == (4, 180)  # best third of the 60-step runs: 1
 
 
@@ -42,7 +43,7 @@ def test_the_strongest_evidence_of_learning_goes_first_not_the_luckiest_start():
                record(1, progress=0.2, progress_p_value=0.03, speed=9000),
                record(2, progress=0.1, progress_p_value=0.04, speed=9000),
                *[record(n, progress=0.01 * n, progress_p_value=0.5, speed=9000) for n in range(3, 6)]]
-    jobs = [plan.next(records, []), plan.next(records, [])]
+    jobs = [plan.next(Ledger(records), final=True), plan.next(Ledger(records), final=True)]
     assert [j["number"] for j in jobs] == [1, 2]
     # without a p-value (too few steps to judge), a trial comes after those with one
     assert extend.closest_to_learning(record(7, progress=1.0)) > extend.closest_to_learning(records[3])
@@ -65,27 +66,27 @@ def test_a_rung_is_run_in_full_before_the_next_is_chosen_even_when_one_of_its_ru
     # third was handed out, and the rung above was then chosen from that one run alone: the third never ran.
     plan = Extension(BASE, budget_steps=1000, timeout=100, announce=lambda line: None)
     records = [record(n, progress=0.001 * n) for n in range(7)]  # 7 stable: the best 3 at 60 steps
-    first, second = plan.next(records, []), plan.next(records, [])
+    first, second = plan.next(Ledger(records), final=True), plan.next(Ledger(records), final=True)
     done = [record(first["number"], steps=60, progress=0.01, extends=first["number"])]
-    third = plan.next(records, done)
+    third = plan.next(Ledger([*records, *done]), final=True)
     assert [(j["number"], j["spec"]["max_steps"]) for j in (first, second, third)] == [(6, 60), (5, 60), (4, 60)]
-    assert plan.next(records, done) == WAIT  # two of the rung still out
+    assert plan.next(Ledger([*records, *done]), final=True) == WAIT  # two of the rung still out
     done += [record(n, steps=60, progress=0.001 * n, extends=n) for n in (5, 4)]
-    job = plan.next(records, done)
+    job = plan.next(Ledger([*records, *done]), final=True)
     assert (job["number"], job["spec"]["max_steps"]) == (6, 180)  # from all three: the best one
 
 
 def test_nothing_is_extended_once_a_trial_learned_or_the_budget_is_spent():
     plan = Extension(BASE, budget_steps=100, timeout=100, announce=lambda line: None)
     learned = [record(0, progress=0.3, learned=True), record(1)]
-    assert plan.next(learned, []) is None  # confirmation's turn
+    assert plan.next(Ledger(learned), final=True) is None  # confirmation's turn
     records = [record(n) for n in range(6)]
-    job = plan.next(records, [])
+    job = plan.next(Ledger(records), final=True)
     assert job["spec"]["max_steps"] == 60
     # a second 60-step run would spend 120 > 100: wait for the one out there, then nothing more
-    assert plan.next(records, []) == WAIT
-    assert plan.next(records, [record(job["number"], steps=60, extends=job["number"])]) is None
-    assert Extension(BASE, budget_steps=0, timeout=1).next(records, []) is None  # --budget 0: off
+    assert plan.next(Ledger(records), final=True) == WAIT
+    assert plan.next(Ledger([*records, record(job["number"], steps=60, extends=job["number"])]), final=True) is None
+    assert Extension(BASE, budget_steps=0, timeout=1).next(Ledger(records), final=True) is None  # --budget 0: off
 
 
 def test_default_budget_fits_two_rungs_of_the_default_search():
@@ -115,21 +116,21 @@ def test_the_best_trial_at_risk_gets_a_longer_rung_and_its_verdict_decides():
     lines = []
     plan = Extension(BASE, budget_steps=1000, timeout=100, announce=lines.append)
     records = [record(1, progress=0.10, learned=True, risk=RISK), record(2, progress=0.05, learned=True)]
-    job = plan.next(records, [])
+    job = plan.next(Ledger(records), final=True)
     # 3x its steps (no step projected here), of the 500-step run's schedule (25x its 20) that its forecast looked to
     assert (job["number"], job["spec"]["max_steps"], job["spec"]["schedule_steps"]) == (1, 60, 500)
     assert job["extra"] == {"extends": 1, "schedule_steps": 500}
     assert "trial 1 is the best so far but at risk: activations" in lines[0]
-    assert plan.next(records, []) == WAIT  # confirmation waits for the longer rung's verdict
+    assert plan.next(Ledger(records), final=True) == WAIT  # confirmation waits for the longer rung's verdict
     # the risk came true at step 62: trial 1 is out, its rung too, and confirmation goes on with trial 2
     failed = [record(1, steps=60, status="diverged", extends=1)]
-    assert plan.next(records, failed) is None
+    assert plan.next(Ledger([*records, *failed]), final=True) is None
     assert rec.recommend([*records, *failed])["number"] == 2
     # or the longer rung held without risk: that run, with 3x the evidence, is the best
     plan = Extension(BASE, budget_steps=1000, timeout=100, announce=lines.append)
-    plan.next(records, [])
+    plan.next(Ledger(records), final=True)
     held = [record(1, steps=60, progress=0.10, learned=True, extends=1)]
-    assert plan.next(records, held) is None
+    assert plan.next(Ledger([*records, *held]), final=True) is None
     best = rec.recommend([*records, *held])
     assert (best["number"], best["max_steps"], best.get("risk")) == (1, 60, None)
 
@@ -143,16 +144,16 @@ def test_a_risk_rung_runs_past_the_projected_failure_within_the_run_it_looked_to
     assert extend.risk_rung_steps(record(1, steps=124, risk=RISK, risk_step=300, schedule_steps=500)) == (500, 500)
     lines = []
     plan = Extension(BASE, budget_steps=1000, timeout=100, announce=lines.append)
-    job = plan.next([record(1, progress=0.1, learned=True, risk=RISK, risk_step=62)], [])
+    job = plan.next(Ledger([record(1, progress=0.1, learned=True, risk=RISK, risk_step=62)]), final=True)
     assert (job["spec"]["max_steps"], job["spec"]["schedule_steps"], job["timeout"]) == (124, 500, pytest.approx(620))
     assert "re-running it for 124 steps of a 500-step run's schedule" in lines[0]
     # nothing longer to run: a rung already as long as the run it looked to
     whole = record(1, steps=500, progress=0.1, learned=True, risk=RISK, risk_step=450, schedule_steps=500)
-    assert Extension(BASE, budget_steps=10_000, timeout=1, announce=lines.append).next([whole], []) is None
+    assert Extension(BASE, budget_steps=10_000, timeout=1, announce=lines.append).next(Ledger([whole]), final=True) is None
 
 
 def test_no_risk_rung_when_the_budget_is_spent_or_the_best_is_safe():
     records = [record(1, progress=0.10, learned=True, risk=RISK)]
-    assert Extension(BASE, budget_steps=50, timeout=1, announce=lambda line: None).next(records, []) is None
+    assert Extension(BASE, budget_steps=50, timeout=1, announce=lambda line: None).next(Ledger(records), final=True) is None
     safe = [record(1, progress=0.10, learned=True)]
-    assert Extension(BASE, budget_steps=1000, timeout=1, announce=lambda line: None).next(safe, []) is None
+    assert Extension(BASE, budget_steps=1000, timeout=1, announce=lambda line: None).next(Ledger(safe), final=True) is None

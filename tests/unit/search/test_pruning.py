@@ -95,11 +95,16 @@ def test_the_trials_a_search_keeps_are_handed_out_unprunable_and_halving_lets_th
     it run on however far behind it is at a rung, and no slow limit is set on it; the trials after it are not kept."""
     import optuna
 
+    from tuner.report.progress import Progress
+    from tuner.search.ledger import Ledger
+    from tuner.search.loop import Rules, Search
+
+
     space = parse_space({"trainer": "sft", "params": {"learning_rate": {"type": "float", "low": 1e-4, "high": 1e-1}}})
     study = optuna.create_study(sampler=sampling.make_sampler("random", 0, 4), direction="maximize")
     proposer = sampling.Proposer(study, space, "random", 4)
-    searcher = execution.OptunaSearcher(proposer, {"trainer": "sft", "max_steps": 40, "seed": 0}, 60.0, n_search=3,
-                                        keep={0})
+    rules = Rules({"trainer": "sft", "max_steps": 40, "seed": 0}, 60.0, keep={0})
+    searcher = execution.OptunaSearcher(Search(proposer, Ledger(planned=3), rules, [], Progress(3, lambda line: None)))
     jobs = [searcher.suggest(f"t{i}") for i in range(3)]
     assert [bool(job.get("keep")) for job in jobs] == [True, False, False]
     halving = execution.Halving(max_steps=40)

@@ -12,6 +12,7 @@ import pytest
 
 from tuner.config.space import parse_space
 from tuner.search._sampling import constraint_of, make_sampler, tell
+from tuner.search.ledger import Ledger
 
 # -- how Optuna learns from unstable trials (no training) -------------------------------------
 
@@ -208,14 +209,14 @@ def test_free_slots_confirm_the_best_so_far_then_the_final_candidates_each_run_o
     schedule = confirm.Schedule({"seed": 0, "max_steps": 8}, seeds=2, top=2, timeout=60, announce=said.append)
     handed = lambda job: (job["number"], job["spec"]["seed"])  # noqa: E731
     # while the last trials run, a free slot confirms the best so far, at most one candidate's runs
-    assert schedule.next([], final=False) is None  # nothing finished that qualifies yet
-    first = [schedule.next([trial(0, 500.0)], final=False) for _ in range(3)]
+    assert schedule.next(Ledger([]), final=False) is None  # nothing finished that qualifies yet
+    first = [schedule.next(Ledger([trial(0, 500.0)]), final=False) for _ in range(3)]
     assert [handed(j) for j in first[:2]] == [(0, 1), (0, 2)] and first[2] is None
     assert first[0]["spec"]["params"] == {"learning_rate": 0.0} and first[0]["extra"] == {"confirms": 0}
-    assert schedule.next([trial(0, 500.0), trial(1, 900.0)], final=False) is None  # a new leader: no more early
+    assert schedule.next(Ledger([trial(0, 500.0), trial(1, 900.0)]), final=False) is None  # a new leader: no more early
     # final: trial 1 leads, its runs first; trial 0, second, already has its runs (made early, not repeated)
     finished = [trial(0, 500.0), trial(1, 900.0), trial(2, 100.0)]
-    final = [handed(schedule.next(finished, final=True)) for _ in range(2)]
+    final = [handed(schedule.next(Ledger(finished), final=True)) for _ in range(2)]
     assert final == [(1, 1), (1, 2)]
     assert len(first[:2]) + len(final) <= schedule.most_runs
     assert said == ["confirming trial 0, the best so far, on 2 more seeds while the last trials run",
@@ -226,24 +227,24 @@ def test_free_slots_confirm_the_best_so_far_then_the_final_candidates_each_run_o
         return [{**trial(number, 800.0), "seed": seed, "confirms": number, "status": status} for seed in (1, 2)]
 
     # one candidate at a time: the first confirmed is the recommendation, so the next waits for its verdict
-    assert schedule.next(finished, final=True, confirmations=reruns(1)[:1]) == confirm.WAIT
-    assert schedule.next(finished, final=True, confirmations=reruns(1)) is None  # trial 1 confirmed: done
+    assert schedule.next(Ledger([*finished, *reruns(1)[:1]]), final=True) == confirm.WAIT
+    assert schedule.next(Ledger([*finished, *reruns(1)]), final=True) is None  # trial 1 confirmed: done
     best, verdicts = confirm.judge(confirm.candidates(finished, 2), reruns(1) + reruns(0))
     assert best["number"] == 1 and [v["number"] for v in verdicts] == [1, 0]  # trial 0's early runs judged too
     best, verdicts = confirm.judge(confirm.candidates(finished, 2), reruns(1))
     assert best["number"] == 1 and [v["number"] for v in verdicts] == [1]  # no runs, no verdict: not "confirmed"
     # a search whose top candidate holds runs no one else's confirmation; when it is demoted, the next one's
     other = confirm.Schedule({"seed": 0, "max_steps": 8}, seeds=2, top=2, timeout=60, announce=said.append)
-    early = [other.next([trial(5, 300.0)], final=False) for _ in range(2)]
+    early = [other.next(Ledger([trial(5, 300.0)]), final=False) for _ in range(2)]
     final_trials = [trial(5, 300.0), trial(6, 900.0), trial(7, 800.0)]
-    late = [handed(other.next(final_trials, final=True)) for _ in range(2)]
+    late = [handed(other.next(Ledger(final_trials), final=True)) for _ in range(2)]
     assert late == [(6, 1), (6, 2)]
-    assert other.next(final_trials, final=True, confirmations=reruns(6)) is None
+    assert other.next(Ledger([*final_trials, *reruns(6)]), final=True) is None
     demoted = reruns(6, status="diverged")
-    late += [handed(other.next(final_trials, final=True, confirmations=demoted)) for _ in range(2)]
+    late += [handed(other.next(Ledger([*final_trials, *demoted]), final=True)) for _ in range(2)]
     assert late[2:] == [(7, 1), (7, 2)] and len(early) + len(late) == other.most_runs
-    assert other.next(final_trials, final=True, confirmations=demoted + reruns(7)[:1]) == confirm.WAIT
-    assert other.next(final_trials, final=True, confirmations=demoted + reruns(7, status="diverged")) is None
+    assert other.next(Ledger([*final_trials, *demoted + reruns(7)[:1]]), final=True) == confirm.WAIT
+    assert other.next(Ledger([*final_trials, *demoted + reruns(7, status="diverged")]), final=True) is None
 
 
 def test_a_real_model_on_a_cpu_takes_small_steps_of_the_shipped_space_and_a_space_of_yours_keeps_its_own():

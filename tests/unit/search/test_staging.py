@@ -99,7 +99,7 @@ def test_speeds_an_earlier_search_measured_here_replace_the_speed_stage():
         first.tell(trial, record)
         known.append(record)
     assert staging.speed_known(known) and not staging.speed_known(known[:2])
-    proposer = sampling.Proposer(sampling.make_study("tpe", 4, n, None, "warm"), space, "tpe", n, known=known)
+    proposer = sampling.Proposer(sampling.make_study("tpe", 4, n, None, "warm"), space, "tpe", n, asking=sampling.Asking(known=known))
     assert proposer.stages.speed_trials == 0 and proposer.stages.first_systems == ()
     top = proposer.stages.systems([])  # ranked from the earlier trials alone before this search ran any
     assert top == first.stages.systems(known)
@@ -111,7 +111,7 @@ def test_speeds_an_earlier_search_measured_here_replace_the_speed_stage():
         proposer.tell(trial, new_record(measured(params), number=trial.number, params=params, max_steps=20, seed=0))
     # too few earlier speeds: the search measures its own
     assert sampling.Proposer(sampling.make_study("tpe", 4, n, None, "few"), space, "tpe", n,
-                             known=known[:2]).stages.speed_trials == staging.MIN_SPEED_TRIALS
+                             asking=sampling.Asking(known=known[:2])).stages.speed_trials == staging.MIN_SPEED_TRIALS
 
 
 @pytest.mark.parametrize("trainer", ["reward", "grpo", "dpo", "sft"])
@@ -119,7 +119,7 @@ def test_the_first_trials_run_the_system_config_expected_fastest_on_its_device_w
     space = load_space(None, trainer)
     for device, precision in (("cpu", "fp32"), ("cuda", "bf16-pure")):
         n = 8
-        proposer = sampling.Proposer(sampling.make_study("tpe", 0, n, None, trainer), space, "tpe", n, device=device)
+        proposer = sampling.Proposer(sampling.make_study("tpe", 0, n, None, trainer), space, "tpe", n, asking=sampling.Asking(device=device))
         first, second = (proposer.ask()[1] for _ in range(2))
         for params in (first, second):
             assert params["precision"] == precision
@@ -148,7 +148,7 @@ def test_an_expected_fastest_config_that_does_not_fit_is_drawn_again_without_it(
     def fits(params):
         return too_big.get(params["per_device_train_batch_size"]) if not params["activation_checkpointing"] else None
 
-    proposer = sampling.Proposer(sampling.make_study("tpe", 0, 8, None, "fits"), space, "tpe", 8, fits=fits)
+    proposer = sampling.Proposer(sampling.make_study("tpe", 0, 8, None, "fits"), space, "tpe", 8, asking=sampling.Asking(fits=fits))
     trial, params = proposer.ask()
     skipped = [t for t in proposer.study.trials if "tuner.skipped" in t.user_attrs]
     assert len(skipped) == 1 and "30 GiB" in skipped[0].user_attrs["tuner.skipped"]

@@ -13,6 +13,7 @@ from tuner.config.space import parse_space
 from tuner.config.user_yaml import load_yaml
 from tuner.search import _sampling as sampling
 from tuner.search import _warm as warm
+from tuner.search.ledger import Ledger
 from tuner.stores.tags import WARM_START_TAG
 
 HERE = warm.Here("reward", "tiny", "NVIDIA H100 80GB HBM3", ("fp32", "bf16-mixed", "fp16-mixed", "bf16-pure",
@@ -224,11 +225,11 @@ def test_the_earlier_recommendation_is_confirmed_beside_its_own_trial_until_it_f
                     "trials"]
     # those were the schedule's early runs: no other trial is confirmed before the search's trials have ended ...
     other = {**trial(1, "fp32", lr=2e-3, progress_p_value=1e-6), "seed": 0, "tokens_per_second": 2000.0}
-    assert schedule.next([held, other], final=False) is None and schedule.first(other, "another") is None
+    assert schedule.next(Ledger([held, other]), final=False) is None and schedule.first(other, "another") is None
     # ... and at the end the pick is not confirmed again (its runs are out: wait for them); a trial that beat it is
     # confirmed as in any search
-    assert schedule.next([held], final=True, confirmations=[]) == confirm.WAIT
-    assert schedule.next([held, other], final=True)["number"] == 1
+    assert schedule.next(Ledger([held]), final=True) == confirm.WAIT
+    assert schedule.next(Ledger([held, other]), final=True)["number"] == 1
 
 
 def test_a_trial_that_beats_the_earlier_recommendation_here_is_confirmed_next_ahead_of_the_other_trials():
@@ -260,7 +261,7 @@ def test_a_trial_that_beats_the_earlier_recommendation_here_is_confirmed_next_ah
                     "other trials"]
     # at the end its runs count: confirmed, it is the recommendation and nothing more runs
     ran = [{**better, "seed": s, "confirms": 2} for s in (1, 2)] + [{**held, "seed": s, "confirms": 0} for s in (1, 2)]
-    assert schedule.next([held, worse, better], final=True, confirmations=ran) is None
+    assert schedule.next(Ledger([held, worse, better, *ran]), final=True) is None
     assert confirm.judge(confirm.candidates([held, worse, better], 2, ran), ran)[0]["number"] == 2
 
 
