@@ -4,6 +4,7 @@
     driver.py       run_search: the search's resources (Ray, launcher, stores, interrupts) around the loop
     loop.py         Search: what each free slot runs next (the sampler's trials, then the phases); the results written
     ledger.py       one list of the search's runs and their kinds; the Phase protocol every follow-up answers
+    start.py        how a search starts: cold, --from the user's config, warm from earlier searches, or both
     _execution.py   Ray Tune: the trainable, the searcher (hands on to Search), successive halving, the driver's callback
     _sampling.py    Optuna: the sampler, asking without repeats, telling outcomes
     _staging.py     speed knobs first, then learning knobs on the fastest stable system configs
