@@ -416,6 +416,14 @@ params:
 """
 
 
+# The environment of the MLflow servers tests start themselves (a team's server, a tracking server that goes away, a
+# server with users): no job execution. MLflow 3's server otherwise starts a job runner for its GenAI jobs (8 more
+# processes, each importing MLflow), which tuner never submits jobs to: on the loaded 2-core machine a server took
+# 40-43 s to answer /health with it and 20-25 s without, and its processes took CPU from the trials for the rest of
+# the test. `tuner ui`'s own server keeps MLflow's default (test_reliability_services.py stops it and its workers).
+MLFLOW_SERVER_ENV = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+
+
 def free_port() -> int:
     """A TCP port on loopback that nothing listens on (bound and released)."""
     with socket.socket() as s:

@@ -23,7 +23,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from helpers import SFT_SPACE, Spawner, free_port, kill_session, postgres_server, wait_for
+from helpers import MLFLOW_SERVER_ENV, SFT_SPACE, Spawner, free_port, kill_session, postgres_server, wait_for
 
 from tuner.stores import tags
 
@@ -69,7 +69,8 @@ class TeamCluster:
         mlflow = self.spawn.start([sys.executable, "-m", "mlflow", "server", "--backend-store-uri", database,
                                    # artifacts through the server: every user uploads and downloads them over HTTP
                                    "--artifacts-destination", str(self.folder / "team-artifacts"),
-                                   "--host", "127.0.0.1", "--port", port, "--workers", "1"], "mlflow-server")
+                                   "--host", "127.0.0.1", "--port", port, "--workers", "1"], "mlflow-server",
+                                  env=MLFLOW_SERVER_ENV)
         env = {**HEAD_ENV, "TUNER_STORE": str(self.store), "TUNER_TRACKING_URI": self.tracking_uri,
                "TUNER_FAULT": "slow@1",  # every step 0.25 s longer: a search is still in its trials when stopped
                # the jobs run `tuner` from the head's PATH: this Python's, whether or not the caller activated it

@@ -28,6 +28,7 @@ from pathlib import Path
 import psutil
 import pytest
 from helpers import (
+    MLFLOW_SERVER_ENV,
     SEARCH_TIMEOUT,
     Spawner,
     assert_trial_run_complete,
@@ -66,7 +67,7 @@ class MlflowServer:
         self.process = self.spawn.start(
             [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{self.db}",
              "--default-artifact-root", str(self.artifacts), "--host", "127.0.0.1", "--port", str(self.port),
-             "--workers", "1"], "mlflow-server")
+             "--workers", "1"], "mlflow-server", env=MLFLOW_SERVER_ENV)
         wait_for(self.healthy, f"MLflow server on port {self.port}", timeout=240, process=self.process)
 
     def healthy(self) -> bool:

@@ -226,16 +226,32 @@ def test_export_after_a_search_that_recommended_nothing_exits_2_with_one_line(un
     assert not (finished.root / "recommended.yaml").exists()
 
 
+# One search serves the two tests below (a search's start is most of its cost): TPE at concurrency 1, its study in a
+# database outside the store (--optuna-storage, typed as a user in their folder would: a path relative to it).
+SHARED_STUDY = "sqlite:///../team/optuna.db"
+
+
+@pytest.fixture(scope="module")
+def tpe_in_shared_storage(tmp_path_factory, tiny_model) -> tuple[Finished, str]:
+    """(the search, the URL of its study's database) for a search in root/alice with its study in root/team."""
+    root = tmp_path_factory.mktemp("shared-study")
+    (root / "team").mkdir()
+    finished = run_search_in(root / "alice", trainer="reward", sampler="tpe", trials=4, seed=5, concurrency=1,
+                             confirm_seeds=0, max_steps=4,  # the shipped space; params matter, not training
+                             budget=0,  # no longer rungs of trials 4 steps cannot judge: neither test reads them
+                             optuna_storage=SHARED_STUDY)
+    return finished, f"sqlite:///{(root / 'team' / 'optuna.db').resolve()}"
+
+
 @pytest.mark.slow
-def test_tpe_search_at_concurrency_1_is_reproduced_by_its_seed_and_outcomes(tmp_path, tiny_model):
+def test_tpe_search_at_concurrency_1_is_reproduced_by_its_seed_and_outcomes(tpe_in_shared_storage):
     # 4 trials: 3 speed-stage trials (random start-up, learning knobs pinned: tuner.search._staging), then one learning-
     # stage trial TPE proposes from the first three outcomes on the fastest stable system config. With one trial
     # at a time each outcome is told before the next ask, so the proposals are a function of the seed and the
     # outcomes: a fresh TPE sampler with the same seed, told the same outcomes, proposes the same params.
     # (A second real search gives the same params only while its measured tokens/s rank the same; see
     # test_tpe_after_start_up_depends_on_measured_speed.)
-    finished = run_search_in(tmp_path, trainer="reward", sampler="tpe", trials=4, seed=5, concurrency=1,
-                             confirm_seeds=0, max_steps=4)  # the shipped space; params matter, not training
+    finished, _ = tpe_in_shared_storage
     import optuna
 
     study = optuna.load_study(study_name=runs_of(finished, "search")[0].data.tags["tuner.study"],
@@ -250,23 +266,20 @@ def _study_storage_of(finished: Finished) -> str:
     return runs_of(finished, "search")[0].data.tags["tuner.study_storage"]
 
 
-def test_optuna_storage_puts_the_study_where_it_names_and_a_resume_finds_it_there(tmp_path, tiny_model):
+def test_optuna_storage_puts_the_study_where_it_names_and_a_resume_finds_it_there(tpe_in_shared_storage):
     # --optuna-storage: the study in a database a team shares (here an SQLite file outside the store; the cluster
     # test, tests/e2e/jobs, uses a real PostgreSQL server), its trials told there, none beside the store
     import optuna
 
     from tuner.search import _resume
 
-    shared = tmp_path / "team" / "optuna.db"
-    shared.parent.mkdir()
-    url = f"sqlite:///{shared.resolve()}"
-    # typed as a user in their folder would: a path relative to it, kept as the absolute one it names
-    finished = run_search_in(tmp_path / "alice", trainer="reward", sampler="random", trials=2, seed=5, concurrency=1,
-                             confirm_seeds=0, max_steps=4, optuna_storage="sqlite:///../team/optuna.db")
+    finished, url = tpe_in_shared_storage
+    alice = finished.root
+    # typed as a user in their folder would (SHARED_STUDY: a path relative to it), kept as the absolute one it names
     assert _study_storage_of(finished) == url
     study = optuna.load_study(study_name=runs_of(finished, "search")[0].data.tags["tuner.study"], storage=url)
-    assert len(study.trials) == 2
-    assert not (tmp_path / "alice" / "mlflow" / "optuna.db").exists()
+    assert len(study.trials) == 4
+    assert not (alice / "mlflow" / "optuna.db").exists()
     # A driver that died before the end (the run left RUNNING), resumed without the flag: the study is found where
     # the tag says, its trials kept, none added beside the store.
     import dataclasses
@@ -281,11 +294,11 @@ def test_optuna_storage_puts_the_study_where_it_names_and_a_resume_finds_it_ther
         again = driver.prepare_resume(options)
         assert again.options.optuna_storage == url and again.resume_run_id == run_id
         outcome = driver.run_search(again, echo=[].append)
-    assert outcome.parent_run_id == run_id and sorted(r["number"] for r in outcome.records) == [0, 1]
-    assert len(optuna.load_study(study_name=study.study_name, storage=url).trials) == 2
-    assert not (tmp_path / "alice" / "mlflow" / "optuna.db").exists()
+    assert outcome.parent_run_id == run_id and sorted(r["number"] for r in outcome.records) == [0, 1, 2, 3]
+    assert len(optuna.load_study(study_name=study.study_name, storage=url).trials) == 4
+    assert not (alice / "mlflow" / "optuna.db").exists()
     # the rule on its own: one beside the store is the default (None); a hidden password is asked for again
-    store = tmp_path / "alice" / "mlflow"
+    store = alice / "mlflow"
     assert _resume._study_storage("test", url, store) == url
     assert _resume._study_storage("test", f"sqlite:///{store.resolve() / 'optuna.db'}", store) is None
     with pytest.raises(TunerError, match=r"its study is in postgresql://u:\*\*\*@h/db; pass that --optuna-storage"):

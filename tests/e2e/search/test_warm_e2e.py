@@ -222,8 +222,14 @@ def test_two_real_searches_on_two_sizes_of_one_family(tmp_path, tiny_model):
     assert large.prepared.start.warm.priors == [] and large.prepared.n_trials == 2
     trial0 = next(r for r in large.outcome.records if r["number"] == 0)
     assert trial0["params"]["learning_rate"] == best["params"]["learning_rate"]  # as it is (same ranges every size)
-    # a search on the smaller size again finds its own model's search first, not the other size's
-    again = run_search_in(tmp_path, CONFIRM_SPACE, experiment="small-again", model=str(models["1M"]),
-                          **{**options, "trials": 1})
-    line = next(line for line in again.echoed if line.startswith("warm start from"))
-    assert "another size" not in line and "TinyQwen-1M" in line, line
+    # a search on the smaller size again finds its own model's search first, not the other size's: what the search
+    # prepares (its warm start's line, which the search echoes as it starts: the large one's above), not run again
+    from tuner.search import driver
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(tmp_path)
+        again = driver.prepare(driver.SearchOptions(
+            store=str(tmp_path / "mlflow"), search_space=str(tmp_path / "space.yaml"), experiment="small-again",
+            model=str(models["1M"]), **{**options, "trials": 1}))
+    line = again.warm.line
+    assert line.startswith("warm start from") and "another size" not in line and "TinyQwen-1M" in line, line

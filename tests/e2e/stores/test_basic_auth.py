@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from helpers import (
+    MLFLOW_SERVER_ENV,
     SEARCH_TIMEOUT,
     Spawner,
     assert_trial_run_complete,
@@ -42,7 +43,8 @@ class UsersServer:
         self.uri = f"http://127.0.0.1:{free_port()}"
 
     def start(self) -> None:
-        env = {"MLFLOW_AUTH_ADMIN_PASSWORD": ADMIN_PASSWORD, "MLFLOW_FLASK_SERVER_SECRET_KEY": "tuner-test-secret"}
+        env = {"MLFLOW_AUTH_ADMIN_PASSWORD": ADMIN_PASSWORD, "MLFLOW_FLASK_SERVER_SECRET_KEY": "tuner-test-secret",
+               **MLFLOW_SERVER_ENV}
         os.environ.pop("MLFLOW_AUTH_CONFIG_PATH", None)
         self.process = self.spawn.start(
             [sys.executable, "-m", "mlflow", "server", "--app-name", "basic-auth", "--backend-store-uri",
