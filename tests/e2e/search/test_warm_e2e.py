@@ -231,5 +231,5 @@ def test_two_real_searches_on_two_sizes_of_one_family(tmp_path, tiny_model):
         again = driver.prepare(driver.SearchOptions(
             store=str(tmp_path / "mlflow"), search_space=str(tmp_path / "space.yaml"), experiment="small-again",
             model=str(models["1M"]), **{**options, "trials": 1}))
-    line = again.warm.line
+    line = again.start.warm.line
     assert line.startswith("warm start from") and "another size" not in line and "TinyQwen-1M" in line, line
