@@ -35,6 +35,25 @@ __all__ = ["Prepared", "hardware_precisions", "halves", "model_label", "on_gpu",
 
 @dataclass
 class Prepared:
+    """A search's inputs, every one checked (``prepare``): what ``run_search`` runs.
+
+    Args:
+        options: the search's options as checked, the user's paths made absolute and --from's file read in.
+        space: the space it searches: the shipped one or --search-space, narrowed for this machine (precisions it
+            cannot run or runs 10x slower, what earlier searches showed failing here) or derived from --from's file.
+        model_path: the model folder every trial loads (a hub id, or tuner's local copy of a built or packaged model).
+        tracking_uri: the MLflow store or server it logs to.
+        experiment: the MLflow experiment (--experiment, or TRAINER-MODEL).
+        n_trials: the search trials it plans (--trials, a grid's size, or a warm start's cut budget).
+        grid: the grid's points in the order they run (--sampler grid), else None.
+        dropped_precisions: the space's precisions this machine cannot run (said in ``warnings``).
+        warnings: lines the search prints before it starts.
+        resume_run_id: the search run --resume continues, else None.
+        start: how it starts: cold, from the user's config (--from), warm from earlier searches, or both
+            (tuner.search.start).
+        model_line: which model --model resolved to, and from where: the search's first line.
+    """
+
     options: SearchOptions
     space: SearchSpace
     model_path: str
@@ -45,9 +64,8 @@ class Prepared:
     dropped_precisions: list[str]
     warnings: list[str] = field(default_factory=list)
     resume_run_id: str | None = None
-    # how it starts: cold, from the user's config (--from), warm from earlier searches, or both (tuner.search.start)
     start: Start = field(default_factory=ColdStart)
-    model_line: str = ""  # which model --model resolved to, and from where: the search's first line
+    model_line: str = ""
 
 
 

@@ -14,7 +14,7 @@ import datetime as dt
 import time
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 from tuner.config.options import SAMPLERS, SearchOptions, options_from, prunes  # noqa: F401 - the search's API
 from tuner.report.progress import Progress, SearchInterrupted, resume_command
@@ -30,7 +30,7 @@ from tuner.search._prepare import (  # noqa: F401 - prepare, prepare_resume, har
 )
 from tuner.search._sampling import make_study, study_storage
 from tuner.search.ledger import Ledger
-from tuner.search.loop import SearchOutcome  # noqa: F401 - the search's API
+from tuner.search.loop import Opened, SearchOutcome  # noqa: F401 - SearchOutcome: the search's API
 from tuner.stores import interrupts
 from tuner.stores.tags import PLAN_TAG
 
@@ -54,7 +54,7 @@ def run_search(prepared: Prepared, echo: Callable[[str], None] = print) -> Searc
 
     o = prepared.options
     started = time.perf_counter()
-    stores: _Stores | None = None
+    stores: Opened | None = None
     interrupted = False
     now = _EndNow(prepared)  # what a signal the main thread cannot take in time ends (interrupts.answered)
     with interrupts.answered(now.end), concurrent.futures.ThreadPoolExecutor(1) as pool:
@@ -72,7 +72,7 @@ def run_search(prepared: Prepared, echo: Callable[[str], None] = print) -> Searc
             now.launcher = None if o.ray_address or not launcher.wanted() else launcher.start()
             ray = execution.init_ray(o.ray_address, o.gpus_per_trial)
             stores = opening.result()
-            return _run(prepared, ray, *stores, started, echo)  # it ends the search run, also when interrupted
+            return _run(prepared, ray, stores, started, echo)  # it ends the search run, also when interrupted
         except KeyboardInterrupt as interrupt:
             interrupts.taken()
             interrupted = True
@@ -97,7 +97,7 @@ class _EndNow:
 
     def __init__(self, prepared: Prepared):
         self.prepared = prepared
-        self.opening: concurrent.futures.Future[_Stores] | None = None  # the stores, once open
+        self.opening: concurrent.futures.Future[Opened] | None = None  # the stores, once open
         self.launcher: Launcher | None = None  # this node's trial launcher
 
     def end(self) -> None:
@@ -115,7 +115,7 @@ class _EndNow:
         print(f"tuner: {said}", file=sys.stderr, flush=True)  # as tuner.cli says an interrupt the main thread took
 
 
-def _interrupted_while_starting(prepared: Prepared, opening: concurrent.futures.Future[_Stores] | None
+def _interrupted_while_starting(prepared: Prepared, opening: concurrent.futures.Future[Opened] | None
                                 ) -> KeyboardInterrupt:
     """An interrupt before the search run was (re)started in _run: a resumed search's run (left RUNNING by a driver
     that died, maybe) is ended KILLED. What the interrupted search says."""
@@ -123,7 +123,7 @@ def _interrupted_while_starting(prepared: Prepared, opening: concurrent.futures.
         return _end_opened(prepared, opening)
 
 
-def _end_opened(prepared: Prepared, opening: concurrent.futures.Future[_Stores] | None, timeout: float | None = None
+def _end_opened(prepared: Prepared, opening: concurrent.futures.Future[Opened] | None, timeout: float | None = None
                 ) -> KeyboardInterrupt:
     """The stores of an interrupted search, once open (within ``timeout``): its run, if one was started, ended
     KILLED with its open trials' runs. What the interrupted search says."""
@@ -132,7 +132,8 @@ def _end_opened(prepared: Prepared, opening: concurrent.futures.Future[_Stores] 
     tracker = None
     try:
         if opening is not None:
-            tracker, _, _, ledger = opening.result(timeout=timeout)  # the search's own ledger, so far
+            opened = opening.result(timeout=timeout)
+            tracker, ledger = opened.tracker, opened.ledger  # the search's own ledger, so far
     except Exception:  # noqa: BLE001 - they could not be opened: the interrupt is the news, not this
         tracker = None
     if tracker is not None:
@@ -150,11 +151,7 @@ def _interruption(prepared: Prepared, tracker: SearchTracker | None, ledger: Led
                              resume_command(prepared.experiment, o.store, o.tracking_uri))
 
 
-# A search's stores, opened: its run's tracker, the run's name, the Optuna study, and the ledger of its runs so far.
-_Stores = tuple["SearchTracker", str, Any, Ledger]
-
-
-def _open_stores(prepared: Prepared) -> _Stores:
+def _open_stores(prepared: Prepared) -> Opened:
     """(tracker, run name, study, the ledger of runs so far): the MLflow experiment and the Optuna study, before any
     run is started (a resumed search: its own run and study, reattached, and its trials so far)."""
     from tuner.search import _resume as resuming
@@ -176,16 +173,17 @@ def _open_stores(prepared: Prepared) -> _Stores:
         tracker = run_writer.SearchTracker(prepared.tracking_uri, prepared.experiment, Path(o.store))
         if prepared.resume_run_id:
             run_name, study, records = resuming.reattach(tracker, prepared.resume_run_id, study_named)
-            return tracker, run_name, study, Ledger(records)
+            return Opened(tracker, run_name, study, Ledger(records))
         run_name = "search-" + dt.datetime.now().strftime("%Y%m%d-%H%M%S-%f")[:-3]
-        return tracker, run_name, study_named(run_name), Ledger()  # before the run: no parent left RUNNING if it fails
+        return Opened(tracker, run_name, study_named(run_name), Ledger())  # before the run: no parent left RUNNING
 
 
-def _run(prepared: Prepared, ray: ModuleType, tracker: SearchTracker, run_name: str, study: optuna.Study,
-         ledger: Ledger, started: float, echo: Callable[[str], None]) -> SearchOutcome:
+def _run(prepared: Prepared, ray: ModuleType, opened: Opened, started: float, echo: Callable[[str], None]
+         ) -> SearchOutcome:
     """The search run's life: started (a resumed one is reattached already), the search, and its end however the
     search ends: FINISHED, FAILED, or KILLED when interrupted, with the runs of its trials still open."""
     o = prepared.options
+    tracker, run_name, ledger = opened.tracker, opened.run_name, opened.ledger
     status, progress = "FAILED", None
     try:
         placement = placing.for_search(o, prepared.model_path, prepared.space, ray)
@@ -201,7 +199,7 @@ def _run(prepared: Prepared, ray: ModuleType, tracker: SearchTracker, run_name: 
             loop.start_run(prepared, tracker, run_name, placement.concurrency)
         tracker.set_tags({PLAN_TAG: placement.describe()})
         progress = Progress(prepared.n_trials, echo, done=ledger.trials())
-        outcome = loop.run(prepared, tracker, study, run_name, ledger, placement, progress, started)
+        outcome = loop.run(prepared, opened, placement, progress, started)
         status = "FINISHED"
         return outcome
     except KeyboardInterrupt as interrupt:

@@ -57,20 +57,46 @@ if TYPE_CHECKING:
     from tuner.search._sampling import Proposer
     from tuner.stores.run_writer import SearchTracker
 
-__all__ = ["Rules", "Search", "SearchOutcome", "finish", "phases_of", "run", "start_run"]
+__all__ = ["Opened", "Rules", "Search", "SearchOutcome", "finish", "phases_of", "run", "start_run"]
 
 
 @dataclass
 class SearchOutcome:
+    """What a finished search found (``run_search``'s result; tuner.report.summary prints it).
+
+    Args:
+        experiment: the MLflow experiment it logged to.
+        parent_run_id: its search run (the trials' runs are nested under it).
+        records: its search trials, by number (rungs, confirmations and remeasures are in ``search``).
+        recommended: the pick: the first candidate its confirmation runs confirmed (with its verdict under
+            "confirmation"), or None.
+        trl_config: the config the user runs (what recommended.yaml holds), or None.
+        wall_seconds: from run_search's start to the results written.
+        candidates: one confirmation verdict per candidate judged, best first.
+        search: what search.json holds: every run, the plan, the export's inputs (`tuner export` renders from it).
+        stopped_because: a failure no config avoids that stopped the search early (tuner.verdicts.diagnose), or None.
+    """
+
     experiment: str
     parent_run_id: str
-    records: list[TrialRecord]  # the search trials, by number
+    records: list[TrialRecord]
     recommended: TrialRecord | None
     trl_config: dict[str, Any] | None
     wall_seconds: float
-    candidates: list[dict[str, Any]] = field(default_factory=list)  # confirmation verdicts
-    search: SearchSummary = field(default_factory=lambda: SearchSummary())  # what search.json holds: `tuner export` renders from it
-    stopped_because: str | None = None  # a failure no config avoids stopped the search early (tuner.verdicts.diagnose)
+    candidates: list[dict[str, Any]] = field(default_factory=list)
+    search: SearchSummary = field(default_factory=lambda: SearchSummary())
+    stopped_because: str | None = None
+
+
+@dataclass
+class Opened:
+    """A search's stores, opened (tuner.search.driver): its run's tracker, the run's name, the Optuna study, and the
+    ledger of its runs so far (a resumed search's trials)."""
+
+    tracker: SearchTracker
+    run_name: str
+    study: optuna.Study
+    ledger: Ledger
 
 
 @dataclass
@@ -220,13 +246,13 @@ def phases_of(prepared: Prepared, tracker: SearchTracker, proposer: Proposer, le
     return ahead, phases
 
 
-def run(prepared: Prepared, tracker: SearchTracker, study: optuna.Study, run_name: str, ledger: Ledger,
-        placement: Placement, progress: Progress, started: float) -> SearchOutcome:
-    """The trials and their follow-ups in one Ray Tune run, then the results written. ``ledger``: the runs so far (a
-    resumed search's trials)."""
+def run(prepared: Prepared, opened: Opened, placement: Placement, progress: Progress, started: float) -> SearchOutcome:
+    """The trials and their follow-ups in one Ray Tune run, then the results written. ``opened.ledger``: the runs so
+    far (a resumed search's trials)."""
     from tuner.search import _execution as execution
     from tuner.search._sampling import Asking, Proposer
 
+    tracker, study, run_name, ledger = opened.tracker, opened.study, opened.run_name, opened.ledger
     o = prepared.options
     assert o.trainer is not None  # prepare resolved it (the space's trainer)
     space = prepared.space
