@@ -3,7 +3,7 @@
     search = Search(proposer, ledger, rules, phases, progress, ahead=[...])
     search.suggest(trial_id)     # a job (tuner.records.TrialJob), None (nothing now) or FINISHED
     search.told(trial_id, result)  # a search trial ended: the sampler learns its outcome
-    outcome = run(prepared, tracker, study, run_name, ledger, placement, progress, started)
+    outcome = run(prepared, opened, placement, progress, started)    # tuner.search.driver, once the stores are open
 
 Each free slot (Ray Tune asks through tuner.search._execution.OptunaSearcher) gets, in this order:
 
@@ -11,8 +11,9 @@ Each free slot (Ray Tune asks through tuner.search._execution.OptunaSearcher) ge
                      its own trial: _warm_fallback.ConfirmFirst)
     2. the sampler   the search's own trials, proposed by Optuna (tuner.search._sampling.Proposer), ``planned`` of them
     3. ``phases``    the follow-ups, the first with something to hand out: the anchored twin (_anchor.Anchor), longer
-                     rungs (_extend.Extension), confirmation (_confirm.Schedule), a warm search's fallback
-                     (_warm_fallback.WarmFallback), the side-by-side speed re-runs (_remeasure.Remeasure)
+                     rungs (_extend.Extension), confirmation (_confirm.Schedule), then its start's (tuner.search.start):
+                     a warm search's fallback (_warm_fallback.WarmFallback), --from's side-by-side speed re-runs
+                     (_remeasure.Remeasure)
 
 Every phase answers the same question from the same ledger (tuner.search.ledger.Phase): a job, WAIT, or None. A new
 phase is a class with ``next(ledger, final)`` and ``most_runs``, put in the list ``phases_of`` builds. The driver
