@@ -15,10 +15,12 @@ from tuner.errors import TunerError
 # Test hook for fault injection (documented in docs/failures.md): "<kind>@<step>", e.g. "sigfpe@3".
 # The trial's own process then dies (or raises) at the end of that optimizer step; "nan" instead
 # poisons the trainable weights, a real divergence for the guard to catch on the next step; "slow" makes every
-# step from that one on take SLOW_STEP_S longer (a trial that must still be running when the driver decides).
+# step from that one on take SLOW_STEP_S longer (a trial that must still be running when the driver decides), or
+# TUNER_FAULT_SLOW_S seconds where that is set (a trial made slower than any load makes another).
 # TUNER_FAULT_WHEN="key=value[,key=value]" limits it to trials whose params (or seed, or rank) match.
 FAULT_ENV = "TUNER_FAULT"
 FAULT_WHEN_ENV = "TUNER_FAULT_WHEN"
+SLOW_S_ENV = "TUNER_FAULT_SLOW_S"
 _FAULTS = {"sigfpe": signal.SIGFPE, "sigsegv": signal.SIGSEGV, "sigkill": signal.SIGKILL}
 SLOW_STEP_S = 0.25
 
@@ -54,7 +56,7 @@ def fault_hook(spec):
         if kind == "slow" and step >= at_step:
             import time
 
-            time.sleep(SLOW_STEP_S)
+            time.sleep(float(os.environ.get(SLOW_S_ENV) or SLOW_STEP_S))
             return
         if step != at_step:
             return
