@@ -102,15 +102,21 @@ def run(trainers: list[str], configs: int, seeds: list[int], model: str, short: 
     each config (a lent machine's run cut short keeps what it measured)."""
     from bench.common import results as common
     from bench.headline.reference import random_configs, shipped_space
+    from tuner.inputs import models
     from tuner.inputs.models import TINY_MODEL, resolve_model
+    from tuner.search.driver import SearchOptions, prepare
 
     os.environ["OMP_NUM_THREADS"] = "1"  # one thread per trial, as a search runs them (bench/headline/reference.py)
     path = resolve_model(model)
     root = Path(tempfile.mkdtemp(prefix="bench-horizon-"))
     # the space a search of this model samples: a pretrained model's ranges (the spaces' ``pretrained:``) for any
-    # model but the random tiny one
+    # model but the random tiny one; a real model's (one tuner does not build) exactly as `tuner search --model M
+    # --trainer T` prepares it on this machine (on a CPU: small steps, float16 weights left out)
     def space(trainer: str):
-        drawn = shipped_space(trainer).for_model(pretrained=model != TINY_MODEL)
+        if models.is_built_here(model):
+            drawn = shipped_space(trainer).for_model(pretrained=model != TINY_MODEL)
+        else:
+            drawn = prepare(SearchOptions(model=model, trainer=trainer, store=str(root / "unused-store"))).space
         return drawn.without_precisions([p for p in drawn.precisions() if p not in precisions]) if precisions else drawn
 
     jobs = [(trainer, i, params, seed) for trainer in trainers
