@@ -377,7 +377,7 @@ def _wrote(path: str, output: str, search: SearchSummary, run_id: str) -> str:
 
     fixed = search.get("fix")
     if fixed and path == output:
-        return fix.export_line(fixed, path, run_id)
+        return fix.export_line(fix.Fix.from_dict(fixed), path, run_id)
     best = search.get("recommended")
     return f"wrote {path} (trial {best.get('number') if best else None} of run {run_id})"
 

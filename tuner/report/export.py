@@ -291,7 +291,7 @@ def render_export(search: SearchSummary, experiment: str, run_id: str, fmt: str 
             return recommend.render(trl_config, "json")
         from tuner.report import fix
 
-        return fix.render_fix(fixed, experiment, run_id)
+        return fix.render_fix(fix.Fix.from_dict(fixed), experiment, run_id)
     config = {k: v for k, v in trl_config.items() if k != "use_cpu"}  # searches before this rule
     return recommend.render(config, fmt, header=header({**search, "trl_config": config}, experiment, run_id, launch)
                             if fmt == "yaml" else "")

@@ -1,10 +1,11 @@
 """The answer to a ``tuner search --from my.yaml``: what became of their config, what to change, and why.
 
     fix = answer(source, records, best)          # source: tuner.config.trl_config.SourceConfig; records: the trials
-    fix["trial0"]      # "your config diverged at step 4: grad_norm is nan ... (fp16 weights)"
-    fix["changes"]     # [{"key": "fp16", "old": True, "new": False, "evidence": "fp16-pure diverged in 3 of 3 ..."}]
-    fix["text"]        # their file with those values replaced (new keys appended), every other line as written
+    fix.trial0         # "your config diverged at step 4: grad_norm is nan ... (fp16 weights)"
+    fix.changes        # [Change(param="precision", key="fp16", old=True, new=False, evidence="fp16-pure diverged ...")]
+    fix.text           # their file with those values replaced (new keys appended), every other line as written
     diff_lines(fix)    # "fp16: true -> false    (fp16-pure diverged in 3 of 3 trials at steps 2-4; fp32 was ok in 4 of 4)"
+    fix.to_dict()      # what search.json keeps (MLflow); Fix.from_dict(search["fix"]) reads it back, old stores too
 
 Trial 0 of such a search is their config as written. When it was stable and learned, the answer says so and
 changes only the speed knobs (tuner.config.trl_config.SPEED_KNOBS) of a trial measured at least SPEEDUP times
@@ -15,9 +16,11 @@ each tied to the trials that point to it.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
@@ -27,11 +30,57 @@ from tuner.config import trl_config
 from tuner.config.trl_config import SourceConfig
 from tuner.records import Status, TrialRecord, is_ok
 
-__all__ = ["PAIRS", "SPEEDUP", "answer", "cause_of", "diff_lines", "edit_text", "load_text", "pair_ratios",
+__all__ = ["PAIRS", "SPEEDUP", "Change", "Fix", "answer", "cause_of", "diff_lines", "edit_text", "load_text", "pair_ratios",
            "export_line", "render_fix", "speed_candidate", "speed_of", "trial0_line"]
 
 SPEEDUP = 1.2  # a healthy config is changed for speed only when a trial ran at least this much faster
 PAIRS = 2  # ... and again in each of this many pairs of runs side by side with theirs (tuner.search._remeasure)
+
+
+@dataclass
+class Change:
+    """One key of their file changed: the search param it stands for, the file's key, its old and new value, and
+    the trials that point to the new one."""
+
+    param: str
+    key: str
+    old: Any
+    new: Any
+    evidence: str
+
+
+@dataclass
+class Fix:
+    """The answer to a --from search, as ``tuner search`` prints it and ``tuner export`` writes it."""
+
+    source: str  # their file, as given to --from
+    trial0: str  # what became of their config as written (trial 0)
+    healthy: bool  # trial 0 stayed ok and learned
+    summary: str = ""  # the answer in one line
+    exportable: bool = False  # there is a file to export: theirs as it is (healthy) or with the changes
+    changes: list[Change] = field(default_factory=list)
+    from_trial: int | None = None  # the trial the changes come from
+    notes: list[str] = field(default_factory=list)  # what reading their file noticed (trl_config.SourceConfig)
+    inputs: list[str] = field(default_factory=list)  # the model and data the trials ran on, where not theirs
+    horizon: str = ""  # what the verdict covers (tuner.verdicts.recommend.horizon): steps, seeds
+    text: str | None = None  # their file with the changes, every other line as written; None: nothing to export
+
+    def to_dict(self) -> dict[str, Any]:
+        """search.json's ``fix`` (MLflow)."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Fix:
+        """A search.json's ``fix``; one written before a field existed gets its default."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        values = {k: v for k, v in data.items() if k in known}
+        values["changes"] = [Change(**c) for c in values.get("changes") or []]
+        values["notes"], values["inputs"] = list(values.get("notes") or []), list(values.get("inputs") or [])
+        values["horizon"] = values.get("horizon") or ""
+        values.setdefault("source", "")
+        values.setdefault("trial0", "")
+        values.setdefault("healthy", False)
+        return cls(**values)
 
 
 def _precision_words(name: str) -> str:
@@ -256,13 +305,13 @@ def pair_ratios(number: int, remeasures: Sequence[TrialRecord]) -> list[float | 
 
 
 def answer(source: SourceConfig, records: list[TrialRecord], best: TrialRecord | None,
-           confirmations: Sequence[TrialRecord] = (), remeasures: Sequence[TrialRecord] = ()) -> dict[str, Any]:
+           confirmations: Sequence[TrialRecord] = (), remeasures: Sequence[TrialRecord] = ()) -> Fix:
     """What to change in their file and why (see the module docstring)."""
     first = next((r for r in records if r.get("number") == 0), None)
     healthy = first is not None and is_ok(first) and bool(first.get("learned"))
     base = speed_of(first) if first is not None else 0.0  # trial 0's tokens/s: > 0 wherever a faster trial is found
-    fix: dict[str, Any] = {"source": source.path, "trial0": trial0_line(first, source.params, source.entry.uses_reward_funcs), "healthy": healthy,
-                           "notes": list(source.notes), "changes": [], "from_trial": None}
+    fix = Fix(source.path, trial0_line(first, source.params, source.entry.uses_reward_funcs), healthy,
+              notes=list(source.notes))
     chosen = None
     keys = None
     unconfirmed = ""
@@ -279,7 +328,7 @@ def answer(source: SourceConfig, records: list[TrialRecord], best: TrialRecord |
     else:
         chosen = smallest_fix(source, records, confirmations) or best
     if chosen is not None:
-        fix["from_trial"] = chosen.get("number")
+        fix.from_trial = chosen.get("number")
         for name, key, old, new in _changed(source, chosen["params"], keys):
             if healthy:
                 why = (f"trial {chosen['number']} ran at {speed_of(chosen):.0f} tokens/s, "
@@ -289,25 +338,24 @@ def answer(source: SourceConfig, records: list[TrialRecord], best: TrialRecord |
             else:
                 why = evidence(name, source.params.get(name, source.effective.get(name)), chosen["params"][name],
                                records)
-            fix["changes"].append({"param": name, "key": key, "old": old, "new": new, "evidence": why})
-    if healthy and not fix["changes"]:
-        fix["summary"] = ("already stable: your config stayed ok and learned; no trial was measurably faster "
-                          f"(at least {SPEEDUP:g}x its tokens/s) while ok and learning{unconfirmed}: nothing to change")
+            fix.changes.append(Change(name, key, old, new, why))
+    if healthy and not fix.changes:
+        fix.summary = ("already stable: your config stayed ok and learned; no trial was measurably faster "
+                       f"(at least {SPEEDUP:g}x its tokens/s) while ok and learning{unconfirmed}: nothing to change")
     elif healthy:
-        fix["summary"] = "already stable: your config stayed ok and learned; changed only what ran measurably faster"
+        fix.summary = "already stable: your config stayed ok and learned; changed only what ran measurably faster"
     elif chosen is not None:
-        params = list(dict.fromkeys(c["param"] for c in fix["changes"]))
-        fix["summary"] = f"change {', '.join(params) or 'nothing'} (trial {chosen['number']})"
+        params = list(dict.fromkeys(c.param for c in fix.changes))
+        fix.summary = f"change {', '.join(params) or 'nothing'} (trial {chosen['number']})"
     else:
-        fix["summary"] = "no change found that is stable and learning: nothing to export"
-    fix["exportable"] = healthy or chosen is not None
+        fix.summary = "no change found that is stable and learning: nothing to export"
+    fix.exportable = healthy or chosen is not None
     shown = chosen if chosen is not None else first  # what the export stands on: not None when exportable
-    if fix["exportable"] and shown is not None:
+    if fix.exportable and shown is not None:
         from tuner.verdicts import recommend
 
-        fix["horizon"] = recommend.horizon(shown, "THIS_FILE")
-    fix["text"] = edit_text(source.text, source.raw, {c["key"]: c["new"] for c in fix["changes"]}) \
-        if fix["exportable"] else None
+        fix.horizon = recommend.horizon(shown, "THIS_FILE")
+    fix.text = edit_text(source.text, source.raw, {c.key: c.new for c in fix.changes}) if fix.exportable else None
     return fix
 
 
@@ -338,25 +386,24 @@ def edit_text(text: str, raw: dict[str, Any], new: dict[str, Any]) -> str:
     return "\n".join(out) + "\n"
 
 
-def diff_lines(fix: dict[str, Any]) -> list[str]:
+def diff_lines(fix: Fix) -> list[str]:
     """The printed answer: trial 0's verdict, the summary, and one line per change with its evidence."""
-    lines = [fix["trial0"], fix["summary"]]
-    for change in fix["changes"]:
-        lines.append(f"  {change['key']}: {_scalar(change['old'])} -> {_scalar(change['new'])}    "
-                     f"({change['evidence']})")
-    lines += [f"  note: {note}" for note in fix.get("notes") or []]
-    lines += [f"  trials ran on {line}" for line in fix.get("inputs") or []]
-    if fix.get("horizon"):
-        lines.append(fix["horizon"])
+    lines = [fix.trial0, fix.summary]
+    for change in fix.changes:
+        lines.append(f"  {change.key}: {_scalar(change.old)} -> {_scalar(change.new)}    ({change.evidence})")
+    lines += [f"  note: {note}" for note in fix.notes]
+    lines += [f"  trials ran on {line}" for line in fix.inputs]
+    if fix.horizon:
+        lines.append(fix.horizon)
     return lines
 
 
-def export_line(fix: dict[str, Any], path: str, run_id: str) -> str:
+def export_line(fix: Fix, path: str, run_id: str) -> str:
     """What ``tuner export`` says it wrote for a --from search: their file as it is, or with which changes."""
-    if fix.get("healthy") and not fix.get("changes"):
+    if fix.healthy and not fix.changes:
         return f"wrote {path}: nothing to change: your config as written, with the evidence (run {run_id})"
-    keys = ", ".join(dict.fromkeys(c["key"] for c in fix.get("changes") or []))
-    return f"wrote {path}: your config with {keys} changed (trial {fix.get('from_trial')} of run {run_id})"
+    keys = ", ".join(dict.fromkeys(c.key for c in fix.changes))
+    return f"wrote {path}: your config with {keys} changed (trial {fix.from_trial} of run {run_id})"
 
 
 def load_text(text: str) -> dict[str, Any]:
@@ -366,7 +413,7 @@ def load_text(text: str) -> dict[str, Any]:
     return dict(load_yaml(text))
 
 
-def render_fix(fix: dict[str, Any], experiment: str, run_id: str) -> str:
+def render_fix(fix: Fix, experiment: str, run_id: str) -> str:
     """Their file with the fewest changes, a comment on top saying what changed and why."""
-    head = [f"tuner search --from {fix['source']}: experiment {experiment}, run {run_id}", *diff_lines(fix)]
-    return "".join(f"# {line.strip()}\n" for line in head) + fix["text"]
+    head = [f"tuner search --from {fix.source}: experiment {experiment}, run {run_id}", *diff_lines(fix)]
+    return "".join(f"# {line.strip()}\n" for line in head) + (fix.text or "")

@@ -67,7 +67,7 @@ def summary_text(outcome: FinishedSearch) -> str:
     if fixed:
         from tuner.report import fix as fixes
 
-        lines += ["", *fixes.diff_lines(fixed)]
+        lines += ["", *fixes.diff_lines(fixes.Fix.from_dict(fixed))]
     lines.append("review:  tuner ui          (MLflow UI on http://127.0.0.1:5000)")
     if outcome.recommended is not None:  # with nothing recommended, tuner export has nothing to write
         lines.append(f"export:  tuner export --experiment {outcome.experiment} -o recommended.yaml")

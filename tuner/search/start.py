@@ -188,12 +188,12 @@ class FromConfig(Start):
 
         # their file with the fewest changes: the search's answer, or theirs as it is when it was already healthy
         fixed = fixes.answer(self.source, ended.records, best, ended.confirmations, ended.remeasures)
-        fixed["inputs"] = list(self.origins)
-        if fixed["healthy"] and best is None:
+        fixed.inputs = list(self.origins)
+        if fixed.healthy and best is None:
             best = next(r for r in ended.records if r.get("number") == 0)
-        if fixed["exportable"]:
-            config = fixes.load_text(fixed["text"])
-        return best, config, {"source": self.source.to_dict(), "fix": fixed}
+        if fixed.exportable and fixed.text is not None:
+            config = fixes.load_text(fixed.text)
+        return best, config, {"source": self.source.to_dict(), "fix": fixed.to_dict()}
 
 
 class WarmStart(Start):

@@ -38,13 +38,13 @@ def test_the_fewest_changes_win_and_each_carries_its_evidence(tmp_path):
         record(3, speed=3000.0, precision="fp32", learning_rate=1e-4),  # faster, but two changes
     ]
     answer = fix.answer(source, records, best=records[3])
-    assert answer["from_trial"] == 2 and not answer["healthy"]
-    keys = {c["key"]: (c["old"], c["new"]) for c in answer["changes"]}
+    assert answer.from_trial == 2 and not answer.healthy
+    keys = {c.key: (c.old, c.new) for c in answer.changes}
     assert keys == {"dtype": ("float16", "float32")}  # bf16 and fp16 were already false
-    (change,) = answer["changes"]
-    assert change["evidence"] == ("fp16-pure diverged in 2 of 2 trials at steps 3-4; "
+    (change,) = answer.changes
+    assert change.evidence == ("fp16-pure diverged in 2 of 2 trials at steps 3-4; "
                                   "fp32 was ok in 2 of 2 (learned in 2)")
-    assert "dtype: float32" in answer["text"].splitlines()[2]
+    assert "dtype: float32" in answer.text.splitlines()[2]
     assert fix.diff_lines(answer)[2].startswith("  dtype: float16 -> float32    (fp16-pure diverged")
 
 
@@ -69,16 +69,16 @@ def test_a_healthy_config_is_changed_only_for_a_speed_up_measured_again_side_by_
     records = [record(0, speed=1000.0, precision="fp16-pure"),
                record(1, speed=1000.0 * faster, precision="fp32", learning_rate=1e-3)]
     answer = fix.answer(source, records, best=records[1], remeasures=side_by_side(*again))
-    assert answer["healthy"] and answer["summary"].startswith("already stable")
-    assert bool(answer["changes"]) is changed
+    assert answer.healthy and answer.summary.startswith("already stable")
+    assert bool(answer.changes) is changed
     # the learning rate is a learning knob: never changed for speed
-    assert all(c["param"] in ("precision",) for c in answer["changes"])
+    assert all(c.param in ("precision",) for c in answer.changes)
     if changed:
-        assert answer["changes"][0]["evidence"].endswith("side by side with yours again: 1.40x, 1.30x")
+        assert answer.changes[0].evidence.endswith("side by side with yours again: 1.40x, 1.30x")
     else:
-        assert answer["text"] == REWARD_HALF  # their file as it is
+        assert answer.text == REWARD_HALF  # their file as it is
     if not changed and faster >= fix.SPEEDUP:
-        assert "looked 1.5x as fast, but not again side by side with yours" in answer["summary"]
+        assert "looked 1.5x as fast, but not again side by side with yours" in answer.summary
 
 
 def test_a_speed_re_run_that_broke_does_not_count_for_the_change(tmp_path):
@@ -87,9 +87,9 @@ def test_a_speed_re_run_that_broke_does_not_count_for_the_change(tmp_path):
     runs = side_by_side(1.4, 1.4)
     runs[2]["status"] = "diverged"  # pair 1's run of trial 1
     answer = fix.answer(source, records, best=records[1], remeasures=runs)
-    assert not answer["changes"] and "(1.40x, not measured)" in answer["summary"]
+    assert not answer.changes and "(1.40x, not measured)" in answer.summary
     assert fix.pair_ratios(1, runs) == [pytest.approx(1.4), None]
-    assert answer["text"] == REWARD_HALF  # their file as it is
+    assert answer.text == REWARD_HALF  # their file as it is
 
 
 def test_export_length_flags_are_written_into_their_file(tmp_path):
@@ -97,8 +97,22 @@ def test_export_length_flags_are_written_into_their_file(tmp_path):
 
     source = read(tmp_path, REWARD_HALF)
     answer = fix.answer(source, [record(0, "diverged", False, step=4), record(1, precision="fp32")], best=None)
-    search = {"trainer": "reward", "fix": answer, "trl_config": fix.load_text(answer["text"])}
+    search = {"trainer": "reward", "fix": answer.to_dict(), "trl_config": fix.load_text(answer.text)}
     out = export.with_overrides(search, {"max_length": 512, "max_completion_length": None})
     lines = out["fix"]["text"].splitlines()
     assert lines[-1] == "max_length: 512" and out["trl_config"]["max_length"] == 512  # appended: theirs had none
-    assert lines[:-2] == answer["text"].splitlines()  # every other line as it was
+    assert lines[:-2] == answer.text.splitlines()  # every other line as it was
+
+
+def test_the_answer_goes_to_search_json_and_back_and_an_older_ones_reads(tmp_path):
+    import json
+
+    source = read(tmp_path, REWARD_HALF)
+    answer = fix.answer(source, [record(0, "diverged", False, step=4), record(1, precision="fp32")], best=None)
+    assert answer.changes and answer.exportable
+    again = fix.Fix.from_dict(json.loads(json.dumps(answer.to_dict())))  # search.json is JSON
+    assert again == answer
+    # A search.json from before the answer said what its verdict covers and where its trials ran: read as written.
+    older = {k: v for k, v in answer.to_dict().items() if k not in ("horizon", "inputs", "notes")}
+    assert fix.diff_lines(fix.Fix.from_dict(older)) == [answer.trial0, answer.summary,
+                                                         *fix.diff_lines(answer)[2:2 + len(answer.changes)]]

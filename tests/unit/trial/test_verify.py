@@ -62,6 +62,6 @@ def test_the_searchs_lengths_are_read_back_from_the_header_tuner_export_writes(t
 def test_a_from_export_has_no_search_lengths_its_trials_ran_the_files_own():
     from tuner.report import fix
 
-    text = fix.render_fix({"source": "my.yaml", "trial0": "your config diverged at step 3", "changes": [],
-                           "summary": "change learning_rate (trial 2)", "text": "learning_rate: 0.0001\n"}, "exp", "RUN")
+    text = fix.render_fix(fix.Fix("my.yaml", "your config diverged at step 3", False,
+                                  summary="change learning_rate (trial 2)", text="learning_rate: 0.0001\n"), "exp", "RUN")
     assert text.startswith("# tuner search --from my.yaml") and search_lengths(text) == {}
