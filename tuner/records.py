@@ -99,7 +99,7 @@ class TrialRecord(TypedDict, total=False):
     source: str  # set on a warm start's prior trials (tuner.search._warm): the earlier search run they came from
     remeasures: int  # set on a --from search's speed re-runs (tuner.search._remeasure): the trial measured again
     pair: int  # ... and which pair of runs side by side it belongs to
-    confirmation: dict[str, Any]  # set on the recommended record only: its confirmation verdict (tuner.search._confirm)
+    confirmation: dict[str, Any]  # set on the recommended record only: its Confirmation, as a mapping
     # TrialResult's summary fields:
     status: Status
     reason: str
@@ -137,6 +137,44 @@ class TrialJob(TypedDict, total=False):
     skip: str  # why it is not run at all (the memory plan says it does not fit): recorded as too_big
 
 
+@dataclass(frozen=True)
+class Spread:
+    """The least, mean and greatest of a figure over a candidate's runs (its own and its confirmation seeds')."""
+
+    min: float
+    mean: float
+    max: float
+
+
+@dataclass
+class Confirmation:
+    """A candidate's verdict once its confirmation seeds ran (tuner.search._confirm.judge): confirmed, or demoted and
+    why. The recommended record keeps it as a mapping under ``confirmation`` (to_dict), and search.json keeps every
+    candidate's under ``candidates``; from_dict reads either back."""
+
+    number: int  # the candidate trial
+    confirmed: bool  # every seed stayed ok, and together they show learning
+    seeds: list[int | None]  # the candidate's own seed, then its confirmation seeds
+    statuses: list[str]  # each seed's status, in that order
+    tokens_per_second: Spread | None  # over the seeds; None: none measured
+    progress: Spread | None
+    demoted_because: str = ""  # "" when confirmed
+    risk: str = ""  # the forecast's risk on any of its seeds (tuner.verdicts.forecast), or ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Confirmation:
+        def spread(value: Mapping[str, float] | None) -> Spread | None:
+            return Spread(value["min"], value["mean"], value["max"]) if value else None
+
+        return cls(number=data["number"], confirmed=bool(data["confirmed"]), seeds=list(data.get("seeds") or []),
+                   statuses=[str(s) for s in data.get("statuses") or []],
+                   tokens_per_second=spread(data.get("tokens_per_second")), progress=spread(data.get("progress")),
+                   demoted_because=data.get("demoted_because") or "", risk=data.get("risk") or "")
+
+
 class SearchSummary(TypedDict, total=False):
     """A finished search as its parent run keeps it (the ``search.json`` artifact): `tuner export`, `tuner report`
     and `tuner search --resume` read it back."""
@@ -156,7 +194,7 @@ class SearchSummary(TypedDict, total=False):
     extensions: list[TrialRecord]  # longer rungs' re-runs
     confirmations: list[TrialRecord]  # confirmation re-runs
     remeasures: list[TrialRecord]  # --from: speed re-runs side by side with trial 0 (tuner.search._remeasure)
-    candidates: list[dict[str, Any]]  # each candidate's confirmation verdict
+    candidates: list[dict[str, Any]]  # each candidate's Confirmation, as a mapping
     plan: dict[str, Any]  # the memory plan (tuner.search's placement)
     source: dict[str, Any] | None  # --from: the user's TRL config (tuner.config.trl_config.SourceConfig as a mapping)
     fix: dict[str, Any] | None  # --from: trial 0's verdict, the changes and their evidence, the edited file

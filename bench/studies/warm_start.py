@@ -148,7 +148,7 @@ def search(store: Path, experiment: str, trainer: str, trials: int | None, max_s
            "left_out": dict(warm.left_out) if warm else {}, "priors": len(warm.priors) if warm else 0,
            "records": [_slim(r) for r in outcome.records], "confirmations": confirmations,
            "extensions": [_slim(r) for r in summary.get("extensions") or []],
-           "recommended": _slim(best), "candidates": outcome.candidates,
+           "recommended": _slim(best), "candidates": [c.to_dict() for c in outcome.candidates],
            "log": [line for line in log if line.startswith(("warm start", "recommended", "search stopped"))]}
     # every trial process the search ran: its trials, confirmation re-runs and longer re-runs (what it cost to end)
     row["runs"] = len(row["records"]) + len(confirmations) + len(row["extensions"])

@@ -8,9 +8,10 @@ changes to a --from config, and what to run next::
 from __future__ import annotations
 
 import json
-from typing import Any, Protocol
+from collections.abc import Sequence
+from typing import Protocol
 
-from tuner.records import SearchSummary, TrialRecord
+from tuner.records import Confirmation, SearchSummary, TrialRecord
 from tuner.report.progress import describe_params
 from tuner.verdicts import recommend as rec
 
@@ -26,22 +27,22 @@ class FinishedSearch(Protocol):
     records: list[TrialRecord]
     recommended: TrialRecord | None
     wall_seconds: float
-    candidates: list[dict[str, Any]]  # confirmation verdicts (tuner.search._confirm.judge)
+    candidates: list[Confirmation]  # confirmation verdicts (tuner.search._confirm.judge)
     search: SearchSummary
     stopped_because: str | None
 
 
-def describe_candidates(verdicts: list[dict[str, Any]]) -> list[str]:
+def describe_candidates(verdicts: Sequence[Confirmation]) -> list[str]:
     """One line per confirmation verdict (tuner.search._confirm.judge) for the terminal."""
     lines = []
     for v in verdicts:
-        speed, progress = v["tokens_per_second"], v["progress"]
-        spread = (f"tokens/s {speed['min']:.0f}..{speed['max']:.0f}" if speed else "tokens/s -") + (
-            f", progress {progress['min']:+.3f}..{progress['max']:+.3f}" if progress else "")
-        if v["confirmed"]:
-            lines.append(f"  trial {v['number']}: confirmed on seeds {v['seeds']} ({spread})")
+        speed, progress = v.tokens_per_second, v.progress
+        spread = (f"tokens/s {speed.min:.0f}..{speed.max:.0f}" if speed else "tokens/s -") + (
+            f", progress {progress.min:+.3f}..{progress.max:+.3f}" if progress else "")
+        if v.confirmed:
+            lines.append(f"  trial {v.number}: confirmed on seeds {v.seeds} ({spread})")
         else:
-            lines.append(f"  trial {v['number']}: DEMOTED: {v['demoted_because']}")
+            lines.append(f"  trial {v.number}: DEMOTED: {v.demoted_because}")
     return lines
 
 
@@ -61,7 +62,7 @@ def summary_text(outcome: FinishedSearch) -> str:
                      f"{best['progress']:+.3f}, {best.get('max_steps')} steps, {describe_params(best['params'])}")
         lines.append(json.dumps(best["params"], sort_keys=True))
         if best.get("confirmation"):
-            lines += describe_candidates([best["confirmation"]])
+            lines += describe_candidates([Confirmation.from_dict(best["confirmation"])])
         lines.append(rec.horizon(best))
     fixed = outcome.search.get("fix")
     if fixed:

@@ -16,7 +16,7 @@ import statistics
 from collections.abc import Callable
 from typing import Any, cast
 
-from tuner.records import TrialJob, TrialRecord, is_ok
+from tuner.records import Confirmation, Spread, TrialJob, TrialRecord, is_ok
 from tuner.search.ledger import WAIT, Ledger
 from tuner.stores.tags import CONFIRMATION_TAG, CONFIRMS_TAG, RUN_NAME_TAG
 from tuner.verdicts import recommend as rec
@@ -179,11 +179,11 @@ def _why(run: TrialRecord) -> str:
     return f"seed {run['seed']}: {run['status']}{where}" + (f" ({run['reason']})" if run.get("reason") else "")
 
 
-def _spread(values: list[float | None]) -> dict[str, float] | None:
+def _spread(values: list[float | None]) -> Spread | None:
     known = [v for v in values if v is not None]
     if not known:
         return None
-    return {"min": min(known), "mean": statistics.fmean(known), "max": max(known)}
+    return Spread(min(known), statistics.fmean(known), max(known))
 
 
 def combined_p_value(runs: list[TrialRecord]) -> float | None:
@@ -212,10 +212,10 @@ def _learn_together(reruns: list[TrialRecord]) -> str:
 
 
 def judge(cands: list[TrialRecord], confirmations: list[TrialRecord]
-          ) -> tuple[TrialRecord | None, list[dict[str, Any]]]:
+          ) -> tuple[TrialRecord | None, list[Confirmation]]:
     """(the recommended record or None, one verdict per candidate in order: those after the recommended one only
-    where their runs were made)."""
-    verdicts: list[dict[str, Any]] = []
+    where their runs were made). The recommended record carries its verdict under "confirmation", as a mapping."""
+    verdicts: list[Confirmation] = []
     recommended: TrialRecord | None = None
     for c in cands:
         reruns = sorted((r for r in confirmations if r.get("confirms") == c["number"]), key=lambda r: r["seed"])
@@ -224,18 +224,18 @@ def judge(cands: list[TrialRecord], confirmations: list[TrialRecord]
         unstable = [r for r in reruns if not is_ok(r)]
         why = "; ".join(_why(r) for r in unstable) if unstable else _learn_together(reruns)
         runs = [c, *reruns]
-        verdict: dict[str, Any] = {
-            "number": c["number"],
-            "confirmed": not why,
-            "seeds": [r.get("seed") for r in runs],
-            "statuses": [r["status"] for r in runs],
-            "tokens_per_second": _spread([r.get("tokens_per_second") for r in runs]),
-            "progress": _spread([r.get("progress") for r in runs]),
-            "demoted_because": why,
-            "risk": next((r["risk"] for r in runs if r.get("risk")), ""),  # the forecast, on any of its seeds
-        }
+        verdict = Confirmation(
+            number=c["number"],
+            confirmed=not why,
+            seeds=[r.get("seed") for r in runs],
+            statuses=[str(r["status"]) for r in runs],
+            tokens_per_second=_spread([r.get("tokens_per_second") for r in runs]),
+            progress=_spread([r.get("progress") for r in runs]),
+            demoted_because=why,
+            risk=next((r["risk"] for r in runs if r.get("risk")), ""),  # the forecast, on any of its seeds
+        )
         verdicts.append(verdict)
-        if recommended is None and verdict["confirmed"]:
-            chosen: TrialRecord = {**c, "confirmation": verdict, "risk": verdict["risk"]}
+        if recommended is None and verdict.confirmed:
+            chosen: TrialRecord = {**c, "confirmation": verdict.to_dict(), "risk": verdict.risk}
             recommended = chosen
     return recommended, verdicts

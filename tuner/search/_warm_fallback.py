@@ -54,9 +54,9 @@ class ConfirmFirst:
             runs = [r for r in confirmations if r.get("confirms") == pick["number"]]
             if len(runs) >= schedule.seeds:
                 verdict = confirm.judge([pick], runs)[1][0]
-                if not verdict["confirmed"] and _warm.fell_back(finished, warm, {pick["number"]}) is not None:
+                if not verdict.confirmed and _warm.fell_back(finished, warm, {pick["number"]}) is not None:
                     fallback.now(f"trial {pick['number']}, the earlier recommendation, held on this search's seed and "
-                                 f"was demoted on its confirmation seeds ({verdict['demoted_because']})")
+                                 f"was demoted on its confirmation seeds ({verdict.demoted_because})")
         if _warm.confirmation_failed(warm, confirmations):
             pick = None  # a confirmation run of it failed: no more of them
         job = schedule.first(pick, "the earlier recommendation") if pick else None

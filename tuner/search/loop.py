@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tuner.config.options import prunes
-from tuner.records import SearchSummary, TrialJob, TrialRecord, new_record
+from tuner.records import Confirmation, SearchSummary, TrialJob, TrialRecord, new_record
 from tuner.report import export
 from tuner.report.summary import describe_candidates
 from tuner.search._execution import slow_limit
@@ -84,7 +84,7 @@ class SearchOutcome:
     recommended: TrialRecord | None
     trl_config: dict[str, Any] | None
     wall_seconds: float
-    candidates: list[dict[str, Any]] = field(default_factory=list)
+    candidates: list[Confirmation] = field(default_factory=list)
     search: SearchSummary = field(default_factory=lambda: SearchSummary())
     stopped_because: str | None = None
 
@@ -311,7 +311,7 @@ def finish(prepared: Prepared, tracker: SearchTracker, ledger: Ledger, placement
     records = sorted(ledger.trials(), key=lambda r: r["number"])
     extensions = sorted(ledger.longer(), key=lambda r: (r["max_steps"], r["number"]))
     confirmations, remeasures = ledger.confirmations(), sorted(ledger.remeasures(), key=lambda r: (r["pair"], r["number"]))
-    verdicts: list[dict[str, Any]] = []
+    verdicts: list[Confirmation] = []
     best: TrialRecord | None
     if o.confirm_seeds > 0:
         best, verdicts = confirm.judge(confirm.candidates([*records, *extensions], o.confirm_top, confirmations),
@@ -333,8 +333,8 @@ def finish(prepared: Prepared, tracker: SearchTracker, ledger: Ledger, placement
                            reward_funcs=export.reward_funcs_of(o.entry, o.reward_funcs), dataset=o.dataset, rule=rec.RULE,
                            confirm_seeds=o.confirm_seeds, recommended=best, trl_config=config, export=export_info,
                            trials=records, extensions=extensions, confirmations=confirmations, remeasures=remeasures,
-                           candidates=verdicts, plan=placement.summary(), source=started_from.get("source"),
-                           fix=started_from.get("fix"))
+                           candidates=[v.to_dict() for v in verdicts], plan=placement.summary(),
+                           source=started_from.get("source"), fix=started_from.get("fix"))
     if best is not None:
         tracker.log_artifact_text(export.render_export(search, prepared.experiment, tracker.parent_id),
                                   "recommended.yaml")

@@ -91,9 +91,9 @@ def test_anchor_recommends_an_ok_trial_never_the_diverged_one(anchor):
     # was demoted on another seed.
     # Over the longer rungs too: when load slowed the fp32 trial's tokens/s below 0.9x the fp16-pure one's, the
     # fp16-pure trial (at risk: float16 weights) ranked first and got a risk rung (tuner.search._extend).
-    order = [v["number"] for v in anchor.outcome.candidates]
+    order = [v.number for v in anchor.outcome.candidates]
     assert order[0] == recommend.recommend([*anchor.outcome.records, *anchor.outcome.search["extensions"]])["number"]
-    assert all(not v["confirmed"] for v in anchor.outcome.candidates[:order.index(best["number"])])
+    assert all(not v.confirmed for v in anchor.outcome.candidates[:order.index(best["number"])])
     assert best["confirmation"]["confirmed"] and best["confirmation"]["statuses"] == ["ok", "ok"]
     assert anchor.outcome.trl_config["learning_rate"] == best["params"]["learning_rate"]
 
@@ -316,8 +316,8 @@ def test_confirmation_demotes_candidates_that_diverge_on_another_seed(tmp_path, 
     outcome = finished.outcome
     assert all(r["status"] == "ok" and recommend.learned(r) for r in outcome.records)
     # both candidates were re-run on seed 1, diverged there, and were demoted with that reason
-    assert [v["number"] for v in outcome.candidates] and not any(v["confirmed"] for v in outcome.candidates)
-    assert all("seed 1: diverged" in v["demoted_because"] for v in outcome.candidates)
+    assert [v.number for v in outcome.candidates] and not any(v.confirmed for v in outcome.candidates)
+    assert all("seed 1: diverged" in v.demoted_because for v in outcome.candidates)
     assert outcome.recommended is None
     assert "no candidate stayed stable" in summary_text(outcome)
     # confirmation runs are nested under the same parent and tagged as such

@@ -171,8 +171,8 @@ def test_confirmation_demotes_a_candidate_that_does_not_learn_on_another_seed():
     # The candidate with the higher learning speed (900 x 0.2 = 180 vs 500 x 0.3 = 150) is demoted with the
     # reason shown, in the judgement's own terms; the other one, which learned on both seeds, wins.
     assert best["number"] == 2
-    assert not verdicts[0]["confirmed"]
-    assert verdicts[0]["demoted_because"] == (
+    assert not verdicts[0].confirmed
+    assert verdicts[0].demoted_because == (
         "seed 1: ok, but no learning shown (progress +0.004, p=0.4: last third not significantly better than the start)")
 
 
@@ -186,13 +186,13 @@ def test_confirmation_seeds_are_judged_together_but_each_must_move_the_right_way
              {**cand, "seed": 2, "confirms": 5, "progress": 0.102, "progress_p_value": 0.038, "learned": False}]
     assert confirm.combined_p_value(seeds) == pytest.approx(0.0044, abs=2e-4)
     best, verdicts = confirm.judge([cand], seeds)
-    assert best["number"] == 5 and verdicts[0]["confirmed"]
+    assert best["number"] == 5 and verdicts[0].confirmed
     # Two seeds that only wandered (p 0.3 and 0.5) are no evidence; nor is one strong seed beside one that fell.
     for p_values, progress in (((0.3, 0.5), (0.02, 0.01)), ((1e-4, 0.9), (0.3, -0.05))):
         weak = [{**seeds[i], "progress_p_value": p, "progress": g} for i, (p, g) in enumerate(zip(p_values, progress))]
         best, verdicts = confirm.judge([cand], weak)
-        assert best is None and not verdicts[0]["confirmed"]
-        assert "the 2 seeds together: p=" in verdicts[0]["demoted_because"]
+        assert best is None and not verdicts[0].confirmed
+        assert "the 2 seeds together: p=" in verdicts[0].demoted_because
     # An unstable seed demotes it whatever the others show.
     crashed = [{**seeds[0], "status": "diverged", "progress_p_value": None}, {**seeds[1], "progress_p_value": 1e-9}]
     assert confirm.judge([cand], crashed)[0] is None
@@ -230,9 +230,9 @@ def test_free_slots_confirm_the_best_so_far_then_the_final_candidates_each_run_o
     assert schedule.next(Ledger([*finished, *reruns(1)[:1]]), final=True) == confirm.WAIT
     assert schedule.next(Ledger([*finished, *reruns(1)]), final=True) is None  # trial 1 confirmed: done
     best, verdicts = confirm.judge(confirm.candidates(finished, 2), reruns(1) + reruns(0))
-    assert best["number"] == 1 and [v["number"] for v in verdicts] == [1, 0]  # trial 0's early runs judged too
+    assert best["number"] == 1 and [v.number for v in verdicts] == [1, 0]  # trial 0's early runs judged too
     best, verdicts = confirm.judge(confirm.candidates(finished, 2), reruns(1))
-    assert best["number"] == 1 and [v["number"] for v in verdicts] == [1]  # no runs, no verdict: not "confirmed"
+    assert best["number"] == 1 and [v.number for v in verdicts] == [1]  # no runs, no verdict: not "confirmed"
     # a search whose top candidate holds runs no one else's confirmation; when it is demoted, the next one's
     other = confirm.Schedule({"seed": 0, "max_steps": 8}, seeds=2, top=2, timeout=60, announce=said.append)
     early = [other.next(Ledger([trial(5, 300.0)]), final=False) for _ in range(2)]
@@ -270,3 +270,21 @@ def test_a_real_model_on_a_cpu_takes_small_steps_of_the_shipped_space_and_a_spac
                                           ("/models/SmolLM2-135M-Instruct", 0, True,
                                            SourceConfig.__new__(SourceConfig))):
             assert _prepare._small_steps_on_cpu(shipped, model, gpus, mine, source) == (shipped, [])
+
+
+def test_a_confirmation_verdict_goes_to_search_json_and_back():
+    import json
+
+    from tuner.records import Confirmation
+    from tuner.report.summary import describe_candidates
+    from tuner.search import _confirm as confirm
+
+    cand = {"number": 3, "status": "ok", "tokens_per_second": 400.0, "progress": 0.2, "progress_p_value": 1e-4,
+            "learned": True, "params": {}, "seed": 0}
+    seeds = [{**cand, "seed": s, "confirms": 3, "tokens_per_second": 380.0 + s} for s in (1, 2)]
+    best, (verdict,) = confirm.judge([cand], seeds)
+    assert verdict.confirmed and verdict.seeds == [0, 1, 2] and verdict.tokens_per_second.min == 381.0
+    # the pick keeps it as a mapping (its record crosses MLflow); search.json's candidates are the same mappings
+    assert Confirmation.from_dict(json.loads(json.dumps(best["confirmation"]))) == verdict
+    assert describe_candidates([verdict]) == ["  trial 3: confirmed on seeds [0, 1, 2] (tokens/s 381..400, progress "
+                                              "+0.200..+0.200)"]
