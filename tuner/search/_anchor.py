@@ -18,13 +18,16 @@ is confirmed as any candidate is. One twin per search; a beta the user fixed is 
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 from tuner.config.space import CategoricalParam, FloatParam, SearchSpace
 from tuner.records import TrialJob, TrialRecord
 from tuner.search.ledger import WAIT, Ledger
 from tuner.stores.tags import ANCHORED_TAG, ANCHORS_TAG, RUN_NAME_TAG
 from tuner.verdicts import recommend as rec
+
+if TYPE_CHECKING:
+    from tuner.trial import TrialSpec
 
 __all__ = ["BETA", "Anchor", "anchored_beta"]
 
@@ -52,7 +55,7 @@ def fading_without_anchor(trial: TrialRecord) -> bool:
 class Anchor:
     """Which twin a free slot gets, once every search trial has finished: at most one per search (a Phase)."""
 
-    def __init__(self, space: SearchSpace, reserve: Callable[[str], int], base_spec: dict[str, Any],
+    def __init__(self, space: SearchSpace, reserve: Callable[[str], int], base_spec: TrialSpec,
                  timeout: float, announce: Callable[[str], None] = print) -> None:
         self.space, self.reserve, self.base_spec, self.timeout = space, reserve, base_spec, timeout
         self.announce = announce
@@ -86,10 +89,10 @@ class Anchor:
         self.announce(f"trial {best['number']} is the best so far but {best.get('risk')}: trying its config with the "
                       f"KL penalty on (beta {self.beta:g}) as trial {number}, on its seed and {steps} steps; it goes "
                       f"first if it learns at least {rec.SAFE_SHARE:g}x as fast with no such risk")
-        return TrialJob(spec={**self.base_spec, "params": params, "seed": best["seed"], "max_steps": steps,
-                              "schedule_steps": schedule},
+        return TrialJob(spec=self.base_spec.job_spec(params=params, seed=best["seed"], max_steps=steps,
+                                                     schedule_steps=schedule),
                         number=number, keep=True,
-                        timeout=self.timeout * steps / self.base_spec["max_steps"],
+                        timeout=self.timeout * steps / self.base_spec.max_steps,
                         tags={ANCHORED_TAG: "true", ANCHORS_TAG: str(best["number"]),
                               RUN_NAME_TAG: f"anchor-{number:03d}-of-{best['number']:03d}"},
                         extra={"anchors": int(best["number"]), **({"schedule_steps": schedule} if schedule else {})})

@@ -14,13 +14,16 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from tuner.records import Confirmation, Spread, TrialJob, TrialRecord, is_ok
 from tuner.search.ledger import WAIT, Ledger
 from tuner.stores.tags import CONFIRMATION_TAG, CONFIRMS_TAG, RUN_NAME_TAG
 from tuner.verdicts import recommend as rec
 from tuner.verdicts.learning import ALPHA
+
+if TYPE_CHECKING:
+    from tuner.trial import TrialSpec
 
 __all__ = ["WAIT", "Schedule", "candidates", "combined_p_value", "confirmation_jobs", "judge", "with_seen_risk"]
 
@@ -53,20 +56,21 @@ def with_seen_risk(records: list[TrialRecord], confirmations: list[TrialRecord] 
     return out
 
 
-def confirmation_jobs(cands: list[TrialRecord], base_spec: dict[str, Any], seeds: int,
+def confirmation_jobs(cands: list[TrialRecord], base_spec: TrialSpec, seeds: int,
                       timeout: float) -> list[TrialJob]:
     """One job per candidate and extra seed: the same params and steps, seed + 1..seeds."""
     jobs = []
     for c in cands:
-        steps = c.get("max_steps") or base_spec["max_steps"]
+        steps = c.get("max_steps") or base_spec.max_steps
         for offset in range(1, seeds + 1):
-            seed = base_spec["seed"] + offset
+            seed = base_spec.seed + offset
             jobs.append(TrialJob(
                 # at the candidate's own length: a longer re-run (tuner.search._extend) is confirmed at its steps
-                spec={**base_spec, "params": c["params"], "seed": seed, "max_steps": steps,
-                      "schedule_steps": c.get("schedule_steps") or 0},  # a risk rung's: the first steps of a longer run
+                spec=base_spec.job_spec(params=c["params"], seed=seed, max_steps=steps,
+                                        # a risk rung's: the first steps of a longer run
+                                        schedule_steps=c.get("schedule_steps") or 0),
                 number=c["number"],
-                timeout=timeout * steps / base_spec["max_steps"],
+                timeout=timeout * steps / base_spec.max_steps,
                 tags={CONFIRMATION_TAG: "true", CONFIRMS_TAG: str(c["number"]),
                       RUN_NAME_TAG: f"confirm-{c['number']:03d}-seed{seed}"},
                 extra={"confirms": c["number"]},
@@ -88,7 +92,7 @@ class Schedule:
     trials (``first``, ``ahead`` = 2).
     """
 
-    def __init__(self, base_spec: dict[str, Any], seeds: int, top: int, timeout: float,
+    def __init__(self, base_spec: TrialSpec, seeds: int, top: int, timeout: float,
                  announce: Callable[[str], None] = print, ahead: int = 1) -> None:
         self.base_spec, self.seeds, self.top, self.timeout, self.announce = base_spec, seeds, top, timeout, announce
         self.ahead = ahead  # the most candidates whose runs are handed out early (a warm search's: 2, ``first``)

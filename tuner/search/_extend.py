@@ -24,13 +24,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from tuner.records import TrialJob, TrialRecord, is_ok
 from tuner.search.ledger import WAIT, Ledger
 from tuner.stores.tags import EXTENDS_TAG, EXTENSION_TAG, RUN_NAME_TAG
 from tuner.verdicts import recommend as rec
 from tuner.verdicts.forecast import horizon_steps
+
+if TYPE_CHECKING:
+    from tuner.trial import TrialSpec
 
 __all__ = ["RATE", "WAIT", "Extension", "closest_to_learning", "default_budget", "risk_rung_steps"]
 
@@ -56,7 +59,7 @@ def closest_to_learning(trial: TrialRecord) -> tuple[float, float]:
 class Extension:
     """Which longer run a free trial slot gets next, once every search trial has finished (a Phase)."""
 
-    def __init__(self, base_spec: dict[str, Any], budget_steps: int, timeout: float,
+    def __init__(self, base_spec: TrialSpec, budget_steps: int, timeout: float,
                  announce: Callable[[str], None] = print) -> None:
         self.base_spec, self.budget, self.timeout, self.announce = base_spec, budget_steps, timeout, announce
         self.handed: set[tuple[int, int]] = set()  # (trial number, steps) of the runs handed out
@@ -67,7 +70,7 @@ class Extension:
     @property
     def most_runs(self) -> int:
         """The most runs next() can hand out: every run is at least RATE x the first rung's steps."""
-        return self.budget // (RATE * self.base_spec["max_steps"]) if self.budget > 0 else 0
+        return self.budget // (RATE * self.base_spec.max_steps) if self.budget > 0 else 0
 
     def next(self, ledger: Ledger, final: bool) -> TrialJob | str | None:
         if not final:
@@ -119,8 +122,7 @@ class Extension:
 
     def _hand(self, trial: TrialRecord, steps: int, schedule: int = 0) -> TrialJob:
         self.handed.add((trial["number"], steps))
-        return job(self.base_spec, trial, steps, self.timeout * steps / self.base_spec["max_steps"],
-                   schedule)
+        return job(self.base_spec, trial, steps, self.timeout * steps / self.base_spec.max_steps, schedule)
 
 
 def risk_rung_steps(trial: TrialRecord) -> tuple[int, int]:
@@ -132,12 +134,12 @@ def risk_rung_steps(trial: TrialRecord) -> tuple[int, int]:
     return min(max(RATE * trial["max_steps"], PAST_PROJECTION * projected), schedule), schedule
 
 
-def job(base_spec: dict[str, Any], trial: TrialRecord, steps: int, timeout: float, schedule: int = 0) -> TrialJob:
+def job(base_spec: TrialSpec, trial: TrialRecord, steps: int, timeout: float, schedule: int = 0) -> TrialJob:
     """A trial's params and seed again, for ``steps`` steps (of a ``schedule``-step run's learning-rate schedule;
     0: its own)."""
     number = trial["number"]
-    return TrialJob(spec={**base_spec, "params": trial["params"], "seed": trial["seed"], "max_steps": steps,
-                          "schedule_steps": schedule},
+    return TrialJob(spec=base_spec.job_spec(params=trial["params"], seed=trial["seed"], max_steps=steps,
+                                            schedule_steps=schedule),
                     number=number, timeout=timeout,
                     tags={EXTENSION_TAG: "true", EXTENDS_TAG: str(number),
                           RUN_NAME_TAG: f"extend-{number:03d}-{steps}steps"},

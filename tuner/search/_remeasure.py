@@ -16,11 +16,14 @@ tuner.report.fix.answer then changes their file only when the faster config won 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from tuner.records import TrialJob, TrialRecord
 from tuner.search.ledger import Ledger
 from tuner.stores.tags import REMEASURE_TAG, REMEASURES_TAG, RUN_NAME_TAG
+
+if TYPE_CHECKING:
+    from tuner.trial import TrialSpec
 
 __all__ = ["Remeasure"]
 
@@ -28,7 +31,7 @@ __all__ = ["Remeasure"]
 class Remeasure:
     """Which speed re-run a free trial slot gets next, once every search trial has finished (a Phase)."""
 
-    def __init__(self, base_spec: dict[str, Any], timeout: float, wanted: bool,
+    def __init__(self, base_spec: TrialSpec, timeout: float, wanted: bool,
                  announce: Callable[[str], None] = print) -> None:
         self.base_spec, self.timeout, self.wanted, self.announce = base_spec, timeout, wanted, announce
         self.queue: list[TrialJob] | None = None  # None: not decided yet
@@ -57,11 +60,11 @@ class Remeasure:
         return self.queue.pop(0) if self.queue else None
 
 
-def job(base_spec: dict[str, Any], trial: TrialRecord, pair: int, timeout: float) -> TrialJob:
+def job(base_spec: TrialSpec, trial: TrialRecord, pair: int, timeout: float) -> TrialJob:
     """A trial's params, steps and seed again, as pair ``pair``'s run of it."""
-    number, steps = trial["number"], trial.get("max_steps") or base_spec["max_steps"]
-    return TrialJob(spec={**base_spec, "params": trial["params"], "seed": trial["seed"], "max_steps": steps},
-                    number=number, timeout=timeout * steps / base_spec["max_steps"],
+    number, steps = trial["number"], trial.get("max_steps") or base_spec.max_steps
+    return TrialJob(spec=base_spec.job_spec(params=trial["params"], seed=trial["seed"], max_steps=steps),
+                    number=number, timeout=timeout * steps / base_spec.max_steps,
                     tags={REMEASURE_TAG: "true", REMEASURES_TAG: str(number),
                           RUN_NAME_TAG: f"speed-{number:03d}-pair{pair}"},
                     extra={"remeasures": number, "pair": pair}, keep=True)

@@ -104,7 +104,7 @@ class Opened:
 class Rules:
     """How the sampler's trials are handed out."""
 
-    base_spec: dict[str, Any]  # every trial's TrialSpec (as a dict) but its params
+    base_spec: TrialSpec  # every trial's, but its params
     timeout: float  # a trial's, in seconds
     fits: Callable[[dict[str, Any]], str | None] | None = None  # params -> None, or why they cannot fit (the memory plan)
     prune_slow: bool = False  # stop a trial that runs past slow_limit() of the trials finished before it
@@ -127,7 +127,7 @@ class Search:
 
     @property
     def max_steps(self) -> int:
-        return int(self.rules.base_spec["max_steps"])
+        return self.rules.base_spec.max_steps
 
     @property
     def most_runs(self) -> int:
@@ -171,7 +171,7 @@ class Search:
             self.suggested += 1
         number = self.proposer.number(trial)
         self.ledger.running[number] = params
-        job = TrialJob(spec={**self.rules.base_spec, "params": params}, number=number, timeout=self.rules.timeout,
+        job = TrialJob(spec=self.rules.base_spec.job_spec(params=params), number=number, timeout=self.rules.timeout,
                        tags={OPTUNA_NUMBER_TAG: str(trial.number)})
         slow = slow_limit(finished) if self.rules.prune_slow else None
         if number in self.rules.keep:
@@ -191,8 +191,8 @@ class Search:
         if trial is None or params is None:
             return
         base = self.rules.base_spec
-        record = new_record(result, number=self.proposer.number(trial), params=params, max_steps=base["max_steps"],
-                            seed=base["seed"])
+        record = new_record(result, number=self.proposer.number(trial), params=params, max_steps=base.max_steps,
+                            seed=base.seed)
         with interrupts.deferred():
             self.ledger.running.pop(record["number"], None)
             self.proposer.tell(trial, record)
@@ -223,7 +223,7 @@ def start_run(prepared: Prepared, tracker: SearchTracker, run_name: str, concurr
         tracker.log_artifact_text(text, name)
 
 
-def phases_of(prepared: Prepared, tracker: SearchTracker, proposer: Proposer, ledger: Ledger, base_spec: dict[str, Any],
+def phases_of(prepared: Prepared, tracker: SearchTracker, proposer: Proposer, ledger: Ledger, base_spec: TrialSpec,
               progress: Progress) -> tuple[list[Phase], list[Phase]]:
     """(ahead, phases): the search's phases, in the order a free slot asks them; its start adds its own (a warm
     search's earlier pick confirmed ahead of the sampler and its fallback, --from's speed pairs: tuner.search.start)."""
@@ -261,7 +261,7 @@ def run(prepared: Prepared, opened: Opened, placement: Placement, progress: Prog
         space.fixed["sharding"] = placement.sharding  # the plan sharded every trial: each trial's params say so
     base_spec = TrialSpec(trainer=o.trainer, params={}, model=prepared.model_path, dataset=o.dataset,
                           reward_funcs=o.reward_funcs, max_steps=o.max_steps, seed=o.seed,
-                          ranks=placement.ranks).to_dict()
+                          ranks=placement.ranks)
     records = ledger.trials()
     remaining = ledger.planned = prepared.n_trials - len(records)
     _opening_lines(prepared, run_name, remaining, placement, progress.say)

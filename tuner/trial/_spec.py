@@ -65,6 +65,11 @@ class TrialSpec:
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
+    def job_spec(self, **changes: Any) -> dict[str, Any]:
+        """This spec with ``changes`` (params, seed, max_steps, schedule_steps), as the mapping a trial's job carries
+        through Ray (tuner.records.TrialJob's ``spec``)."""
+        return dataclasses.replace(self, **changes).to_dict()
+
 
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(TrialSpec) if f.default is not dataclasses.MISSING}
 

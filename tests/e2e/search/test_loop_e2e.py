@@ -11,6 +11,7 @@ from tuner.records import TrialJob
 from tuner.search import loop
 from tuner.search.ledger import Ledger
 from tuner.stores.tags import CONFIRMS_TAG, RUN_NAME_TAG
+from tuner.trial import TrialSpec
 from tuner.verdicts import recommend
 
 
@@ -19,7 +20,7 @@ class OnceMoreOnSeed9:
 
     most_runs = 1
 
-    def __init__(self, base_spec: dict) -> None:
+    def __init__(self, base_spec: TrialSpec) -> None:
         self.base_spec, self.handed = base_spec, False
 
     def next(self, ledger: Ledger, final: bool) -> TrialJob | None:
@@ -27,7 +28,7 @@ class OnceMoreOnSeed9:
         if best is None:
             return None
         self.handed = True
-        return TrialJob(spec={**self.base_spec, "params": best["params"], "seed": 9}, number=best["number"],
+        return TrialJob(spec=self.base_spec.job_spec(params=best["params"], seed=9), number=best["number"],
                         timeout=600, extra={"confirms": best["number"]},
                         tags={CONFIRMS_TAG: str(best["number"]), RUN_NAME_TAG: f"seed9-{best['number']:03d}"})
 

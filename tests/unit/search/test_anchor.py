@@ -14,10 +14,11 @@ from tuner.search._anchor import Anchor, anchored_beta
 from tuner.search._sampling import Proposer
 from tuner.search.ledger import WAIT, Ledger
 from tuner.stores.tags import ANCHORED_TAG, ANCHORS_TAG
+from tuner.trial import TrialSpec
 from tuner.verdicts import recommend
 
 SPACE = load_space(None, "grpo").for_model(pretrained=True)
-BASE = {"trainer": "grpo", "params": {}, "max_steps": 20, "seed": 0}
+BASE = TrialSpec(trainer="grpo", params={}, max_steps=20, seed=0)
 FADING = ("groups without reward spread rose from 0.24 to 0.85 over 180 steps while the reward held: at this rate "
           "no group has any near step 225, and GRPO stops learning (collapse)")
 

@@ -12,8 +12,9 @@ from tuner.search import _extend as extend
 from tuner.search import driver as search
 from tuner.search._extend import Extension
 from tuner.search.ledger import WAIT, Ledger
+from tuner.trial import TrialSpec
 
-BASE = {"trainer": "reward", "params": {}, "max_steps": 20, "seed": 0}
+BASE = TrialSpec(trainer="reward", params={}, max_steps=20, seed=0)
 
 
 def record(number: int, *, steps: int = 20, status: str = "ok", progress: float = 0.0, learned: bool = False,

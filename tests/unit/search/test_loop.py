@@ -16,9 +16,10 @@ from tuner.search._sampling import Proposer, make_sampler
 from tuner.search.ledger import FINISHED, WAIT, Kind, Ledger, kind_of
 from tuner.search.loop import Rules, Search
 from tuner.search.start import ColdStart, FromConfig, Starts, WarmStart, starts
+from tuner.trial import TrialSpec
 
 SPACE = parse_space({"trainer": "sft", "params": {"learning_rate": {"type": "categorical", "choices": [1e-4, 2e-4]}}})
-BASE = {"trainer": "sft", "max_steps": 8, "seed": 0}
+BASE = TrialSpec(trainer="sft", params={}, max_steps=8, seed=0)
 
 
 def record(number: int, **extra: Any) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from tuner.config.space import parse_space
 from tuner.records import Status, new_record
 from tuner.search import _execution as execution
 from tuner.search import _sampling as sampling
+from tuner.trial import TrialSpec
 
 LIVE = {execution.LIVE: True, "step": 9, "so_far": {"steps_run": 9, "tokens_per_second": 1200.0, "progress": 0.05,
                                                     "progress_p_value": 0.2, "learned": False,
@@ -103,7 +104,7 @@ def test_the_trials_a_search_keeps_are_handed_out_unprunable_and_halving_lets_th
     space = parse_space({"trainer": "sft", "params": {"learning_rate": {"type": "float", "low": 1e-4, "high": 1e-1}}})
     study = optuna.create_study(sampler=sampling.make_sampler("random", 0, 4), direction="maximize")
     proposer = sampling.Proposer(study, space, "random", 4)
-    rules = Rules({"trainer": "sft", "max_steps": 40, "seed": 0}, 60.0, keep={0})
+    rules = Rules(TrialSpec(trainer="sft", params={}, max_steps=40, seed=0), 60.0, keep={0})
     searcher = execution.OptunaSearcher(Search(proposer, Ledger(planned=3), rules, [], Progress(3, lambda line: None)))
     jobs = [searcher.suggest(f"t{i}") for i in range(3)]
     assert [bool(job.get("keep")) for job in jobs] == [True, False, False]

@@ -13,6 +13,7 @@ import pytest
 from tuner.config.space import parse_space
 from tuner.search._sampling import constraint_of, make_sampler, tell
 from tuner.search.ledger import Ledger
+from tuner.trial import TrialSpec
 
 # -- how Optuna learns from unstable trials (no training) -------------------------------------
 
@@ -206,7 +207,7 @@ def test_free_slots_confirm_the_best_so_far_then_the_final_candidates_each_run_o
                 "progress_p_value": 1e-6, "learned": True, "params": {"learning_rate": number / 100}, "seed": 0}
 
     said: list[str] = []
-    schedule = confirm.Schedule({"seed": 0, "max_steps": 8}, seeds=2, top=2, timeout=60, announce=said.append)
+    schedule = confirm.Schedule(TrialSpec(trainer="sft", params={}, max_steps=8, seed=0), seeds=2, top=2, timeout=60, announce=said.append)
     handed = lambda job: (job["number"], job["spec"]["seed"])  # noqa: E731
     # while the last trials run, a free slot confirms the best so far, at most one candidate's runs
     assert schedule.next(Ledger([]), final=False) is None  # nothing finished that qualifies yet
@@ -234,7 +235,7 @@ def test_free_slots_confirm_the_best_so_far_then_the_final_candidates_each_run_o
     best, verdicts = confirm.judge(confirm.candidates(finished, 2), reruns(1))
     assert best["number"] == 1 and [v.number for v in verdicts] == [1]  # no runs, no verdict: not "confirmed"
     # a search whose top candidate holds runs no one else's confirmation; when it is demoted, the next one's
-    other = confirm.Schedule({"seed": 0, "max_steps": 8}, seeds=2, top=2, timeout=60, announce=said.append)
+    other = confirm.Schedule(TrialSpec(trainer="sft", params={}, max_steps=8, seed=0), seeds=2, top=2, timeout=60, announce=said.append)
     early = [other.next(Ledger([trial(5, 300.0)]), final=False) for _ in range(2)]
     final_trials = [trial(5, 300.0), trial(6, 900.0), trial(7, 800.0)]
     late = [handed(other.next(Ledger(final_trials), final=True)) for _ in range(2)]

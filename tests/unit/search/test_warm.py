@@ -15,6 +15,7 @@ from tuner.search import _sampling as sampling
 from tuner.search import _warm as warm
 from tuner.search.ledger import Ledger
 from tuner.stores.tags import WARM_START_TAG
+from tuner.trial import TrialSpec
 
 HERE = warm.Here("reward", "tiny", "NVIDIA H100 80GB HBM3", ("fp32", "bf16-mixed", "fp16-mixed", "bf16-pure",
                                                              "fp16-pure"), "builtin:reward")
@@ -217,7 +218,7 @@ def test_the_earlier_recommendation_is_confirmed_beside_its_own_trial_until_it_f
     assert warm.to_confirm_first([], {0: params}, built, [{**diverged_beside, "status": "ok"}]) is not None
     assert warm.to_confirm_first([], {0: params}, built, [{**diverged_beside, "confirms": 5}]) is not None  # another's
     said: list[str] = []
-    schedule = confirm.Schedule({"seed": 0, "max_steps": 8}, seeds=2, top=2, timeout=60, announce=said.append)
+    schedule = confirm.Schedule(TrialSpec(trainer="sft", params={}, max_steps=8, seed=0), seeds=2, top=2, timeout=60, announce=said.append)
     jobs = [schedule.first({"number": 0, "params": params}, "the earlier recommendation") for _ in range(3)]
     assert [(j["number"], j["spec"]["seed"], j["spec"]["params"]) for j in jobs[:2]] == [(0, 1, params), (0, 2, params)]
     assert jobs[2] is None
@@ -250,7 +251,7 @@ def test_a_trial_that_beats_the_earlier_recommendation_here_is_confirmed_next_ah
     assert warm.challenger([held, better], warm.WarmStart(sources=[source([])])) is None  # no pick
     # a warm search's schedule hands out the earlier recommendation's runs, then the challenger's, then no third's
     said: list[str] = []
-    schedule = confirm.Schedule({"seed": 0, "max_steps": 8}, seeds=2, top=2, timeout=60, announce=said.append, ahead=2)
+    schedule = confirm.Schedule(TrialSpec(trainer="sft", params={}, max_steps=8, seed=0), seeds=2, top=2, timeout=60, announce=said.append, ahead=2)
     assert schedule.most_runs == 8
     runs = [schedule.first(held, "the earlier recommendation") for _ in range(2)]
     runs += [schedule.first(better, "which beats the earlier recommendation here") for _ in range(3)]
