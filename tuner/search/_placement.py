@@ -28,6 +28,7 @@ fit one GPU under DDP, unless the space's ``sharding`` param says. On CPUs, ``pr
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from dataclasses import dataclass, field
@@ -114,6 +115,24 @@ def _host_memory(ray: ModuleType) -> int:
 
 
 @dataclass
+class PlanSummary:
+    """The memory plan as search.json and the search run record it (``plan``; to_dict)."""
+
+    device: str  # "cuda" or "cpu"
+    concurrent: int  # trials at once
+    gpus_per_trial: float
+    cpus_per_trial: float
+    limit: str  # what bounds the trials at once: "gpu memory", "host memory", "cpus", ...
+    per_trial_mb: int  # the largest fitting config's estimate (per rank with ranks)
+    budget_mb: int  # the memory one trial (rank) may use
+    ranks: int | None = None  # processes per trial, where more than one
+    sharding: str | None = None  # of a trial's ranks ("fsdp", or "none": DDP), where more than one
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None or k not in ("ranks", "sharding")}
+
+
+@dataclass
 class Placement:
     device: str  # "cuda" or "cpu": where the trials run
     plan: packing.Plan
@@ -155,15 +174,13 @@ class Placement:
         return (f"{self.concurrency} at a time{share} (memory plan: up to ~{self.largest_bytes() / memory.GiB:.1f} "
                 f"GiB per {per}, bounded by {self.plan.limit})")
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> PlanSummary:
         """What search.json and the parent run record of the plan (per_trial_mb is per rank with ranks)."""
-        summary = {"device": self.device, "concurrent": self.concurrency, "gpus_per_trial": self.resources["gpu"],
-                   "cpus_per_trial": self.resources["cpu"], "limit": self.plan.limit,
-                   "per_trial_mb": round(self.largest_bytes() / memory.MiB),
-                   "budget_mb": round(self.budget_bytes / memory.MiB)}
-        if self.ranks > 1:
-            summary.update(ranks=self.ranks, sharding=self.sharding or "none")
-        return summary
+        several = self.ranks > 1
+        return PlanSummary(self.device, self.concurrency, self.resources["gpu"], self.resources["cpu"],
+                           self.plan.limit, round(self.largest_bytes() / memory.MiB),
+                           round(self.budget_bytes / memory.MiB), ranks=self.ranks if several else None,
+                           sharding=(self.sharding or "none") if several else None)
 
 
 def memory_corners(space: SearchSpace, limit: int = MAX_CORNERS) -> list[dict[str, Any]]:

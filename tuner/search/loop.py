@@ -333,7 +333,7 @@ def finish(prepared: Prepared, tracker: SearchTracker, ledger: Ledger, placement
                            reward_funcs=export.reward_funcs_of(o.entry, o.reward_funcs), dataset=o.dataset, rule=rec.RULE,
                            confirm_seeds=o.confirm_seeds, recommended=best, trl_config=config, export=export_info,
                            trials=records, extensions=extensions, confirmations=confirmations, remeasures=remeasures,
-                           candidates=[v.to_dict() for v in verdicts], plan=placement.summary(),
+                           candidates=[v.to_dict() for v in verdicts], plan=placement.summary().to_dict(),
                            source=started_from.get("source"), fix=started_from.get("fix"))
     if best is not None:
         tracker.log_artifact_text(export.render_export(search, prepared.experiment, tracker.parent_id),

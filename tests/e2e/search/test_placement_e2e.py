@@ -73,7 +73,7 @@ def test_cpu_trials_with_several_processes(tiny_model):
     assert (two.device, two.ranks, two.resources) == ("cpu", 2, {"cpu": 2, "gpu": 0.0})  # a CPU per process
     assert two.concurrency == 1  # two CPUs: one per process
     assert two.budget_bytes * 2 <= 0.85 * LAPTOP.host_memory_bytes  # a share of host RAM per process
-    assert "2 processes each" in two.describe() and two.summary()["ranks"] == 2
+    assert "2 processes each" in two.describe() and two.summary().ranks == 2
     with pytest.raises(TunerError, match="for CPU trials only"):
         placement.place(adapter("sft"), tiny_model, load_space(None, "sft"), H100, cpus_per_trial=1,
                         gpus_per_trial=None, concurrency=None, processes_per_trial=2)

@@ -55,7 +55,7 @@ def test_a_half_billion_model_packs_several_grpo_trials_on_one_gpu(tmp_path):
     assert plan.budget_bytes >= plan.largest_bytes()
     fp32_full = {"precision": "fp32", "use_peft": False, "per_device_train_batch_size": 8}
     assert plan.check(fp32_full) is None
-    assert plan.summary()["concurrent"] == plan.concurrency
+    assert plan.summary().concurrent == plan.concurrency
 
 
 def test_a_7b_full_fine_tune_with_a_reference_does_not_fit_and_says_why(tmp_path):
@@ -123,7 +123,8 @@ def test_a_7b_full_fine_tune_spans_the_fewest_gpus_its_fsdp_shards_fit(tmp_path)
     assert "GiB per rank; one GPU would need ~" in plan.notes[0]
     assert f"{n} GPUs each ({n} ranks, fsdp)" in plan.describe() and "per rank" in plan.describe()
     summary = plan.summary()
-    assert (summary["ranks"], summary["sharding"], summary["gpus_per_trial"]) == (n, "fsdp", n)
+    assert (summary.ranks, summary.sharding, summary.gpus_per_trial) == (n, "fsdp", n)
+    assert summary.to_dict()["ranks"] == n  # search.json's plan
 
     # DPO's frozen reference model is sharded too, but a DPO rank still needs more than an SFT rank
     dpo = placement.place(adapter("dpo"), model, full_fine_tune("dpo"), A100_80, cpus_per_trial=1,
@@ -182,4 +183,4 @@ def test_whole_gpus_per_trial_given_are_used_and_checked_per_rank(tmp_path):
                         "params": {"learning_rate": {"type": "float", "low": 1e-5, "high": 1e-4}}})
     ddp = placement.place(adapter("sft"), model, lora, A100_80, cpus_per_trial=1, gpus_per_trial=2, concurrency=None)
     assert (ddp.ranks, ddp.sharding, ddp.concurrency, ddp.notes) == (2, None, 4, [])
-    assert ddp.estimate_of({}).buckets > 0 and ddp.summary()["sharding"] == "none"
+    assert ddp.estimate_of({}).buckets > 0 and ddp.summary().sharding == "none"
