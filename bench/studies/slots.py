@@ -8,6 +8,8 @@ and off, each in a fresh Python process.
     python -m bench.studies.slots --model tiny-pretrained --trainer grpo --lengths 20 --pairs 1 --out bench/recorded/slots_pretrained.json
         # trials of realistic length: the tiny pretrained model, whose searches extend the best third of their
         # trials to 60 and then 180 steps (tuner.search._extend)
+    python -m bench.studies.slots --switch TUNER_CONFIRM_BESIDE_RUNGS --model tiny-pretrained --trainer grpo --pairs 3
+        # a lone rung's confirmation seeds beside it (on) or after it (off), side by side
 
 Per search: its wall (``run_search``: Ray start to the recommendation), the whole call (``prepare`` included), and
 (search wall x concurrency - trial process seconds) / (search wall x concurrency), as ``slot_share`` (below) computes
@@ -35,6 +37,9 @@ from bench.common.results import RECORDED, REPO, fmt, met, read_recorded, today
 
 OUT = RECORDED / "slots.json"
 PRETRAINED = RECORDED / "slots_pretrained.json"  # trials of realistic length: the target line's run
+# What "on" and "off" switch (--switch): the node's trial launcher (tuner.trial.launcher.SWITCH), or confirmation runs
+# beside a rung that runs alone (tuner.search._confirm.BESIDE_SWITCH)
+LAUNCHER, BESIDE = "TUNER_TRIAL_LAUNCHER", "TUNER_CONFIRM_BESIDE_RUNGS"
 TARGET = 0.2  # slot time outside trial processes / (search wall x concurrency): at most (issue 38)
 FIGURES = ("search_wall_seconds", "seconds", "slot_share_outside", "slot_share_outside_with_prepare", "outside_ends",
            "outside_idle", "outside_handoff")
@@ -55,10 +60,11 @@ def slot_share(run: dict[str, Any]) -> dict[str, Any]:
             "without_wall": sum(1 for t in trials if not t.get("wall_seconds"))}
 
 
-def one_search(mode: str, trainer: str, trials: int, max_steps: int, seed: int, model: str | None = None) -> dict[str, Any]:
+def one_search(mode: str, trainer: str, trials: int, max_steps: int, seed: int, model: str | None = None,
+               switch: str = LAUNCHER) -> dict[str, Any]:
     folder = Path(tempfile.mkdtemp(prefix=f"bench-slots-{mode}-"))
     out = folder / "search.json"
-    env = {**os.environ, "TUNER_TRIAL_LAUNCHER": mode}
+    env = {**os.environ, switch: mode}
     subprocess.run([sys.executable, "-m", "bench.headline.tuner_search", "--out", str(out), "--trainer", trainer,
                     "--trials", str(trials), "--max-steps", str(max_steps), "--seed", str(seed),
                     "--store", str(folder / "store"), *(["--model", model] if model else [])], check=True, env=env, stdout=subprocess.DEVNULL,
@@ -139,6 +145,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--lengths", help="comma-separated step budgets: instead of on/off pairs, the default mode "
                                           "alone at each budget, --pairs rounds in alternating order (the share by "
                                           "trial length)")
+    parser.add_argument("--switch", choices=[LAUNCHER, BESIDE], default=LAUNCHER,
+                        help="the environment variable the on/off pairs set (default: the trial launcher's)")
     args = parser.parse_args(argv)
     started, load_before = time.time(), os.getloadavg()
     runs = []
@@ -154,7 +162,8 @@ def main(argv: list[str] | None = None) -> None:
         return
     for pair in range(args.pairs):
         for mode in (("on", "off") if pair % 2 == 0 else ("off", "on")):  # alternate which goes first
-            runs.append(one_search(mode, args.trainer, args.trials, args.max_steps, seed=pair, model=args.model))
+            runs.append(one_search(mode, args.trainer, args.trials, args.max_steps, seed=pair, model=args.model,
+                                   switch=args.switch))
             print(json.dumps(runs[-1]), flush=True)
     summary = {}
     for mode in ("on", "off"):
@@ -170,7 +179,7 @@ def _write(args, argv, started: float, load_before, summary: dict[str, Any], run
               "minutes": round((time.time() - started) / 60, 1),
               "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs",
               "load_before": load_before, "load_after": os.getloadavg(),
-              "trainer": args.trainer, "model": args.model or "tiny", "trials": args.trials, "max_steps": args.max_steps,
+              "switch": args.switch, "trainer": args.trainer, "model": args.model or "tiny", "trials": args.trials, "max_steps": args.max_steps,
               "summary": summary, "runs": runs}
     args.out.write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps(summary, indent=1))

@@ -12,6 +12,7 @@ next candidate is considered.
 
 from __future__ import annotations
 
+import os
 import statistics
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
@@ -25,7 +26,8 @@ from tuner.verdicts.learning import ALPHA
 if TYPE_CHECKING:
     from tuner.trial import TrialSpec
 
-__all__ = ["WAIT", "Schedule", "candidates", "combined_p_value", "confirmation_jobs", "judge", "with_seen_risk"]
+__all__ = ["WAIT", "Schedule", "candidates", "combined_p_value", "confirmation_jobs", "confirms", "judge",
+           "with_seen_risk"]
 
 
 def candidates(records: list[TrialRecord], top: int, confirmations: list[TrialRecord] | tuple = ()
@@ -96,7 +98,7 @@ class Schedule:
                  announce: Callable[[str], None] = print, ahead: int = 1) -> None:
         self.base_spec, self.seeds, self.top, self.timeout, self.announce = base_spec, seeds, top, timeout, announce
         self.ahead = ahead  # the most candidates whose runs are handed out early (a warm search's: 2, ``first``)
-        self.handed: set[tuple[int, int]] = set()  # (trial, seed) of the runs handed out
+        self.handed: set[tuple[int, int, int]] = set()  # (trial, seed, steps) of the runs handed out
         self.early = 0  # of those, handed out before every search trial had finished
         self.early_of: set[int] = set()  # the trials those were of
         self.announced: set[tuple[bool, tuple[int, ...]]] = set()
@@ -110,7 +112,7 @@ class Schedule:
         if self.seeds <= 0:
             return None
         for job in confirmation_jobs([candidate], self.base_spec, self.seeds, self.timeout):
-            key = (job["number"], job["spec"]["seed"])
+            key = _key(job)
             if key in self.handed:
                 continue
             if candidate["number"] not in self.early_of and len(self.early_of) >= self.ahead:
@@ -124,6 +126,18 @@ class Schedule:
             self.early += 1
             self.early_of.add(candidate["number"])
             return job
+        return None
+
+    def beside(self, rung: TrialRecord) -> TrialJob | None:
+        """A confirmation run of ``rung`` (a longer run still under way: its trial's number and params, its steps) for a
+        slot that would idle beside it while it runs alone (tuner.search._extend): if it learns, its confirmation is
+        under way; if not, the run took time that was idle. Each (trial, seed, steps) once; None when all are out."""
+        if self.seeds <= 0:
+            return None
+        for job in confirmation_jobs([rung], self.base_spec, self.seeds, self.timeout):
+            if (key := _key(job)) not in self.handed:
+                self.handed.add(key)
+                return job
         return None
 
     @property
@@ -153,7 +167,7 @@ class Schedule:
         for c in cands:
             jobs = confirmation_jobs([c], self.base_spec, self.seeds, self.timeout)
             for job in jobs:
-                key = (job["number"], job["spec"]["seed"])
+                key = _key(job)
                 if key not in self.handed:
                     self.handed.add(key)
                     if not final:
@@ -162,12 +176,30 @@ class Schedule:
                     return job
             if not final:
                 return None
-            done = {r["seed"] for r in confirmations if r.get("confirms") == c["number"]}
+            done = {r["seed"] for r in confirmations if confirms(r, c)}
             if {job["spec"]["seed"] for job in jobs} - done:
                 return WAIT  # its runs are out: confirmed, it is the recommendation and the rest need none
             if judge([c], list(confirmations))[0] is not None:
                 return None
         return None
+
+
+BESIDE_SWITCH = "TUNER_CONFIRM_BESIDE_RUNGS"  # "off": a rung that runs alone leaves the other slots idle (bench.studies.slots)
+
+
+def beside_rungs() -> bool:
+    return os.environ.get(BESIDE_SWITCH, "on").lower() not in ("off", "0", "false", "no")
+
+
+def _key(job: TrialJob) -> tuple[int, int, int]:
+    return job["number"], job["spec"]["seed"], job["spec"]["max_steps"]
+
+
+def confirms(run: TrialRecord, candidate: TrialRecord) -> bool:
+    """Whether ``run`` is a confirmation run of ``candidate``: its trial, at its length (a trial's longer rung is
+    confirmed at the rung's steps, tuner.search._extend; its shorter runs' seeds do not count for it)."""
+    steps = candidate.get("max_steps")
+    return run.get("confirms") == candidate["number"] and (steps is None or run.get("max_steps") == steps)
 
 
 def _why(run: TrialRecord) -> str:
@@ -222,7 +254,7 @@ def judge(cands: list[TrialRecord], confirmations: list[TrialRecord]
     verdicts: list[Confirmation] = []
     recommended: TrialRecord | None = None
     for c in cands:
-        reruns = sorted((r for r in confirmations if r.get("confirms") == c["number"]), key=lambda r: r["seed"])
+        reruns = sorted((r for r in confirmations if confirms(r, c)), key=lambda r: r["seed"])
         if recommended is not None and not reruns:
             continue  # a candidate before it was confirmed: its runs were not needed (Schedule), it has no verdict
         unstable = [r for r in reruns if not is_ok(r)]

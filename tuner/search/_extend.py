@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from tuner.records import TrialJob, TrialRecord, is_ok
 from tuner.search.ledger import WAIT, Ledger
@@ -33,6 +33,7 @@ from tuner.verdicts import recommend as rec
 from tuner.verdicts.forecast import horizon_steps
 
 if TYPE_CHECKING:
+    from tuner.search._confirm import Schedule
     from tuner.trial import TrialSpec
 
 __all__ = ["RATE", "WAIT", "Extension", "closest_to_learning", "default_budget", "risk_rung_steps"]
@@ -60,8 +61,11 @@ class Extension:
     """Which longer run a free trial slot gets next, once every search trial has finished (a Phase)."""
 
     def __init__(self, base_spec: TrialSpec, budget_steps: int, timeout: float,
-                 announce: Callable[[str], None] = print) -> None:
+                 announce: Callable[[str], None] = print, beside: Schedule | None = None) -> None:
         self.base_spec, self.budget, self.timeout, self.announce = base_spec, budget_steps, timeout, announce
+        # confirmation (tuner.search._confirm): its runs of a rung still under way, for slots that would idle beside it
+        self.beside = beside
+        self.besides: set[tuple[int, int]] = set()  # (trial number, steps) of the rungs whose runs went beside them
         self.handed: set[tuple[int, int]] = set()  # (trial number, steps) of the runs handed out
         self.spent = 0  # steps of the rungs announced, all together
         self.rung = 0  # the steps of the rung under way
@@ -69,8 +73,10 @@ class Extension:
 
     @property
     def most_runs(self) -> int:
-        """The most runs next() can hand out: every run is at least RATE x the first rung's steps."""
-        return self.budget // (RATE * self.base_spec.max_steps) if self.budget > 0 else 0
+        """The most runs next() can hand out: every run is at least RATE x the first rung's steps, each with its
+        confirmation seeds beside it."""
+        rungs = self.budget // (RATE * self.base_spec.max_steps) if self.budget > 0 else 0
+        return rungs * (1 + (max(0, self.beside.seeds) if self.beside is not None else 0))
 
     def next(self, ledger: Ledger, final: bool) -> TrialJob | str | None:
         if not final:
@@ -84,8 +90,10 @@ class Extension:
 
         if self.queue:  # the rung under way is handed out in full (its steps were counted when it was announced)
             return self._hand(self.queue.pop(0), self.rung)
-        if self.handed - {(e["number"], e["max_steps"]) for e in extensions}:
-            return WAIT  # a rung still running: the next one is chosen from all of its results
+        if running := self.handed - {(e["number"], e["max_steps"]) for e in extensions}:
+            # a rung still running: the next one is chosen from all of its results; meanwhile a slot that would idle
+            # confirms a run of it on other seeds
+            return self._beside(runs, running) or WAIT
         longest = max(r["max_steps"] for r in runs)
         stable = [r for r in runs if r["max_steps"] == longest and is_ok(r)]
         best = sorted(stable, key=closest_to_learning)[:math.ceil(len(stable) / RATE)]
@@ -119,6 +127,27 @@ class Extension:
                       f"of a {schedule}-step run's schedule to confirm or clear the risk ({self.spent} of a "
                       f"{self.budget}-step budget)")
         return self._hand(best, steps, schedule)
+
+    def _beside(self, runs: list[TrialRecord], running: set[tuple[int, int]]) -> TrialJob | None:
+        """A confirmation run of a rung still under way, for a free slot (None: none left). If the rung learns, its
+        confirmation is under way when it ends, instead of starting then (on the tiny pretrained model a 180-step rung
+        ran alone on one of 2 slots: 0.21 of the search's slot time idle, bench.studies.slots); if it does not, the
+        run took a slot that was idle."""
+        if self.beside is None:
+            return None
+        for number, steps in sorted(running, key=lambda rung: (-rung[1], rung[0])):
+            trial = next((r for r in runs if r["number"] == number), None)
+            if trial is None:
+                continue
+            rung = cast(TrialRecord, {**trial, "max_steps": steps, "schedule_steps": 0})
+            job = self.beside.beside(rung)
+            if job is not None:
+                if (number, steps) not in self.besides:
+                    self.besides.add((number, steps))
+                    self.announce(f"trial {number}'s {steps}-step run leaves a slot free: confirming it on "
+                                  f"{self.beside.seeds} more seeds beside it (they count if it learns)")
+                return job
+        return None
 
     def _hand(self, trial: TrialRecord, steps: int, schedule: int = 0) -> TrialJob:
         self.handed.add((trial["number"], steps))

@@ -108,7 +108,7 @@ class WarmFallback:
         if not final or self.done:
             return None
         schedule, confirmations = self.schedule, ledger.confirmations()
-        if schedule.handed - {(c["number"], c["seed"]) for c in confirmations}:
+        if schedule.handed - {(c["number"], c["seed"], c["max_steps"]) for c in confirmations}:
             return WAIT  # its confirmations still run: whether anything is confirmed is not known
         runs = ledger.contenders()
         best = (confirm.judge(confirm.candidates(runs, schedule.top, confirmations), confirmations)[0]

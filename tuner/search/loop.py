@@ -240,7 +240,9 @@ def phases_of(prepared: Prepared, tracker: SearchTracker, proposer: Proposer, le
     phases: list[Phase] = [
         # a GRPO best at risk of losing its reward spread with beta 0: its config with the KL penalty on, once
         Anchor(prepared.space, proposer.reserve, base_spec, o.trial_timeout, announce=echo),
-        extend.Extension(base_spec, budget, o.trial_timeout, announce=echo),  # longer runs while none learned
+        # longer runs while none learned; a slot that would idle beside a rung confirms it on other seeds
+        extend.Extension(base_spec, budget, o.trial_timeout, announce=echo,
+                         beside=schedule if confirm.beside_rungs() else None),
         schedule,  # confirmation: the best candidates on other seeds
         *after,
     ]

@@ -158,3 +158,40 @@ def test_no_risk_rung_when_the_budget_is_spent_or_the_best_is_safe():
     assert Extension(BASE, budget_steps=50, timeout=1, announce=lambda line: None).next(Ledger(records), final=True) is None
     safe = [record(1, progress=0.10, learned=True)]
     assert Extension(BASE, budget_steps=1000, timeout=1, announce=lambda line: None).next(Ledger(safe), final=True) is None
+
+
+def test_a_rung_that_runs_alone_is_confirmed_beside_itself_and_those_runs_count_only_at_its_length():
+    from tuner.search import _confirm as confirm
+
+    said: list[str] = []
+    schedule = confirm.Schedule(BASE, seeds=2, top=2, timeout=100, announce=said.append)
+    plan = Extension(BASE, budget_steps=1000, timeout=100, announce=said.append, beside=schedule)
+    records = [record(n, progress=0.001 * n, progress_p_value=0.5) for n in range(3)]
+    assert plan.most_runs == 16 * 3  # each rung's run with its 2 confirmation seeds
+    rung = plan.next(Ledger(records), final=True)
+    assert (rung["number"], rung["spec"]["max_steps"], rung["extra"]) == (2, 60, {"extends": 2})  # 3 / 3: alone
+    # the other slots, which would idle while it runs: its confirmation runs at its length, then nothing more
+    beside = [plan.next(Ledger(records), final=True) for _ in range(3)]
+    assert [(j["number"], j["spec"]["seed"], j["spec"]["max_steps"], j["extra"]) for j in beside[:2]] == [
+        (2, 1, 60, {"confirms": 2}), (2, 2, 60, {"confirms": 2})]
+    assert beside[2] == WAIT
+    assert said[-1] == "trial 2's 60-step run leaves a slot free: confirming it on 2 more seeds beside it (they count if it learns)"
+    # it learned at 60 steps, and so did its seeds: confirmed with the runs it already had, none handed out again
+    learned = dict(progress=0.3, progress_p_value=1e-4, learned=True)
+    longer = record(2, steps=60, extends=2, **learned)
+    seeds = [record(2, steps=60, confirms=2, **{**learned, "seed": s}) for s in (1, 2)]
+    ledger = Ledger([*records, longer, *seeds])
+    assert plan.next(ledger, final=True) is None  # a trial learned: no more rungs (it has no risk)
+    assert schedule.next(ledger, final=True) is None  # its runs are in: confirmed, nothing more to run
+    best, (verdict,) = confirm.judge(confirm.candidates(ledger.contenders(), 2, ledger.confirmations()),
+                                     ledger.confirmations())
+    assert best["max_steps"] == 60 and verdict.confirmed and verdict.seeds == [0, 1, 2]
+    # Runs of a trial at another length are not its confirmation: its 20-step seeds do not confirm its 60-step rung
+    assert not confirm.confirms(record(2, steps=20, confirms=2), longer) and confirm.confirms(seeds[0], longer)
+
+
+def test_without_a_schedule_beside_it_a_lone_rung_leaves_the_slots_to_wait():
+    plan = Extension(BASE, budget_steps=1000, timeout=100, announce=lambda line: None)
+    records = [record(n, progress=0.001 * n, progress_p_value=0.5) for n in range(3)]
+    assert plan.next(Ledger(records), final=True)["extra"] == {"extends": 2}
+    assert plan.next(Ledger(records), final=True) == WAIT

@@ -218,7 +218,9 @@ def test_the_earlier_recommendation_is_confirmed_beside_its_own_trial_until_it_f
     assert warm.to_confirm_first([], {0: params}, built, [{**diverged_beside, "status": "ok"}]) is not None
     assert warm.to_confirm_first([], {0: params}, built, [{**diverged_beside, "confirms": 5}]) is not None  # another's
     said: list[str] = []
-    schedule = confirm.Schedule(TrialSpec(trainer="sft", params={}, max_steps=8, seed=0), seeds=2, top=2, timeout=60, announce=said.append)
+    # the search's trials run 20 steps, as the earlier pick's trial here
+    schedule = confirm.Schedule(TrialSpec(trainer="sft", params={}, max_steps=20, seed=0), seeds=2, top=2, timeout=60,
+                                announce=said.append)
     jobs = [schedule.first({"number": 0, "params": params}, "the earlier recommendation") for _ in range(3)]
     assert [(j["number"], j["spec"]["seed"], j["spec"]["params"]) for j in jobs[:2]] == [(0, 1, params), (0, 2, params)]
     assert jobs[2] is None
@@ -251,7 +253,7 @@ def test_a_trial_that_beats_the_earlier_recommendation_here_is_confirmed_next_ah
     assert warm.challenger([held, better], warm.WarmStart(sources=[source([])])) is None  # no pick
     # a warm search's schedule hands out the earlier recommendation's runs, then the challenger's, then no third's
     said: list[str] = []
-    schedule = confirm.Schedule(TrialSpec(trainer="sft", params={}, max_steps=8, seed=0), seeds=2, top=2, timeout=60, announce=said.append, ahead=2)
+    schedule = confirm.Schedule(TrialSpec(trainer="sft", params={}, max_steps=20, seed=0), seeds=2, top=2, timeout=60, announce=said.append, ahead=2)
     assert schedule.most_runs == 8
     runs = [schedule.first(held, "the earlier recommendation") for _ in range(2)]
     runs += [schedule.first(better, "which beats the earlier recommendation here") for _ in range(3)]
