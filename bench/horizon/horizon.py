@@ -59,13 +59,13 @@ KEEP = ("step", "loss", "reward", "reward_std", "reward_groups", "frac_reward_ze
         "kl", "entropy", "rewards/margins", "weights_fp16")
 
 
-def _trial(trainer: str, params: dict[str, Any], model: str, steps: int, seed: int, root: Path, name: str
-           ) -> dict[str, Any]:
+def _trial(trainer: str, params: dict[str, Any], model: str, steps: int, seed: int, root: Path, name: str,
+           seconds_per_step: float = 3.0) -> dict[str, Any]:
     from tuner.trial import TrialSpec, run_trial_isolated
 
     spec = TrialSpec(trainer=trainer, params=params, model=model, max_steps=steps, seed=seed)
     started = time.perf_counter()
-    result = run_trial_isolated(spec, root / name, timeout=max(600, 3 * steps))
+    result = run_trial_isolated(spec, root / name, timeout=max(600, seconds_per_step * steps))
     summary = result.summary()
     summary["status"] = str(summary["status"].value if hasattr(summary["status"], "value") else summary["status"])
     return {**{k: summary.get(k) for k in ("status", "reason", "stopped_at_step", "steps_run", "progress",
@@ -97,9 +97,11 @@ def classify(short: dict[str, Any], long: dict[str, Any]) -> str:
 
 def run(trainers: list[str], configs: int, seeds: list[int], model: str, short: int, factor: int, workers: int,
         config_seed: int = 17, echo=print, precisions: list[str] | None = None,
-        partial: str | Path | None = None) -> dict[str, Any]:
+        partial: str | Path | None = None, seconds_per_step: float = 3.0) -> dict[str, Any]:
     """``precisions``: draw only these (fp16-mixed alone on a GPU, say); ``partial``: the rows so far, written after
-    each config (a lent machine's run cut short keeps what it measured)."""
+    each config (a lent machine's run cut short keeps what it measured); ``seconds_per_step``: a run is killed as
+    crashed past this many seconds a step (at least 600 s): 3 fits the tiny models, a real model on a CPU core
+    under load needs tens."""
     from bench.common import results as common
     from bench.headline.reference import random_configs, shipped_space
     from tuner.inputs import models
@@ -129,10 +131,10 @@ def run(trainers: list[str], configs: int, seeds: list[int], model: str, short: 
     def both(job) -> dict[str, Any]:
         trainer, i, params, seed = job
         name = f"{trainer}-{i}-s{seed}"
-        first = _trial(trainer, params, path, short, seed, root, name + "-short")
+        first = _trial(trainer, params, path, short, seed, root, name + "-short", seconds_per_step)
         row = {"trainer": trainer, "config": i, "seed": seed, "params": params, "short": first, "long": None}
         if first["status"] == "ok":
-            row["long"] = _trial(trainer, params, path, short * factor, seed, root, name + "-long")
+            row["long"] = _trial(trainer, params, path, short * factor, seed, root, name + "-long", seconds_per_step)
             row["outcome"] = classify(first, row["long"])
         else:
             row["outcome"] = f"not ok at {short}"
@@ -401,6 +403,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--short", type=int, default=20, help="the trial length (default %(default)s)")
     parser.add_argument("--factor", type=int, default=25, help="the long run, in trial lengths (default %(default)s)")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--seconds-per-step", type=float, default=3.0,
+                        help="a run is killed as crashed past this many seconds a step, at least 600 s (default 3: "
+                             "the tiny models; a real model on a CPU needs tens)")
     parser.add_argument("--precisions", help="comma-separated: draw only these (e.g. fp16-mixed on a GPU)")
     parser.add_argument("--partial", help="write the rows so far here after each config")
     parser.add_argument("--output", default=str(OUTPUT))
@@ -442,7 +447,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     data = run(args.trainers.split(","), args.configs, [int(s) for s in args.seeds.split(",")], args.model,
                args.short, args.factor, args.workers, config_seed=args.config_seed,
-               precisions=args.precisions.split(",") if args.precisions else None, partial=args.partial)
+               precisions=args.precisions.split(",") if args.precisions else None, partial=args.partial,
+               seconds_per_step=args.seconds_per_step)
     data["command"] = " ".join(["python -m bench.horizon.horizon", *(sys.argv[1:] if argv is None else argv)])
     save(data, args.output)
     print("\n".join(lines(data)))
