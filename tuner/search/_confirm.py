@@ -184,11 +184,16 @@ class Schedule:
         return None
 
 
-BESIDE_SWITCH = "TUNER_CONFIRM_BESIDE_RUNGS"  # "off": a rung that runs alone leaves the other slots idle (bench.studies.slots)
+# "on": a rung that runs alone gets its confirmation seeds beside it (Schedule.beside). Off by default: on 2 slots with
+# 2 seeds it filled the idle slot (slot time outside trial processes, median of 3 searches, 0.24 against 0.38) but the
+# searches took longer (median wall 168 s against 140 s, the same picks; tiny pretrained model, GRPO,
+# bench/recorded/slots_beside.json): the second seed still waits for a slot, and when the rung does not learn, its
+# seeds run on past it. It may pay with more slots than seeds (not measured).
+BESIDE_SWITCH = "TUNER_CONFIRM_BESIDE_RUNGS"
 
 
 def beside_rungs() -> bool:
-    return os.environ.get(BESIDE_SWITCH, "on").lower() not in ("off", "0", "false", "no")
+    return os.environ.get(BESIDE_SWITCH, "off").lower() in ("on", "1", "true", "yes")
 
 
 def _key(job: TrialJob) -> tuple[int, int, int]:
