@@ -35,8 +35,8 @@ SAFE_SHARE = 0.9
 # (tuner.search._anchor), which pays ~20% of tokens/s for the reference model and held those 1,500 steps, goes first.
 PROJECTED_EARLY = 2
 
-RULE = (f"highest learning speed (progress x tokens/s; progress: the mean improvement per step over the trial's "
-        f"starting level) among trials that stayed ok and learned (the last third better than the start with "
+RULE = (f"highest learning speed (progress x tokens/s; progress: the improvement over the trial's starting level, "
+        f"averaged over its steps) among trials that stayed ok and learned (the last third better than the start with "
         f"one-sided p < {ALPHA:g}, by at least {MIN_EFFECT:g}), confirmed ok on every confirmation seed and "
         f"learning on them (each progress > 0, together p < {ALPHA:g}); diverged, collapsed, crashed and oom trials "
         f"are never recommended; a trial the forecast puts at risk (on its own seed or a confirmation's) only when "

@@ -1,6 +1,6 @@
 """The trials that solve the task fastest rank first: a real grid search over the learning rate on the tiny GRPO
-task (tuner.verdicts.learning's progress is the mean improvement per step over the trial's start, so the sooner a trial
-reaches the reward ceiling, the higher it scores; the statistic before it scored a trial at the ceiling by step 5
+task (tuner.verdicts.learning's progress is the improvement over the trial's start averaged over its steps, so the
+sooner a trial reaches the reward ceiling, the higher it scores; the statistic before it scored a trial at the ceiling by step 5
 as 0 and ranked it last)."""
 
 from __future__ import annotations
